@@ -1,0 +1,40 @@
+//! Identity for agentnet: DIDs, keys, DID documents and their resolution, signed A2A Agent Cards,
+//! and RFC 9421 HTTP request signatures as the Agent Network Protocol uses them.
+//!
+//! This is the light crate: no libp2p, no RocksDB. Everything else in agentnet depends on it.
+//!
+//! ```
+//! use agentnet_did::{SecretKey, Resolver, Relationship};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let key = SecretKey::from_seed(&[0; 32]);
+//! let did = key.did_key();
+//! assert_eq!(did.as_str(), "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp");
+//!
+//! // did:key resolves locally; did:web and did:wba go over HTTPS with SSRF checks.
+//! let resolver = Resolver::new(Default::default()).unwrap();
+//! let doc = resolver.resolve(&did).await.unwrap();
+//! let vm = format!("{did}#{}", did.method_specific_id());
+//! assert!(doc.key_for(&vm, Relationship::Authentication).is_ok());
+//! # }
+//! ```
+//!
+//! # Layout
+//! - [`id`]: DID and DID URL syntax.
+//! - [`key`]: Ed25519 secret keys (JWK files, mode 0600) and the public keys we verify with.
+//! - [`document`]: DID documents, their checks, key lookup by verification relationship.
+//! - [`didkey`], [`web`], [`wba`]: the three methods we implement; [`resolver`] ties them together
+//!   with a cache.
+
+pub mod didkey;
+pub mod document;
+pub mod id;
+pub mod key;
+pub mod resolver;
+pub mod wba;
+pub mod web;
+
+pub use document::{Document, Relationship};
+pub use id::{Did, DidUrl, InvalidDid, Method};
+pub use key::{PublicKey, SecretKey};
+pub use resolver::{ResolveError, Resolver};
