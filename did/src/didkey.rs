@@ -152,6 +152,7 @@ pub fn document(key: &ed25519_dalek::VerifyingKey, opts: Options) -> Document {
         service: Vec::new(),
         proof: None,
         extra: Default::default(),
+        source: None,
     }
 }
 

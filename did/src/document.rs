@@ -162,6 +162,10 @@ pub struct Document {
     /// Any other properties, kept as they were.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// The JSON this document was parsed from, when it was: proofs are checked over exactly
+    /// that, not over our re-serialization (which would drop empty members, for one).
+    #[serde(skip)]
+    pub source: Option<Value>,
 }
 
 /// Why a document was refused, or a key could not be found in it.
@@ -204,8 +208,20 @@ impl Document {
     pub fn from_json(bytes: &[u8]) -> Result<Self, DocumentError> {
         check_json_depth(bytes, MAX_JSON_DEPTH)
             .map_err(|e| DocumentError::Invalid(e.to_string()))?;
-        serde_json::from_slice(bytes)
-            .map_err(|e| DocumentError::Invalid(format!("not a DID document: {e}")))
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| DocumentError::Invalid(format!("not JSON: {e}")))?;
+        let mut doc: Document = serde_json::from_value(value.clone())
+            .map_err(|e| DocumentError::Invalid(format!("not a DID document: {e}")))?;
+        doc.source = Some(value);
+        Ok(doc)
+    }
+
+    /// The document as JSON: the source it was parsed from if any, else its serialization.
+    pub fn to_json(&self) -> Value {
+        match &self.source {
+            Some(v) => v.clone(),
+            None => serde_json::to_value(self).expect("a Document always serializes"),
+        }
     }
 
     /// Check that this document describes `did`: the `id` matches, every verification method's

@@ -29,6 +29,7 @@
 pub mod didkey;
 pub mod document;
 pub mod id;
+pub mod jcs;
 pub mod key;
 pub mod resolver;
 pub mod wba;
