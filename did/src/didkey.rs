@@ -47,7 +47,9 @@ pub fn decode(did: &Did) -> Result<ed25519_dalek::VerifyingKey, ResolveError> {
     };
     // did:key v0.7: the method-specific id is `z` + base58btc(multicodec || key), one key only.
     if msi.contains(':') {
-        return Err(invalid("did:key has a single method-specific id segment".into()));
+        return Err(invalid(
+            "did:key has a single method-specific id segment".into(),
+        ));
     }
     let bytes = key::decode_base58btc_multibase(msi).map_err(|e| invalid(e.to_string()))?;
     let raw = bytes.strip_prefix(&MULTICODEC_ED25519_PUB).ok_or_else(|| {
@@ -282,7 +284,10 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(doc2020.verification_method[0].kind, "Ed25519VerificationKey2020");
+        assert_eq!(
+            doc2020.verification_method[0].kind,
+            "Ed25519VerificationKey2020"
+        );
         assert_eq!(
             doc2020.key_for(&vm, Relationship::AssertionMethod).unwrap(),
             key::PublicKey::Ed25519(sk.public())

@@ -87,7 +87,9 @@ impl VerificationMethod {
                 )));
             }
             if b58.len() > 128 {
-                return Err(KeyError::InvalidPublicKey("publicKeyBase58 too long".into()));
+                return Err(KeyError::InvalidPublicKey(
+                    "publicKeyBase58 too long".into(),
+                ));
             }
             let raw = multibase::Base::Base58Btc
                 .decode(b58)
@@ -395,9 +397,12 @@ mod tests {
         ))
         .unwrap();
         good.check_belongs_to(&did).unwrap();
-        let relative =
-            Document::from_json(&doc_json("did:web:example.com", "#k1", "did:web:example.com"))
-                .unwrap();
+        let relative = Document::from_json(&doc_json(
+            "did:web:example.com",
+            "#k1",
+            "did:web:example.com",
+        ))
+        .unwrap();
         relative.check_belongs_to(&did).unwrap();
 
         let other_id = Document::from_json(&doc_json(
@@ -417,20 +422,20 @@ mod tests {
         ))
         .unwrap();
         assert!(foreign_vm.check_belongs_to(&did).is_err());
-        let foreign_controller = Document::from_json(&doc_json(
-            "did:web:example.com",
-            "#k1",
-            "did:web:evil.com",
-        ))
-        .unwrap();
+        let foreign_controller =
+            Document::from_json(&doc_json("did:web:example.com", "#k1", "did:web:evil.com"))
+                .unwrap();
         assert!(foreign_controller.check_belongs_to(&did).is_err());
     }
 
     #[test]
     fn keys_are_found_only_under_their_relationship() {
-        let doc =
-            Document::from_json(&doc_json("did:web:example.com", "#k1", "did:web:example.com"))
-                .unwrap();
+        let doc = Document::from_json(&doc_json(
+            "did:web:example.com",
+            "#k1",
+            "did:web:example.com",
+        ))
+        .unwrap();
         assert!(doc
             .key_for("did:web:example.com#k1", Relationship::Authentication)
             .is_ok());
@@ -440,7 +445,9 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("assertionMethod"), "{e}");
         // Listed under assertionMethod but not defined anywhere.
-        assert!(doc.key_for("#other", Relationship::AssertionMethod).is_err());
+        assert!(doc
+            .key_for("#other", Relationship::AssertionMethod)
+            .is_err());
     }
 
     #[test]

@@ -23,7 +23,8 @@ mod tests {
             String::from_utf8(canonicalize(&v)).unwrap(),
             r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#
         );
-        let sorted: Value = serde_json::from_str(r#"{"b":1,"a":{"d":1,"c":2},"\u00e9":0,"Z":3}"#).unwrap();
+        let sorted: Value =
+            serde_json::from_str(r#"{"b":1,"a":{"d":1,"c":2},"\u00e9":0,"Z":3}"#).unwrap();
         assert_eq!(
             String::from_utf8(canonicalize(&sorted)).unwrap(),
             r#"{"Z":3,"a":{"c":2,"d":1},"b":1,"é":0}"#

@@ -82,7 +82,11 @@ pub struct SecretKey(ed25519_dalek::SigningKey);
 
 impl std::fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SecretKey({})", crate::key::encode_multikey(&self.public()))
+        write!(
+            f,
+            "SecretKey({})",
+            crate::key::encode_multikey(&self.public())
+        )
     }
 }
 
@@ -321,7 +325,9 @@ impl PublicKey {
 /// Decode a multibase string that must use base58btc (`z`).
 pub(crate) fn decode_base58btc_multibase(s: &str) -> Result<Vec<u8>, KeyError> {
     if s.len() > 512 {
-        return Err(KeyError::InvalidPublicKey("multibase value too long".into()));
+        return Err(KeyError::InvalidPublicKey(
+            "multibase value too long".into(),
+        ));
     }
     if !s.starts_with('z') {
         return Err(KeyError::InvalidPublicKey(format!(
@@ -329,8 +335,8 @@ pub(crate) fn decode_base58btc_multibase(s: &str) -> Result<Vec<u8>, KeyError> {
             s.chars().next()
         )));
     }
-    let (_, bytes) = multibase::decode(s)
-        .map_err(|e| KeyError::InvalidPublicKey(format!("multibase: {e}")))?;
+    let (_, bytes) =
+        multibase::decode(s).map_err(|e| KeyError::InvalidPublicKey(format!("multibase: {e}")))?;
     Ok(bytes)
 }
 

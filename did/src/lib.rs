@@ -26,8 +26,10 @@
 //! - [`didkey`], [`web`], [`wba`]: the three methods we implement; [`resolver`] ties them together
 //!   with a cache.
 
+pub mod a2a;
 pub mod didkey;
 pub mod document;
+pub mod httpsig;
 pub mod id;
 pub mod jcs;
 pub mod key;

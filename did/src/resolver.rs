@@ -159,11 +159,17 @@ pub struct Resolver {
     http: HttpFetcher,
     cache: Arc<Mutex<lru::LruCache<String, CacheEntry>>>,
     fetches: Arc<tokio::sync::Semaphore>,
+    pinned: Arc<Mutex<std::collections::HashMap<String, Arc<Document>>>>,
 }
+
+/// Most documents [`Resolver::pin`] holds.
+const MAX_PINNED: usize = 1024;
 
 impl std::fmt::Debug for Resolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resolver").field("opts", &self.opts).finish()
+        f.debug_struct("Resolver")
+            .field("opts", &self.opts)
+            .finish()
     }
 }
 
@@ -178,6 +184,7 @@ impl Resolver {
             fetches: Arc::new(tokio::sync::Semaphore::new(
                 opts.max_concurrent_fetches.max(1),
             )),
+            pinned: Default::default(),
             opts,
         })
     }
@@ -198,6 +205,9 @@ impl Resolver {
             return didkey::resolve(did, self.opts.did_key).map(Arc::new);
         }
         let key = did.as_str().to_owned();
+        if let Some(doc) = self.pinned.lock().expect("pinned lock poisoned").get(&key) {
+            return Ok(doc.clone());
+        }
         let now = Instant::now();
         if let Some(hit) = self.cached(&key, now) {
             return hit;
@@ -217,6 +227,30 @@ impl Resolver {
         let mut cache = self.cache.lock().expect("cache lock poisoned");
         cache.put(key, (Instant::now(), result.clone()));
         result
+    }
+
+    /// Serve `doc` for its DID without fetching: the node's own DID, or a document obtained out
+    /// of band. It is checked as a fetched one would be (its `id`, the did:wba rules) and served
+    /// until replaced; at most 1024 are held.
+    pub fn pin(&self, doc: Document) -> Result<(), ResolveError> {
+        let did = Did::parse(&doc.id)?;
+        let invalid = |source| ResolveError::InvalidDocument {
+            did: did.to_string(),
+            source,
+        };
+        doc.check_belongs_to(&did).map_err(invalid)?;
+        if did.method() == &Method::Wba {
+            crate::wba::check_document(&did, &doc).map_err(invalid)?;
+        }
+        let mut pinned = self.pinned.lock().expect("pinned lock poisoned");
+        if pinned.len() >= MAX_PINNED && !pinned.contains_key(did.as_str()) {
+            return Err(ResolveError::Http {
+                did: did.to_string(),
+                reason: format!("more than {MAX_PINNED} pinned documents"),
+            });
+        }
+        pinned.insert(did.to_string(), Arc::new(doc));
+        Ok(())
     }
 
     fn cached(&self, key: &str, now: Instant) -> Option<Result<Arc<Document>, ResolveError>> {

@@ -41,7 +41,10 @@ pub fn did_for(
         s.push_str(&format!("%3A{p}"));
     }
     if segments.is_empty() {
-        return Err(crate::InvalidDid::new(&s, "an e1_ did:wba needs a path segment"));
+        return Err(crate::InvalidDid::new(
+            &s,
+            "an e1_ did:wba needs a path segment",
+        ));
     }
     for seg in segments {
         s.push(':');
@@ -157,7 +160,11 @@ pub fn verify_proof(doc: &Document) -> Result<ed25519_dalek::VerifyingKey, Docum
 
 /// Check the did:wba rules on a fetched document (its `id` was already checked).
 pub fn check_document(did: &Did, doc: &Document) -> Result<(), DocumentError> {
-    let last = did.method_specific_id().rsplit(':').next().unwrap_or_default();
+    let last = did
+        .method_specific_id()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default();
     if let Some(fp) = last.strip_prefix("e1_") {
         let key = verify_proof(doc)?;
         if ed25519_thumbprint(&key) != fp {
@@ -192,8 +199,13 @@ mod tests {
     fn fixture() -> (Did, Document, SecretKey) {
         let doc = Document::from_json(include_bytes!("../tests/fixtures/did_wba_e1.json")).unwrap();
         let jwk: crate::key::Jwk =
-            serde_json::from_slice(include_bytes!("../tests/fixtures/did_wba_e1.key.json")).unwrap();
-        (Did::parse(&doc.id).unwrap(), doc, SecretKey::from_jwk(&jwk).unwrap())
+            serde_json::from_slice(include_bytes!("../tests/fixtures/did_wba_e1.key.json"))
+                .unwrap();
+        (
+            Did::parse(&doc.id).unwrap(),
+            doc,
+            SecretKey::from_jwk(&jwk).unwrap(),
+        )
     }
 
     #[test]
@@ -201,7 +213,9 @@ mod tests {
         let (did, doc, key) = fixture();
         doc.check_belongs_to(&did).unwrap();
         check_document(&did, &doc).unwrap();
-        assert!(did.as_str().ends_with(&format!("e1_{}", ed25519_thumbprint(&key.public()))));
+        assert!(did
+            .as_str()
+            .ends_with(&format!("e1_{}", ed25519_thumbprint(&key.public()))));
     }
 
     #[test]
@@ -209,7 +223,9 @@ mod tests {
         let (did, doc, _) = fixture();
         let mut tampered = doc.clone();
         tampered.source = None;
-        tampered.service.push(json!({"id": "#evil", "type": "X", "serviceEndpoint": "https://evil.example"}));
+        tampered
+            .service
+            .push(json!({"id": "#evil", "type": "X", "serviceEndpoint": "https://evil.example"}));
         assert!(check_document(&did, &tampered).is_err());
 
         // A server replacing key and proof with its own: the proof verifies, the fingerprint not.
@@ -227,7 +243,9 @@ mod tests {
     fn documents_we_make_verify_and_bind() {
         let key = SecretKey::from_seed(&[4; 32]);
         let did = did_for("agents.example", Some(8443), &["u", "bob"], &key.public()).unwrap();
-        assert!(did.as_str().starts_with("did:wba:agents.example%3A8443:u:bob:e1_"));
+        assert!(did
+            .as_str()
+            .starts_with("did:wba:agents.example%3A8443:u:bob:e1_"));
         let doc = document_for(&did, &key, "2026-01-01T00:00:00Z");
         doc.check_belongs_to(&did).unwrap();
         check_document(&did, &doc).unwrap();

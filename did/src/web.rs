@@ -166,12 +166,7 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
 /// An IPv4 address carried inside an IPv6 one (mapped, compatible, NAT64), if any.
 fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = v6.segments();
-    let tail = Ipv4Addr::new(
-        (s[6] >> 8) as u8,
-        s[6] as u8,
-        (s[7] >> 8) as u8,
-        s[7] as u8,
-    );
+    let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     let mapped = s[..5].iter().all(|&x| x == 0) && s[5] == 0xffff;
     let compat = s[..6].iter().all(|&x| x == 0) && !v6.is_loopback() && !v6.is_unspecified();
     let nat64 = s[0] == 0x64 && s[1] == 0xff9b && s[2..6].iter().all(|&x| x == 0);
@@ -196,6 +191,18 @@ impl AddressPolicy {
         is_public(ip) || (self.allow_loopback && is_loopback(ip))
     }
 }
+
+/// A refusal by our address or redirect policy, told apart from network failures by type.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// DNS through hickory-resolver, with every answer filtered by the address policy, so that the
 /// check happens on the addresses we actually connect to (no DNS rebinding window between a check
@@ -237,9 +244,17 @@ impl reqwest::dns::Resolve for ResolverRef {
             let policy = this.policy;
             let candidates: Vec<IpAddr> = if host == "localhost" || host.ends_with(".localhost") {
                 // RFC 6761: localhost is loopback, never sent to DNS.
-                vec![IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)]
+                vec![
+                    IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    IpAddr::V6(Ipv6Addr::LOCALHOST),
+                ]
             } else {
-                this.dns().await.lookup_ip(host.as_str()).await?.iter().collect()
+                this.dns()
+                    .await
+                    .lookup_ip(host.as_str())
+                    .await?
+                    .iter()
+                    .collect()
             };
             let allowed: Vec<SocketAddr> = candidates
                 .iter()
@@ -248,10 +263,9 @@ impl reqwest::dns::Resolve for ResolverRef {
                 .map(|ip| SocketAddr::new(ip, 0))
                 .collect();
             if allowed.is_empty() {
-                return Err(format!(
+                return Err(Box::new(Refused(format!(
                     "refusing to connect to {host}: it resolves only to non-public addresses {candidates:?}"
-                )
-                .into());
+                ))) as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
         })
@@ -268,7 +282,9 @@ pub struct HttpFetcher {
 
 impl std::fmt::Debug for HttpFetcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpFetcher").field("opts", &self.opts).finish()
+        f.debug_struct("HttpFetcher")
+            .field("opts", &self.opts)
+            .finish()
     }
 }
 
@@ -288,18 +304,18 @@ impl HttpFetcher {
                 return attempt.stop();
             };
             if attempt.previous().len() > max_redirects {
-                return attempt.error(format!("more than {max_redirects} redirects"));
+                return attempt.error(Refused(format!("more than {max_redirects} redirects")));
             }
             let next = attempt.url();
             if next.host_str() != first.host_str()
                 || next.port_or_known_default() != first.port_or_known_default()
             {
                 let msg = format!("redirect to another host refused: {next}");
-                return attempt.error(msg);
+                return attempt.error(Refused(msg));
             }
             if next.scheme() != first.scheme() {
                 let msg = format!("redirect to another scheme refused: {next}");
-                return attempt.error(msg);
+                return attempt.error(Refused(msg));
             }
             attempt.follow()
         });
@@ -311,11 +327,16 @@ impl HttpFetcher {
             .user_agent(concat!("agentnet/", env!("CARGO_PKG_VERSION")))
             .no_proxy();
         for pem in &opts.extra_root_pems {
-            let cert = reqwest::Certificate::from_pem(pem).map_err(|e| format!("root certificate: {e}"))?;
+            let cert = reqwest::Certificate::from_pem(pem)
+                .map_err(|e| format!("root certificate: {e}"))?;
             builder = builder.add_root_certificate(cert);
         }
         let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
-        Ok(Self { client, opts, policy })
+        Ok(Self {
+            client,
+            opts,
+            policy,
+        })
     }
 
     /// The options in force.
@@ -335,14 +356,14 @@ impl HttpFetcher {
             || host.ends_with(".localhost")
             || host.parse::<IpAddr>().is_ok_and(is_loopback);
         if self.opts.allow_http_loopback && loopback_host {
-            url.set_scheme("http").expect("https -> http is a valid change");
+            url.set_scheme("http")
+                .expect("https -> http is a valid change");
         }
         // IP literals never reach the DNS resolver, so check them here.
-        if let Some(ip) = host
+        if let Ok(ip) = host
             .trim_start_matches('[')
             .trim_end_matches(']')
             .parse::<IpAddr>()
-            .ok()
         {
             if !self.policy.allows(ip) {
                 return Err(ResolveError::NotAllowed {
@@ -355,7 +376,10 @@ impl HttpFetcher {
         let resp = self
             .client
             .get(url.clone())
-            .header(reqwest::header::ACCEPT, "application/did+json, application/json")
+            .header(
+                reqwest::header::ACCEPT,
+                "application/did+json, application/json",
+            )
             .send()
             .await
             .map_err(|e| classify(did, &url, e))?;
@@ -403,13 +427,15 @@ impl HttpFetcher {
 fn classify(did: &Did, url: &url::Url, e: reqwest::Error) -> ResolveError {
     use std::error::Error as _;
     let mut chain = e.to_string();
+    let mut refused = false;
     let mut src = e.source();
     while let Some(s) = src {
         chain.push_str(": ");
         chain.push_str(&s.to_string());
+        refused |= s.downcast_ref::<Refused>().is_some();
         src = s.source();
     }
-    if chain.contains("refusing to connect") || chain.contains("refused:") {
+    if refused {
         return ResolveError::NotAllowed {
             did: did.to_string(),
             reason: format!("{url}: {chain}"),
@@ -438,10 +464,22 @@ mod tests {
 
     #[test]
     fn maps_did_web_to_urls_as_the_spec_says() {
-        assert_eq!(url("did:web:w3c-ccg.github.io").unwrap(), "https://w3c-ccg.github.io/.well-known/did.json");
-        assert_eq!(url("did:web:w3c-ccg.github.io:user:alice").unwrap(), "https://w3c-ccg.github.io/user/alice/did.json");
-        assert_eq!(url("did:web:example.com%3A3000:user:alice").unwrap(), "https://example.com:3000/user/alice/did.json");
-        assert_eq!(url("did:wba:example.com:user:alice").unwrap(), "https://example.com/user/alice/did.json");
+        assert_eq!(
+            url("did:web:w3c-ccg.github.io").unwrap(),
+            "https://w3c-ccg.github.io/.well-known/did.json"
+        );
+        assert_eq!(
+            url("did:web:w3c-ccg.github.io:user:alice").unwrap(),
+            "https://w3c-ccg.github.io/user/alice/did.json"
+        );
+        assert_eq!(
+            url("did:web:example.com%3A3000:user:alice").unwrap(),
+            "https://example.com:3000/user/alice/did.json"
+        );
+        assert_eq!(
+            url("did:wba:example.com:user:alice").unwrap(),
+            "https://example.com/user/alice/did.json"
+        );
     }
 
     #[test]
@@ -466,17 +504,35 @@ mod tests {
     #[test]
     fn address_policy_refuses_every_non_public_range() {
         for ip in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
-            "0.0.0.0", "255.255.255.255", "224.0.0.1", "::1", "::", "fe80::1", "fc00::1",
-            "fd00:ec2::254", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a00:1",
-            "2001:db8::1", "198.18.0.1", "192.0.0.170",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fc00::1",
+            "fd00:ec2::254",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a00:1",
+            "2001:db8::1",
+            "198.18.0.1",
+            "192.0.0.170",
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }
         for ip in ["93.184.216.34", "1.1.1.1", "2606:4700::1111"] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
-        let p = AddressPolicy { allow_loopback: true };
+        let p = AddressPolicy {
+            allow_loopback: true,
+        };
         assert!(p.allows("127.0.0.1".parse().unwrap()));
         assert!(!p.allows("10.0.0.1".parse().unwrap()));
     }
