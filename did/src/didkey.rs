@@ -51,7 +51,10 @@ pub fn decode(did: &Did) -> Result<ed25519_dalek::VerifyingKey, ResolveError> {
             "did:key has a single method-specific id segment".into(),
         ));
     }
-    let bytes = key::decode_base58btc_multibase(msi).map_err(|e| invalid(e.to_string()))?;
+    let bytes = key::decode_base58btc_multibase(msi).map_err(|e| match e {
+        key::KeyError::InvalidPublicKey(m) => invalid(m),
+        other => invalid(other.to_string()),
+    })?;
     let raw = bytes.strip_prefix(&MULTICODEC_ED25519_PUB).ok_or_else(|| {
         invalid(format!(
             "not an Ed25519 did:key: multicodec prefix {:02x?}, expected [ed, 01]",

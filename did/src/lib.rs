@@ -27,6 +27,7 @@
 //!   with a cache.
 
 pub mod a2a;
+pub mod card;
 pub mod didkey;
 pub mod document;
 pub mod httpsig;

@@ -1,1 +1,5 @@
-fn main(){}
+//! The `agentnet` command. All the work is in the library; this only runs it.
+
+fn main() -> std::process::ExitCode {
+    agentnet_node::cli::main()
+}
