@@ -1,1 +1,121 @@
-fn main() {}
+//! Identity hot paths, each next to a bare Ed25519 `verify_strict` of the same key measured in
+//! the same run, so the figures in docs/BENCHMARKS.md can be given as ratios.
+//!
+//! `cargo bench -p agentnet-did`
+
+use std::hint::black_box;
+
+use agentnet_did::httpsig::{self, Verifier, VerifyOptions};
+use agentnet_did::{card, didkey, wba, Did, DidUrl, Resolver, SecretKey};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use serde_json::json;
+
+fn sample_card() -> serde_json::Value {
+    json!({
+        "name": "Translator", "description": "Translates text between 40 languages.", "version": "1.2.0",
+        "supportedInterfaces": [
+            {"url": "https://agents.example/a2a/v1", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": "https://agents.example/a2a/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        ],
+        "provider": {"organization": "Example Org", "url": "https://example.org"},
+        "capabilities": {"streaming": true, "pushNotifications": false},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [
+            {"id": "translate", "name": "Translate", "description": "Translate text.", "tags": ["translation", "language"], "examples": ["Translate 'hello' to French"]},
+            {"id": "detect", "name": "Detect language", "description": "Detect the language of a text.", "tags": ["language"]}
+        ]
+    })
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = SecretKey::from_seed(&[42; 32]);
+    let did = key.did_key();
+    let kid = did.with_fragment(did.method_specific_id());
+    let pk = key.public();
+
+    let msg = [7u8; 200];
+    let sig = ed25519_dalek::Signature::from_bytes(&key.sign(&msg));
+    c.bench_function("baseline/ed25519_verify_strict", |b| {
+        b.iter(|| pk.verify_strict(black_box(&msg), black_box(&sig)).unwrap())
+    });
+
+    let did_str = did.to_string();
+    c.bench_function("did_key/resolve", |b| {
+        b.iter(|| {
+            let d = Did::parse(black_box(&did_str)).unwrap();
+            didkey::resolve(&d, Default::default()).unwrap()
+        })
+    });
+
+    let resolver = Resolver::new(Default::default()).unwrap();
+    let card_v = sample_card();
+    c.bench_function("card/sign", |b| {
+        b.iter(|| card::sign(black_box(&card_v), &key, &kid).unwrap())
+    });
+    let signed = card::sign(&card_v, &key, &kid).unwrap();
+    c.bench_function("card/verify_did_key", |b| {
+        b.iter(|| {
+            rt.block_on(card::verify(
+                black_box(&signed),
+                card::KeySource::Did(&resolver),
+            ))
+            .unwrap()
+        })
+    });
+
+    // RFC 9421 with a did:wba signer whose document is pinned (no network in benchmarks).
+    let wba_did = wba::did_for("agents.example", None, &["bench"], &pk).unwrap();
+    let doc = wba::document_for(&wba_did, &key, "2026-01-01T00:00:00Z");
+    let keyid = DidUrl::parse(&format!("{wba_did}#key-1")).unwrap();
+    let r2 = Resolver::new(Default::default()).unwrap();
+    r2.pin(doc).unwrap();
+    let verifier = Verifier::new(
+        r2,
+        VerifyOptions {
+            replay_capacity: 10_000_000,
+            ..Default::default()
+        },
+    );
+    let url = "https://peer.example:8443/a2a/v1?x=1";
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"user","parts":[{"text":"hello"}]}}}"#;
+    let now = 1_800_000_000;
+    c.bench_function("rfc9421/sign", |b| {
+        b.iter(|| {
+            httpsig::sign(
+                &key,
+                &keyid,
+                "POST",
+                url,
+                black_box(body),
+                now,
+                "0123456789abcdef0123456789abcdef",
+            )
+            .unwrap()
+        })
+    });
+    let mut n = 0u64;
+    c.bench_function("rfc9421/verify", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                let h = httpsig::sign(&key, &keyid, "POST", url, body, now, &format!("{n:032x}"))
+                    .unwrap();
+                let mut map = http::HeaderMap::new();
+                h.apply(&mut map);
+                map
+            },
+            |map| {
+                rt.block_on(verifier.verify("POST", url, &map, body, now))
+                    .unwrap()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(name = did; config = Criterion::default().sample_size(50); targets = benches);
+criterion_main!(did);

@@ -35,6 +35,8 @@ pub mod id;
 pub mod jcs;
 pub mod key;
 pub mod resolver;
+#[cfg(feature = "ssi")]
+pub mod ssi_bridge;
 pub mod wba;
 pub mod web;
 
