@@ -364,6 +364,23 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn verify_never_panics_on_arbitrary_signature_entries(
+            protected in "[A-Za-z0-9_=-]{0,120}",
+            signature in "[A-Za-z0-9_=-]{0,120}",
+            header in "\\PC{0,80}",
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let r = resolver();
+            for p in [protected.clone(), B64URL.encode(&header)] {
+                let mut c = card();
+                c["signatures"] = json!([{"protected": p, "signature": signature}]);
+                proptest::prop_assert!(rt.block_on(verify(&c, KeySource::Did(&r))).is_err());
+            }
+        }
+    }
+
     #[tokio::test]
     async fn es256_with_a_supplied_jwk() {
         use p256::ecdsa::signature::Signer as _;
