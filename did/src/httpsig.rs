@@ -307,7 +307,10 @@ impl Verifier {
                 .await;
         }
         if let Some(auth) = header(headers, "authorization")? {
-            if auth.len() > 6 && auth[..6].eq_ignore_ascii_case("didwba") {
+            if auth
+                .get(..6)
+                .is_some_and(|s| s.eq_ignore_ascii_case("didwba"))
+            {
                 let domain = url::Url::parse(target_uri)
                     .ok()
                     .and_then(|u| u.host_str().map(str::to_owned))

@@ -111,6 +111,17 @@ impl ResolveError {
     }
 }
 
+/// Parse `bytes` as the document of `did` and check that it describes `did`.
+pub(crate) fn checked_document(did: &Did, bytes: &[u8]) -> Result<Document, ResolveError> {
+    let invalid = |source| ResolveError::InvalidDocument {
+        did: did.to_string(),
+        source,
+    };
+    let doc = Document::from_json(bytes).map_err(invalid)?;
+    doc.check_belongs_to(did).map_err(invalid)?;
+    Ok(doc)
+}
+
 impl From<crate::id::InvalidDid> for ResolveError {
     fn from(e: crate::id::InvalidDid) -> Self {
         ResolveError::InvalidDid {

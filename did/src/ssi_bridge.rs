@@ -8,8 +8,7 @@
 
 use ssi::dids::{AnyDidMethod, DIDResolver, DID};
 
-use crate::document::Document;
-use crate::{Did, ResolveError};
+use crate::{Did, Document, ResolveError};
 
 /// The methods we let `ssi` resolve.
 pub const METHODS: &[&str] = &["jwk", "pkh", "ethr"];
@@ -53,17 +52,7 @@ pub(crate) async fn resolve(did: &Did, method: &str) -> Result<Document, Resolve
             limit: MAX_DOC,
         });
     }
-    let doc =
-        Document::from_json(&out.document).map_err(|source| ResolveError::InvalidDocument {
-            did: did.to_string(),
-            source,
-        })?;
-    doc.check_belongs_to(did)
-        .map_err(|source| ResolveError::InvalidDocument {
-            did: did.to_string(),
-            source,
-        })?;
-    Ok(doc)
+    crate::resolver::checked_document(did, &out.document)
 }
 
 #[cfg(test)]

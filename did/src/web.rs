@@ -411,16 +411,7 @@ impl HttpFetcher {
             }
             body.extend_from_slice(&chunk);
         }
-        let doc = Document::from_json(&body).map_err(|source| ResolveError::InvalidDocument {
-            did: did.to_string(),
-            source,
-        })?;
-        doc.check_belongs_to(did)
-            .map_err(|source| ResolveError::InvalidDocument {
-                did: did.to_string(),
-                source,
-            })?;
-        Ok(doc)
+        crate::resolver::checked_document(did, &body)
     }
 }
 
