@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::a2a::{self, CardError};
 use crate::document::Relationship;
 use crate::key::{Jwk, PublicKey, SecretKey};
-use crate::{DidUrl, ResolveError, Resolver};
+use crate::{Did, DidUrl, Document, ResolveError, Resolver};
 
 /// Largest protected header or signature we decode.
 const MAX_PART: usize = 4096;
@@ -149,6 +149,106 @@ pub async fn verify(
     card: &Value,
     keys: KeySource<'_>,
 ) -> Result<Vec<VerifiedSignature>, CardSignatureError> {
+    match keys {
+        KeySource::Jwk(jwk) => verify_each(card, |index, _| {
+            PublicKey::from_jwk(jwk).map_err(|e| CardSignatureError::NoKey {
+                index,
+                reason: e.to_string(),
+            })
+        }),
+        KeySource::Did(resolver) => {
+            // Resolve every kid's DID first (the async part), then check synchronously.
+            let parsed = parse_all(card)?;
+            let mut docs = Vec::with_capacity(parsed.len());
+            for p in &parsed {
+                let url = kid_url(p)?;
+                let doc = resolver.resolve(url.did()).await.map_err(|source| {
+                    CardSignatureError::Resolve {
+                        index: p.index,
+                        source,
+                    }
+                })?;
+                docs.push(doc);
+            }
+            verify_each(card, |index, p| {
+                docs[index]
+                    .key_for(
+                        p.kid.as_deref().unwrap_or_default(),
+                        Relationship::AssertionMethod,
+                    )
+                    .map_err(|e| CardSignatureError::NotAuthorized {
+                        index,
+                        reason: e.to_string(),
+                    })
+            })
+        }
+    }
+}
+
+/// Verify every signature with keys from an already resolved DID document: each `kid` must be a
+/// method of `doc` listed under `assertionMethod`. No I/O: safe on a blocking thread.
+pub fn verify_with_document(
+    card: &Value,
+    doc: &Document,
+) -> Result<Vec<VerifiedSignature>, CardSignatureError> {
+    verify_each(card, |index, p| {
+        kid_url(p)?;
+        doc.key_for(
+            p.kid.as_deref().unwrap_or_default(),
+            Relationship::AssertionMethod,
+        )
+        .map_err(|e| CardSignatureError::NotAuthorized {
+            index,
+            reason: e.to_string(),
+        })
+    })
+}
+
+/// Verify every signature with `key`, which must be a key of `did`: each `kid` must be a DID URL
+/// of `did` (for identifiers that carry or bind their key, such as did:key and did:wba `e1_`).
+pub fn verify_with_key(
+    card: &Value,
+    did: &Did,
+    key: &PublicKey,
+) -> Result<Vec<VerifiedSignature>, CardSignatureError> {
+    verify_each(card, |index, p| {
+        let url = kid_url(p)?;
+        if url.did() != did {
+            return Err(CardSignatureError::NotAuthorized {
+                index,
+                reason: format!("kid {url} is not a key of {did}"),
+            });
+        }
+        Ok(key.clone())
+    })
+}
+
+/// One signature entry, decoded.
+struct ParsedSig {
+    index: usize,
+    protected: String,
+    header: Value,
+    sig: Vec<u8>,
+    alg: String,
+    kid: Option<String>,
+}
+
+fn kid_url(p: &ParsedSig) -> Result<DidUrl, CardSignatureError> {
+    let kid = p.kid.as_deref().ok_or_else(|| CardSignatureError::NoKey {
+        index: p.index,
+        reason: if p.header.get("jku").is_some() {
+            "only a jku, which is never trusted by itself; a kid DID URL is needed".into()
+        } else {
+            "no kid".into()
+        },
+    })?;
+    DidUrl::parse(kid).map_err(|e| CardSignatureError::NoKey {
+        index: p.index,
+        reason: format!("kid is not a DID URL: {e}"),
+    })
+}
+
+fn parse_all(card: &Value) -> Result<Vec<ParsedSig>, CardSignatureError> {
     let sigs = match card.get("signatures") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         _ => return Err(CardSignatureError::Unsigned),
@@ -156,20 +256,44 @@ pub async fn verify(
     if sigs.len() > MAX_SIGNATURES {
         return Err(CardSignatureError::TooManySignatures);
     }
+    sigs.iter()
+        .enumerate()
+        .map(|(i, s)| parse_sig(i, s))
+        .collect()
+}
+
+fn verify_each(
+    card: &Value,
+    mut key_for: impl FnMut(usize, &ParsedSig) -> Result<PublicKey, CardSignatureError>,
+) -> Result<Vec<VerifiedSignature>, CardSignatureError> {
+    let parsed = parse_all(card)?;
     let payload = B64URL.encode(a2a::canonical_bytes(card)?);
-    let mut out = Vec::with_capacity(sigs.len());
-    for (index, sig) in sigs.iter().enumerate() {
-        out.push(verify_one(index, sig, &payload, keys).await?);
+    let mut out = Vec::with_capacity(parsed.len());
+    for p in parsed {
+        let key = key_for(p.index, &p)?;
+        if key.jws_alg() != p.alg {
+            return Err(CardSignatureError::Algorithm {
+                index: p.index,
+                alg: p.alg,
+                detail: format!(" for a key that signs {}", key.jws_alg()),
+            });
+        }
+        let input = format!("{}.{payload}", p.protected);
+        if !key.verify(input.as_bytes(), &p.sig) {
+            return Err(CardSignatureError::Invalid {
+                index: p.index,
+                kid: p.kid.unwrap_or_default(),
+            });
+        }
+        out.push(VerifiedSignature {
+            kid: p.kid.unwrap_or_default(),
+            alg: p.alg,
+        });
     }
     Ok(out)
 }
 
-async fn verify_one(
-    index: usize,
-    sig: &Value,
-    payload_b64: &str,
-    keys: KeySource<'_>,
-) -> Result<VerifiedSignature, CardSignatureError> {
+fn parse_sig(index: usize, sig: &Value) -> Result<ParsedSig, CardSignatureError> {
     let malformed = |reason: &str| CardSignatureError::Malformed {
         index,
         reason: reason.to_owned(),
@@ -190,7 +314,7 @@ async fn verify_one(
         .map_err(|_| malformed("protected header is not base64url"))?;
     let header: Value = serde_json::from_slice(&header_bytes)
         .map_err(|_| malformed("protected header is not JSON"))?;
-    let sig_bytes = B64URL
+    let sig = B64URL
         .decode(signature)
         .map_err(|_| malformed("signature is not base64url"))?;
     let alg = header
@@ -209,52 +333,13 @@ async fn verify_one(
         return Err(malformed("critical header extensions are not supported"));
     }
     let kid = header.get("kid").and_then(Value::as_str).map(str::to_owned);
-    let key = match keys {
-        KeySource::Jwk(jwk) => PublicKey::from_jwk(jwk).map_err(|e| CardSignatureError::NoKey {
-            index,
-            reason: e.to_string(),
-        })?,
-        KeySource::Did(resolver) => {
-            let kid = kid.as_deref().ok_or_else(|| CardSignatureError::NoKey {
-                index,
-                reason: if header.get("jku").is_some() {
-                    "only a jku, which is never trusted by itself; a kid DID URL is needed".into()
-                } else {
-                    "no kid".into()
-                },
-            })?;
-            let url = DidUrl::parse(kid).map_err(|e| CardSignatureError::NoKey {
-                index,
-                reason: format!("kid is not a DID URL: {e}"),
-            })?;
-            let doc = resolver
-                .resolve(url.did())
-                .await
-                .map_err(|source| CardSignatureError::Resolve { index, source })?;
-            doc.key_for(kid, Relationship::AssertionMethod)
-                .map_err(|e| CardSignatureError::NotAuthorized {
-                    index,
-                    reason: e.to_string(),
-                })?
-        }
-    };
-    if key.jws_alg() != alg {
-        return Err(CardSignatureError::Algorithm {
-            index,
-            alg,
-            detail: format!(" for a key that signs {}", key.jws_alg()),
-        });
-    }
-    let input = format!("{protected}.{payload_b64}");
-    if !key.verify(input.as_bytes(), &sig_bytes) {
-        return Err(CardSignatureError::Invalid {
-            index,
-            kid: kid.unwrap_or_default(),
-        });
-    }
-    Ok(VerifiedSignature {
-        kid: kid.unwrap_or_default(),
+    Ok(ParsedSig {
+        index,
+        protected: protected.to_owned(),
+        header,
+        sig,
         alg,
+        kid,
     })
 }
 

@@ -264,6 +264,17 @@ impl Resolver {
         Ok(())
     }
 
+    /// Whether `did` would be answered without a fetch (pinned, did:key, or a fresh cache entry).
+    pub fn is_cached(&self, did: &Did) -> bool {
+        did.method() == &Method::Key
+            || self
+                .pinned
+                .lock()
+                .expect("pinned lock poisoned")
+                .contains_key(did.as_str())
+            || self.cached(did.as_str(), Instant::now()).is_some()
+    }
+
     fn cached(&self, key: &str, now: Instant) -> Option<Result<Arc<Document>, ResolveError>> {
         let mut cache = self.cache.lock().expect("cache lock poisoned");
         let (at, result) = cache.get(key)?;
