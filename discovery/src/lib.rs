@@ -1,7 +1,12 @@
 //! agentnet discovery: signed Agent Card advertisements gossiped over libp2p, validated before
-//! forwarding, and indexed by skill tag.
+//! forwarding, indexed by skill tag in RocksDB, and found through the Kademlia DHT.
 //!
-//! Not built yet: this crate is a placeholder in the workspace until the discovery issue lands.
-//! It depends only on [`agentnet_did`], the identity layer everything here verifies against.
+//! # Layout
+//! - [`advert`]: the advertisement envelope, its signing and the validation every node applies.
+//! - [`store`]: RocksDB: advertisements by DID, the tag index, sequence numbers, peers.
+//! - [`tags`]: tag normalization and the DHT keys of tags.
 
-pub use agentnet_did as did;
+pub mod advert;
+pub mod net;
+pub mod store;
+pub mod tags;

@@ -14,7 +14,8 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
-use crate::data_dir;
+use crate::admin::{self, PublishRequest};
+use crate::{daemon, data_dir};
 
 /// Largest card, DID document or JWK file we read.
 const MAX_INPUT: u64 = 1024 * 1024;
@@ -58,6 +59,82 @@ enum Command {
         #[command(subcommand)]
         command: CardCommand,
     },
+    /// Run the node: the libp2p network, the store, and the HTTP server (well-known files and
+    /// the local admin API the other commands use).
+    Up(UpArgs),
+    /// Publish an Agent Card through the running node, re-announced until the node stops.
+    Publish {
+        /// The Agent Card JSON file (`-` for standard input); it needs skills with tags.
+        #[arg(long)]
+        card: PathBuf,
+        /// Lifetime of each advertisement, seconds (re-announced at 2/3 of it).
+        #[arg(long, default_value_t = admin::DEFAULT_TTL)]
+        ttl: u64,
+        /// The agent's key (a private Ed25519 JWK file); default: the node's key.
+        #[arg(long)]
+        key: Option<PathBuf>,
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find agents by skill tag: the node's index, then the network.
+    Discover {
+        /// A skill tag; repeat to require several.
+        #[arg(long = "skill", required = true)]
+        skills: Vec<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = admin::DEFAULT_LIMIT)]
+        limit: usize,
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the running node's peers and counters.
+    Peers {
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct UpArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// libp2p listen address (repeatable); default: TCP and QUIC on all interfaces, random ports.
+    #[arg(long, value_name = "MULTIADDR")]
+    listen: Vec<String>,
+    /// Peer to dial at start, e.g. /ip4/203.0.113.7/tcp/4001/p2p/12D3Koo… (repeatable).
+    #[arg(long, value_name = "MULTIADDR")]
+    bootstrap: Vec<String>,
+    /// Address of the HTTP server; port 0 picks a free one. The admin API answers loopback
+    /// clients only and has no other authentication.
+    #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_HTTP)]
+    http: String,
+    /// Do not look for peers on the LAN with mDNS.
+    #[arg(long)]
+    no_mdns: bool,
+    /// Print the start banner as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which running node a command talks to.
+#[derive(Debug, Args)]
+struct NodeArg {
+    /// The node's HTTP URL (e.g. http://127.0.0.1:7878); default: the one recorded in
+    /// `<data-dir>/node.json`.
+    #[arg(long, value_name = "URL")]
+    node: Option<String>,
+    /// The node's data directory.
+    #[arg(long, env = "AGENTNET_DATA_DIR", conflicts_with = "node")]
+    data_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -191,7 +268,188 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     json,
                 },
         } => verify_card(&card, jwk.as_deref(), &net, json).await,
+        Command::Up(args) => up(args).await,
+        Command::Publish {
+            card,
+            ttl,
+            key,
+            node,
+            json,
+        } => publish(&card, ttl, key.as_deref(), &node, json).await,
+        Command::Discover {
+            skills,
+            limit,
+            node,
+            json,
+        } => discover(&skills, limit, &node, json).await,
+        Command::Peers { node, json } => peers(&node, json).await,
     }
+}
+
+fn parse_multiaddrs(flag: &str, addrs: &[String]) -> anyhow::Result<Vec<libp2p::Multiaddr>> {
+    addrs
+        .iter()
+        .map(|a| {
+            a.parse()
+                .map_err(|e| anyhow::anyhow!("--{flag} {a:?} is not a multiaddr: {e}"))
+        })
+        .collect()
+}
+
+async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let opts = daemon::Options {
+        data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
+        listen: parse_multiaddrs("listen", &args.listen)?,
+        bootstrap: parse_multiaddrs("bootstrap", &args.bootstrap)?,
+        http: args.http.parse().map_err(|e| {
+            anyhow::anyhow!(
+                "--http {:?} is not an address such as 127.0.0.1:7878: {e}",
+                args.http
+            )
+        })?,
+        mdns: !args.no_mdns,
+        json: args.json,
+    };
+    daemon::run(opts).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Time the admin commands give the node: a discovery may wait for DHT queries.
+const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
+    Ok(match &node.node {
+        Some(url) => admin::Client::new(url, ADMIN_TIMEOUT)?,
+        None => {
+            let dir = data_dir::resolve(node.data_dir.as_deref())?;
+            admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?
+        }
+    })
+}
+
+async fn publish(
+    card_path: &Path,
+    ttl: u64,
+    key: Option<&Path>,
+    node: &NodeArg,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let card = read_json(card_path)?;
+    // The node checks all of this too; checking here first names the file.
+    crate::publisher::check_card(&card)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", card_path.display()))?;
+    let key = match key {
+        Some(p) => Some(
+            SecretKey::load(p)
+                .with_context(|| format!("loading the agent key {}", p.display()))?
+                .to_jwk(),
+        ),
+        None => None,
+    };
+    let client = admin_client(node)?;
+    let req = PublishRequest {
+        card,
+        ttl_secs: ttl,
+        key,
+    };
+    let published = client.publish(&req).await.map_err(|e| match &e {
+        admin::ClientError::Refused { reason, .. } if !reason.is_empty() => {
+            anyhow::anyhow!("the node refused {} ({reason}): {e}", card_path.display())
+        }
+        _ => e.into(),
+    })?;
+    if json_out {
+        println!("{}", serde_json::to_string(&published)?);
+    } else {
+        println!(
+            "published {} (seq {}, tags {}, expires at {})",
+            published.did,
+            published.seq,
+            published.tags.join(","),
+            published.expires_at
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn discover(
+    skills: &[String],
+    limit: usize,
+    node: &NodeArg,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    if !(1..=admin::MAX_LIMIT).contains(&limit) {
+        bail!("--limit must be between 1 and {}", admin::MAX_LIMIT);
+    }
+    let found = admin_client(node)?.discover(skills, limit).await?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if found.is_empty() {
+        eprintln!("no agent found with skill {}", skills.join(" + "));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<[String; 3]> = found
+        .iter()
+        .map(|f| [f.did.clone(), f.tags.join(","), f.peer_id.clone()])
+        .collect();
+    print_table(["DID", "TAGS", "PEER"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let mut width = header.map(str::len);
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; N]| {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == N {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}  ", w = width[i]));
+            }
+        }
+        println!("{out}");
+    };
+    line(header);
+    for r in rows {
+        line(std::array::from_fn(|i| r[i].as_str()));
+    }
+}
+
+async fn peers(node: &NodeArg, json_out: bool) -> anyhow::Result<ExitCode> {
+    let p = admin_client(node)?.peers().await?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("peer id: {}", p.peer_id);
+    for a in &p.listen {
+        println!("listening on {a}");
+    }
+    println!("{} connected peer(s)", p.peers.len());
+    let rows: Vec<[String; 2]> = p
+        .peers
+        .iter()
+        .map(|x| [x.peer_id.clone(), x.addrs.join(" ")])
+        .collect();
+    if !rows.is_empty() {
+        print_table(["PEER", "ADDRESSES"], &rows);
+    }
+    let rejected: u64 = p.stats.rejected_by_reason.values().sum();
+    println!(
+        "advertisements: {} accepted, {} ignored, {} rejected, {} throttled",
+        p.stats.accepted, p.stats.ignored, rejected, p.stats.throttled
+    );
+    for (reason, n) in &p.stats.rejected_by_reason {
+        println!("  rejected {reason}: {n}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn resolver_options(net: &NetArgs) -> anyhow::Result<ResolverOptions> {

@@ -1,8 +1,26 @@
 //! The agentnet node: the `agentnet` daemon and command line.
 //!
+//! `agentnet up` runs the node; `publish`, `discover` and `peers` talk to it through its local
+//! admin API, found through `<data-dir>/node.json`:
+//!
+//! ```text
+//! agentnet up --data-dir /tmp/a --listen /ip4/127.0.0.1/tcp/4001 --http 127.0.0.1:7878
+//! agentnet publish --data-dir /tmp/a --card card.json --ttl 3600
+//! agentnet discover --data-dir /tmp/a --skill translation
+//! ```
+//!
 //! # Layout
-//! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`).
+//! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
+//!   `publish`, `discover`, `peers`).
+//! - [`daemon`]: `agentnet up`: start, `node.json`, shutdown order.
+//! - [`http`]: the HTTP server: well-known files, mounting the admin API.
+//! - [`admin`]: the loopback-only admin API and its client.
+//! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
 //! - [`data_dir`]: where the node keeps its key and state.
 
+pub mod admin;
 pub mod cli;
+pub mod daemon;
 pub mod data_dir;
+pub mod http;
+pub mod publisher;

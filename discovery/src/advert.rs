@@ -1,0 +1,755 @@
+//! Advertisements: a signed envelope around a signed A2A Agent Card (see `docs/PROTOCOL.md`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Envelope format version.
+pub const VERSION: u32 = 1;
+
+/// Proof over the envelope: a flattened JWS with a detached payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proof {
+    /// base64url protected header: `{"alg":"EdDSA","kid":<DID URL>,"typ":"agentnet-ad+jws"}`.
+    pub protected: String,
+    /// base64url Ed25519 signature over `protected + "." + base64url(JCS(envelope without proof))`.
+    pub signature: String,
+}
+
+/// The advertisement envelope as it travels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Advertisement {
+    /// Format version, [`VERSION`].
+    pub v: u32,
+    /// The agent's DID.
+    pub did: String,
+    /// The agent's A2A Agent Card, itself signed by the agent's DID.
+    pub card: Value,
+    /// The publishing node's libp2p PeerId.
+    pub peer_id: String,
+    /// The publishing node's listen addresses (multiaddrs).
+    #[serde(default)]
+    pub addrs: Vec<String>,
+    /// Sequence number, strictly increasing per DID.
+    pub seq: u64,
+    /// Unix seconds.
+    pub issued_at: u64,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// For a did:wba `e1_` DID: the key the fingerprint names, multibase, so the advertisement
+    /// verifies offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key_multibase: Option<String>,
+    /// Signature by the agent's DID key.
+    pub proof: Proof,
+}
+
+/// An advertisement that passed validation, with what the index needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validated {
+    /// The agent's DID.
+    pub did: String,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Unix seconds.
+    pub issued_at: u64,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// The card's skill tags, normalized, deduplicated, sorted.
+    pub tags: Vec<String>,
+    /// The publishing node.
+    pub peer_id: String,
+    /// The advertisement exactly as received (what is stored and served again).
+    pub bytes: Vec<u8>,
+}
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentnet_did::card::{self, CardSignatureError};
+use agentnet_did::document::{check_json_depth, Relationship};
+use agentnet_did::key::PublicKey;
+use agentnet_did::{jcs, wba, Did, DidUrl, Method, Resolver, SecretKey};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use base64::Engine as _;
+
+use crate::tags;
+
+/// Protected header type of the envelope signature.
+pub const JWS_TYP: &str = "agentnet-ad+jws";
+
+/// Validation limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest advertisement, bytes.
+    pub max_bytes: usize,
+    /// How far `issuedAt` may be ahead of our clock, seconds.
+    pub max_skew: u64,
+    /// Longest lifetime (`expiresAt - issuedAt`), seconds.
+    pub max_ttl: u64,
+    /// Most listen addresses.
+    pub max_addrs: usize,
+    /// did:web fetches allowed per domain per window.
+    pub web_fetches_per_domain: u32,
+    /// The window for `web_fetches_per_domain`.
+    pub web_window: Duration,
+    /// Largest random delay before a did:web fetch, so that nodes receiving the same gossip do
+    /// not hit the domain at the same instant.
+    pub web_jitter: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 64 * 1024,
+            max_skew: 60,
+            max_ttl: 7 * 24 * 3600,
+            max_addrs: 16,
+            web_fetches_per_domain: 4,
+            web_window: Duration::from_secs(600),
+            web_jitter: Duration::from_millis(1500),
+        }
+    }
+}
+
+/// Why an advertisement was not accepted. [`Reject::reason`] is the short name logs and
+/// metrics use; [`Reject::penalize`] says whether the sender broke the rules (gossipsub Reject)
+/// or we merely will not take it now (Ignore).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Reject {
+    /// Larger than the limit.
+    #[error("advertisement of {0} bytes exceeds the limit")]
+    TooLarge(usize),
+    /// Not an advertisement (bad JSON, unknown members, wrong version, bad DID, ...).
+    #[error("malformed advertisement: {0}")]
+    Malformed(String),
+    /// `issuedAt` too far in the future.
+    #[error("issued {0} s in the future")]
+    FutureDated(u64),
+    /// Past `expiresAt`, or a lifetime beyond the limit.
+    #[error("expired or over-long lifetime: {0}")]
+    Expired(String),
+    /// Sequence number not above the stored one: a replay or a rollback.
+    #[error("sequence {got} is not above the stored {stored}")]
+    StaleSeq {
+        /// Received.
+        got: u64,
+        /// Stored for that DID.
+        stored: u64,
+    },
+    /// The DID did not resolve.
+    #[error("DID did not resolve: {0}")]
+    Unresolvable(String),
+    /// did:web fetch budget for that domain used up; try later.
+    #[error("did:web fetch budget for {0} used up")]
+    Throttled(String),
+    /// The key is not authorized for assertions by the DID document.
+    #[error("key not authorized: {0}")]
+    KeyNotAuthorized(String),
+    /// A signature (envelope or card) does not verify.
+    #[error("bad signature: {0}")]
+    BadSignature(String),
+    /// The card is not usable: no skill tags, too many, bad card.
+    #[error("bad card: {0}")]
+    BadCard(String),
+}
+
+impl Reject {
+    /// Short reason for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Reject::TooLarge(_) => "too_large",
+            Reject::Malformed(_) => "malformed",
+            Reject::FutureDated(_) => "future_dated",
+            Reject::Expired(_) => "expired",
+            Reject::StaleSeq { .. } => "stale_seq",
+            Reject::Unresolvable(_) => "unresolvable",
+            Reject::Throttled(_) => "throttled",
+            Reject::KeyNotAuthorized(_) => "key_not_authorized",
+            Reject::BadSignature(_) => "bad_signature",
+            Reject::BadCard(_) => "bad_card",
+        }
+    }
+
+    /// Whether the sender should be penalized: it forwarded something no honest node forwards.
+    /// Stale sequences (an honest node may relay an update we already have), throttling and
+    /// resolution failures (the DID's server may be down) are not the sender's fault.
+    pub fn penalize(&self) -> bool {
+        !matches!(
+            self,
+            Reject::StaleSeq { .. } | Reject::Throttled(_) | Reject::Unresolvable(_)
+        )
+    }
+}
+
+/// What to sign: everything but the proof.
+fn signing_input(protected: &str, ad: &Advertisement) -> Vec<u8> {
+    let mut v = serde_json::to_value(ad).expect("an Advertisement always serializes");
+    if let Some(o) = v.as_object_mut() {
+        o.remove("proof");
+    }
+    let mut input = protected.as_bytes().to_vec();
+    input.push(b'.');
+    input.extend_from_slice(B64URL.encode(jcs::canonicalize(&v)).as_bytes());
+    input
+}
+
+/// What a publisher fills in; [`sign`] adds the proof.
+#[derive(Debug, Clone)]
+pub struct Draft {
+    /// The agent's DID.
+    pub did: Did,
+    /// The verification method (a DID URL of `did`, under `assertionMethod`).
+    pub kid: DidUrl,
+    /// The signed card.
+    pub card: Value,
+    /// Publishing node.
+    pub peer_id: String,
+    /// Its addresses.
+    pub addrs: Vec<String>,
+    /// Sequence number.
+    pub seq: u64,
+    /// Unix seconds.
+    pub issued_at: u64,
+    /// Unix seconds.
+    pub expires_at: u64,
+}
+
+/// Sign an advertisement with the agent's key. The card must already carry the agent's
+/// signature (see [`card::sign`]).
+pub fn sign(draft: Draft, key: &SecretKey) -> Advertisement {
+    let public_key_multibase = (draft.did.method() == &Method::Wba
+        && e1_fingerprint(&draft.did).is_some())
+    .then(|| agentnet_did::key::encode_multikey(&key.public()));
+    let header = format!(
+        r#"{{"alg":"EdDSA","kid":{},"typ":"{JWS_TYP}"}}"#,
+        Value::String(draft.kid.to_string())
+    );
+    let protected = B64URL.encode(header.as_bytes());
+    let mut ad = Advertisement {
+        v: VERSION,
+        did: draft.did.to_string(),
+        card: draft.card,
+        peer_id: draft.peer_id,
+        addrs: draft.addrs,
+        seq: draft.seq,
+        issued_at: draft.issued_at,
+        expires_at: draft.expires_at,
+        public_key_multibase,
+        proof: Proof {
+            protected: protected.clone(),
+            signature: String::new(),
+        },
+    };
+    let sig = key.sign(&signing_input(&protected, &ad));
+    ad.proof.signature = B64URL.encode(sig);
+    ad
+}
+
+fn e1_fingerprint(did: &Did) -> Option<&str> {
+    did.method_specific_id()
+        .rsplit(':')
+        .next()
+        .and_then(|s| s.strip_prefix("e1_"))
+}
+
+/// Per-domain budget for did:web fetches triggered by gossip.
+#[derive(Debug, Default)]
+struct WebBudget {
+    domains: std::collections::HashMap<String, (Instant, u32)>,
+}
+
+/// Validates advertisements: the rules of `docs/PROTOCOL.md`, in order of cost.
+#[derive(Debug, Clone)]
+pub struct Validator {
+    resolver: Resolver,
+    limits: Limits,
+    budget: Arc<Mutex<WebBudget>>,
+}
+
+/// Most domains the did:web budget tracks; past that, new domains wait for old windows to end.
+const MAX_BUDGET_DOMAINS: usize = 10_000;
+
+impl Validator {
+    /// A validator resolving DIDs with `resolver`.
+    pub fn new(resolver: Resolver, limits: Limits) -> Self {
+        Self {
+            resolver,
+            limits,
+            budget: Default::default(),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The cheap checks, no I/O and no signature: size, shape, times, sequence. `stored_seq` is
+    /// the highest sequence number stored for the DID, if any.
+    pub fn precheck(
+        &self,
+        bytes: &[u8],
+        stored_seq: Option<u64>,
+        now: u64,
+    ) -> Result<Advertisement, Reject> {
+        let l = &self.limits;
+        if bytes.len() > l.max_bytes {
+            return Err(Reject::TooLarge(bytes.len()));
+        }
+        check_json_depth(bytes, 64).map_err(Reject::Malformed)?;
+        let ad: Advertisement =
+            serde_json::from_slice(bytes).map_err(|e| Reject::Malformed(e.to_string()))?;
+        if ad.v != VERSION {
+            return Err(Reject::Malformed(format!(
+                "version {} is not {VERSION}",
+                ad.v
+            )));
+        }
+        if ad.issued_at > now.saturating_add(l.max_skew) {
+            return Err(Reject::FutureDated(ad.issued_at - now));
+        }
+        if ad.expires_at <= now {
+            return Err(Reject::Expired(format!("expired at {}", ad.expires_at)));
+        }
+        if ad.expires_at <= ad.issued_at || ad.expires_at - ad.issued_at > l.max_ttl {
+            return Err(Reject::Expired(format!(
+                "lifetime {}..{} is not within {} s",
+                ad.issued_at, ad.expires_at, l.max_ttl
+            )));
+        }
+        if let Some(stored) = stored_seq {
+            if ad.seq <= stored {
+                return Err(Reject::StaleSeq {
+                    got: ad.seq,
+                    stored,
+                });
+            }
+        }
+        if ad.addrs.len() > l.max_addrs || ad.addrs.iter().any(|a| a.len() > 256) {
+            return Err(Reject::Malformed("too many or too long addresses".into()));
+        }
+        if ad.peer_id.len() > 128 {
+            return Err(Reject::Malformed("peer id too long".into()));
+        }
+        Ok(ad)
+    }
+
+    /// Full validation. Signature checks run on a blocking thread.
+    pub async fn validate(
+        &self,
+        bytes: &[u8],
+        stored_seq: Option<u64>,
+        now: u64,
+    ) -> Result<Validated, Reject> {
+        let ad = self.precheck(bytes, stored_seq, now)?;
+        let did = Did::parse(&ad.did).map_err(|e| Reject::Malformed(e.to_string()))?;
+        let tags = card_tags(&ad.card)?;
+        let header: Value = B64URL
+            .decode(&ad.proof.protected)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| Reject::Malformed("proof header is not base64url JSON".into()))?;
+        if header.get("alg").and_then(Value::as_str) != Some("EdDSA") {
+            return Err(Reject::BadSignature("envelope alg must be EdDSA".into()));
+        }
+        let kid = header
+            .get("kid")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Reject::Malformed("proof without kid".into()))?
+            .to_owned();
+        let kid_url = DidUrl::parse(&kid).map_err(|e| Reject::Malformed(e.to_string()))?;
+        if kid_url.did() != &did {
+            return Err(Reject::KeyNotAuthorized(format!(
+                "kid {kid} is not a key of {did}"
+            )));
+        }
+
+        // Find the key: offline for did:key and did:wba e1_, through the resolver otherwise.
+        enum Keys {
+            One(PublicKey),
+            Doc(Arc<agentnet_did::Document>),
+        }
+        let keys = match did.method() {
+            Method::Key => {
+                let k = agentnet_did::didkey::decode(&did)
+                    .map_err(|e| Reject::Malformed(e.to_string()))?;
+                Keys::One(PublicKey::Ed25519(k))
+            }
+            Method::Wba if e1_fingerprint(&did).is_some() => {
+                let mb = ad.public_key_multibase.as_deref().ok_or_else(|| {
+                    Reject::Malformed("did:wba e1_ advertisement without publicKeyMultibase".into())
+                })?;
+                let PublicKey::Ed25519(k) =
+                    PublicKey::from_multikey(mb).map_err(|e| Reject::Malformed(e.to_string()))?
+                else {
+                    return Err(Reject::Malformed("e1_ key must be Ed25519".into()));
+                };
+                if Some(wba::ed25519_thumbprint(&k).as_str()) != e1_fingerprint(&did) {
+                    return Err(Reject::KeyNotAuthorized(
+                        "publicKeyMultibase does not match the e1_ fingerprint".into(),
+                    ));
+                }
+                Keys::One(PublicKey::Ed25519(k))
+            }
+            _ => {
+                self.spend_web_budget(&did).await?;
+                let doc = self.resolver.resolve(&did).await.map_err(|e| {
+                    if e.is_transient() {
+                        Reject::Unresolvable(e.to_string())
+                    } else {
+                        Reject::KeyNotAuthorized(e.to_string())
+                    }
+                })?;
+                Keys::Doc(doc)
+            }
+        };
+
+        let bytes_owned = bytes.to_vec();
+        let peer_id = ad.peer_id.clone();
+        let (seq, issued_at, expires_at) = (ad.seq, ad.issued_at, ad.expires_at);
+        let did_s = did.to_string();
+        tokio::task::spawn_blocking(move || {
+            let envelope_key = match &keys {
+                Keys::One(k) => k.clone(),
+                Keys::Doc(doc) => doc
+                    .key_for(&kid, Relationship::AssertionMethod)
+                    .map_err(|e| Reject::KeyNotAuthorized(e.to_string()))?,
+            };
+            let sig = B64URL
+                .decode(&ad.proof.signature)
+                .map_err(|_| Reject::Malformed("proof signature is not base64url".into()))?;
+            if !envelope_key.verify(&signing_input(&ad.proof.protected, &ad), &sig) {
+                return Err(Reject::BadSignature("envelope".into()));
+            }
+            let card_check = match &keys {
+                Keys::One(k) => card::verify_with_key(&ad.card, &did, k),
+                Keys::Doc(doc) => card::verify_with_document(&ad.card, doc),
+            };
+            card_check.map_err(|e| match e {
+                CardSignatureError::NotAuthorized { .. } | CardSignatureError::NoKey { .. } => {
+                    Reject::KeyNotAuthorized(format!("card: {e}"))
+                }
+                CardSignatureError::Card(_) | CardSignatureError::Unsigned => {
+                    Reject::BadCard(e.to_string())
+                }
+                other => Reject::BadSignature(format!("card: {other}")),
+            })?;
+            Ok(Validated {
+                did: did_s,
+                seq,
+                issued_at,
+                expires_at,
+                tags,
+                peer_id,
+                bytes: bytes_owned,
+            })
+        })
+        .await
+        .map_err(|e| Reject::Malformed(format!("validation task failed: {e}")))?
+    }
+
+    /// Take one did:web fetch from the domain's budget (only when the document is not cached),
+    /// after a random delay.
+    async fn spend_web_budget(&self, did: &Did) -> Result<(), Reject> {
+        let domain = did
+            .method_specific_id()
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if self.resolver.is_cached(did) {
+            return Ok(());
+        }
+        {
+            let mut b = self.budget.lock().expect("budget lock poisoned");
+            let now = Instant::now();
+            let window = self.limits.web_window;
+            if b.domains.len() >= MAX_BUDGET_DOMAINS {
+                b.domains
+                    .retain(|_, (start, _)| now.duration_since(*start) < window);
+            }
+            if b.domains.len() >= MAX_BUDGET_DOMAINS && !b.domains.contains_key(&domain) {
+                return Err(Reject::Throttled(domain));
+            }
+            let entry = b.domains.entry(domain.clone()).or_insert((now, 0));
+            if now.duration_since(entry.0) >= window {
+                *entry = (now, 0);
+            }
+            if entry.1 >= self.limits.web_fetches_per_domain {
+                return Err(Reject::Throttled(domain));
+            }
+            entry.1 += 1;
+        }
+        let jitter = self.limits.web_jitter.as_millis() as u64;
+        if jitter > 0 {
+            let mut b = [0u8; 8];
+            rand_fill(&mut b);
+            tokio::time::sleep(Duration::from_millis(u64::from_le_bytes(b) % jitter)).await;
+        }
+        Ok(())
+    }
+}
+
+fn rand_fill(buf: &mut [u8]) {
+    // The jitter needs no cryptographic quality; a hash of the time and a counter is enough and
+    // keeps this crate off another RNG dependency.
+    use sha2::Digest as _;
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let c = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let h = sha2::Sha256::digest(format!("{t}/{c}").as_bytes());
+    let n = buf.len().min(32);
+    buf[..n].copy_from_slice(&h[..n]);
+}
+
+/// The normalized, deduplicated, sorted skill tags of a card; at least one, at most
+/// [`tags::MAX_TAGS`].
+pub fn card_tags(card: &Value) -> Result<Vec<String>, Reject> {
+    let skills = card
+        .get("skills")
+        .and_then(Value::as_array)
+        .ok_or_else(|| Reject::BadCard("no skills".into()))?;
+    let mut out = Vec::new();
+    for skill in skills {
+        for t in skill
+            .get("tags")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let t = t
+                .as_str()
+                .and_then(tags::normalize)
+                .ok_or_else(|| Reject::BadCard(format!("bad tag {t}")))?;
+            out.push(t);
+            if out.len() > 4 * tags::MAX_TAGS {
+                return Err(Reject::BadCard("too many tags".into()));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        return Err(Reject::BadCard("no skill tags".into()));
+    }
+    if out.len() > tags::MAX_TAGS {
+        return Err(Reject::BadCard(format!(
+            "more than {} tags",
+            tags::MAX_TAGS
+        )));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn card(desc: &str) -> Value {
+        json!({"name": "T", "description": desc, "version": "1",
+            "skills": [{"id": "t", "name": "T", "description": "d", "tags": ["Translation", " language "]}]})
+    }
+
+    fn ad(key: &SecretKey, seq: u64, issued_at: u64, ttl: u64) -> Vec<u8> {
+        let did = key.did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        let signed = card::sign(&card("d"), key, &kid).unwrap();
+        let a = sign(
+            Draft {
+                did,
+                kid,
+                card: signed,
+                peer_id: "12D3KooW".into(),
+                addrs: vec![],
+                seq,
+                issued_at,
+                expires_at: issued_at + ttl,
+            },
+            key,
+        );
+        serde_json::to_vec(&a).unwrap()
+    }
+
+    fn validator() -> Validator {
+        Validator::new(
+            Resolver::new(Default::default()).unwrap(),
+            Limits::default(),
+        )
+    }
+
+    async fn reason(bytes: &[u8], stored: Option<u64>) -> &'static str {
+        validator()
+            .validate(bytes, stored, NOW)
+            .await
+            .unwrap_err()
+            .reason()
+    }
+
+    #[tokio::test]
+    async fn accepts_a_good_advertisement_with_normalized_tags() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let v = validator()
+            .validate(&ad(&key, 3, NOW, 3600), Some(2), NOW)
+            .await
+            .unwrap();
+        assert_eq!(v.tags, vec!["language", "translation"]);
+        assert_eq!((v.seq, v.did.clone()), (3, key.did_key().to_string()));
+    }
+
+    #[tokio::test]
+    async fn each_kind_of_bad_advertisement_gets_its_reason() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let other = SecretKey::from_seed(&[2; 32]);
+        let good = ad(&key, 5, NOW, 3600);
+
+        let forged = String::from_utf8(good.clone())
+            .unwrap()
+            .replace("\"seq\":5", "\"seq\":6");
+        assert_eq!(reason(forged.as_bytes(), None).await, "bad_signature");
+
+        let mut stolen: Value = serde_json::from_slice(&ad(&other, 5, NOW, 3600)).unwrap();
+        stolen["did"] = json!(key.did_key().to_string());
+        assert_eq!(
+            reason(&serde_json::to_vec(&stolen).unwrap(), None).await,
+            "key_not_authorized"
+        );
+
+        assert_eq!(reason(&good, Some(5)).await, "stale_seq");
+        assert_eq!(reason(&good, Some(9)).await, "stale_seq");
+        assert_eq!(
+            reason(&ad(&key, 6, NOW - 7200, 3600), None).await,
+            "expired"
+        );
+        assert_eq!(
+            reason(&ad(&key, 6, NOW - 10, 30 * 24 * 3600), None).await,
+            "expired"
+        );
+        assert_eq!(
+            reason(&ad(&key, 6, NOW + 120, 3600), None).await,
+            "future_dated"
+        );
+        assert_eq!(reason(&vec![b' '; 70_000], None).await, "too_large");
+        assert_eq!(reason(b"\x00\xffjunk", None).await, "malformed");
+        let mut extra: Value = serde_json::from_slice(&good).unwrap();
+        extra["surprise"] = json!(1);
+        assert_eq!(
+            reason(&serde_json::to_vec(&extra).unwrap(), None).await,
+            "malformed"
+        );
+
+        // A card signed by someone else than the advertised DID.
+        let did = key.did_key();
+        let okid = other
+            .did_key()
+            .with_fragment(other.did_key().method_specific_id());
+        let foreign_card = card::sign(&card("d"), &other, &okid).unwrap();
+        let a = sign(
+            Draft {
+                did: did.clone(),
+                kid: did.with_fragment(did.method_specific_id()),
+                card: foreign_card,
+                peer_id: "p".into(),
+                addrs: vec![],
+                seq: 1,
+                issued_at: NOW,
+                expires_at: NOW + 60,
+            },
+            &key,
+        );
+        assert_eq!(
+            reason(&serde_json::to_vec(&a).unwrap(), None).await,
+            "key_not_authorized"
+        );
+
+        // No tags: nothing to index it under.
+        let mut c = card("d");
+        c["skills"][0]["tags"] = json!([]);
+        let kid = did.with_fragment(did.method_specific_id());
+        let c = card::sign(&c, &key, &kid).unwrap();
+        let a = sign(
+            Draft {
+                did: did.clone(),
+                kid,
+                card: c,
+                peer_id: "p".into(),
+                addrs: vec![],
+                seq: 1,
+                issued_at: NOW,
+                expires_at: NOW + 60,
+            },
+            &key,
+        );
+        assert_eq!(
+            reason(&serde_json::to_vec(&a).unwrap(), None).await,
+            "bad_card"
+        );
+    }
+
+    #[tokio::test]
+    async fn did_wba_e1_verifies_offline_and_a_wrong_key_is_refused() {
+        let key = SecretKey::from_seed(&[3; 32]);
+        let did = wba::did_for("agents.example", None, &["t"], &key.public()).unwrap();
+        let kid = DidUrl::parse(&format!("{did}#key-1")).unwrap();
+        let c = card::sign(&card("d"), &key, &kid).unwrap();
+        let draft = Draft {
+            did: did.clone(),
+            kid,
+            card: c,
+            peer_id: "p".into(),
+            addrs: vec![],
+            seq: 1,
+            issued_at: NOW,
+            expires_at: NOW + 60,
+        };
+        let a = sign(draft.clone(), &key);
+        assert!(a.public_key_multibase.is_some());
+        validator()
+            .validate(&serde_json::to_vec(&a).unwrap(), None, NOW)
+            .await
+            .unwrap();
+        // Same DID, another key: the fingerprint in the DID does not match.
+        let mallory = SecretKey::from_seed(&[4; 32]);
+        let forged = sign(draft, &mallory);
+        assert_eq!(
+            reason(&serde_json::to_vec(&forged).unwrap(), None).await,
+            "key_not_authorized"
+        );
+    }
+
+    #[tokio::test]
+    async fn did_web_fetches_are_budgeted_per_domain() {
+        let limits = Limits {
+            web_fetches_per_domain: 2,
+            web_jitter: Duration::ZERO,
+            ..Default::default()
+        };
+        let v = Validator::new(Resolver::new(Default::default()).unwrap(), limits);
+        for i in 0..2 {
+            let did = Did::parse(&format!("did:web:victim.example:a{i}")).unwrap();
+            v.spend_web_budget(&did).await.unwrap();
+        }
+        let did = Did::parse("did:web:victim.example:a9").unwrap();
+        assert_eq!(
+            v.spend_web_budget(&did).await.unwrap_err().reason(),
+            "throttled"
+        );
+        let other = Did::parse("did:web:other.example").unwrap();
+        v.spend_web_budget(&other).await.unwrap();
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn precheck_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = validator().precheck(&bytes, Some(1), NOW);
+        }
+    }
+}

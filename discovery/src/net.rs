@@ -1,0 +1,1091 @@
+//! The libp2p side: one task owns the [`Swarm`]; everything else talks to it through a
+//! [`Client`] over a bounded channel with `oneshot` replies.
+//!
+//! Behaviours: gossipsub on [`TOPIC`] (content-addressed ids, `validate_messages`: nothing is
+//! forwarded before our validation says Accept), Kademlia under our own protocol name (provider
+//! records per skill-tag shard), a request-response protocol to fetch advertisements from
+//! providers, identify, ping, and mDNS when enabled. Validation and RocksDB work run on other
+//! tasks and blocking threads, never on the swarm task.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use libp2p::core::transport::MemoryTransport;
+use libp2p::core::upgrade::Version;
+use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity, MessageId};
+use libp2p::kad::{self, GetProvidersOk, QueryId, QueryResult, RecordKey};
+use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport, ResponseChannel};
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{
+    identify, mdns, noise, ping, tcp, yamux, Multiaddr, PeerId, StreamProtocol, Swarm,
+    Transport as _,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::advert::{Reject, Validated, Validator};
+use crate::store::{PutOutcome, Store, StoredAdvert};
+use crate::tags;
+
+/// The gossipsub topic of advertisements.
+pub const TOPIC: &str = "agentnet/cards/1";
+/// Our Kademlia protocol: agentnet nodes form their own DHT.
+pub const KAD_PROTOCOL: &str = "/agentnet/kad/1.0.0";
+/// Request-response protocol to fetch advertisements by tag from a provider.
+pub const FETCH_PROTOCOL: &str = "/agentnet/adverts/1.0.0";
+/// Identify protocol version string.
+pub const IDENTIFY_PROTOCOL: &str = "/agentnet/id/1.0.0";
+/// Most advertisements one fetch returns.
+pub const MAX_FETCH: u32 = 50;
+
+/// Ask a provider for its advertisements matching all `tags`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FetchRequest {
+    /// Normalized tags.
+    pub tags: Vec<String>,
+    /// At most this many (capped at [`MAX_FETCH`]).
+    pub limit: u32,
+}
+
+/// A provider's answer: advertisements as they were stored, to be validated by the asker.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FetchResponse {
+    /// Raw advertisements.
+    pub adverts: Vec<serde_bytes::ByteBuf>,
+}
+
+/// Which transports the node uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// TCP + Noise + Yamux, QUIC, DNS (incl. `/dnsaddr` bootstrap through hickory).
+    Network,
+    /// libp2p's in-process memory transport (many-node tests and simulations).
+    Memory,
+}
+
+/// Network settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Addresses to listen on.
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start (`/ip4/…/tcp/…/p2p/…`, `/dnsaddr/…`).
+    pub bootstrap: Vec<Multiaddr>,
+    /// mDNS discovery on the LAN.
+    pub mdns: bool,
+    /// Transports.
+    pub transport: TransportKind,
+    /// Most validations in flight; gossip arriving beyond it is ignored (not forwarded).
+    pub max_concurrent_validations: usize,
+    /// Most advertisements accepted from one peer per [`Config::rate_window`].
+    pub per_peer_messages: u32,
+    /// The window of `per_peer_messages`.
+    pub rate_window: Duration,
+    /// gossipsub heartbeat.
+    pub heartbeat: Duration,
+    /// How often expired advertisements are swept from the store.
+    pub sweep_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: vec![
+                "/ip4/0.0.0.0/tcp/0".parse().expect("valid multiaddr"),
+                "/ip4/0.0.0.0/udp/0/quic-v1"
+                    .parse()
+                    .expect("valid multiaddr"),
+            ],
+            bootstrap: Vec::new(),
+            mdns: false,
+            transport: TransportKind::Network,
+            max_concurrent_validations: 64,
+            per_peer_messages: 100,
+            rate_window: Duration::from_secs(10),
+            heartbeat: Duration::from_millis(700),
+            sweep_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Errors of the network layer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Building the swarm failed.
+    #[error("starting the network: {0}")]
+    Start(String),
+    /// The swarm task is gone (shut down).
+    #[error("the network task has stopped")]
+    Stopped,
+    /// A store operation failed.
+    #[error("store: {0}")]
+    Store(String),
+    /// The advertisement was refused.
+    #[error("advertisement refused: {0}")]
+    Rejected(#[from] Reject),
+    /// A dial or request failed.
+    #[error("{0}")]
+    Network(String),
+}
+
+/// Counters, for logs, `peers --json` and the simulation.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Advertisements accepted from gossip or fetches.
+    pub accepted: AtomicU64,
+    /// Duplicate or stale (not new, not penalized).
+    pub ignored: AtomicU64,
+    /// Refused, by reason.
+    pub rejected: Mutex<HashMap<&'static str, u64>>,
+    /// Gossip dropped by the per-peer rate limit or the validation bound.
+    pub throttled: AtomicU64,
+    /// Refused gossip by the peer that sent it to us (at most 1024 peers tracked).
+    pub rejected_from: Mutex<HashMap<PeerId, u64>>,
+}
+
+impl Stats {
+    fn reject(&self, r: &Reject) {
+        *self
+            .rejected
+            .lock()
+            .expect("stats lock poisoned")
+            .entry(r.reason())
+            .or_default() += 1;
+    }
+
+    fn reject_from(&self, peer: PeerId) {
+        let mut m = self.rejected_from.lock().expect("stats lock poisoned");
+        if m.len() < 1024 || m.contains_key(&peer) {
+            *m.entry(peer).or_default() += 1;
+        }
+    }
+
+    /// Total refused.
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected
+            .lock()
+            .expect("stats lock poisoned")
+            .values()
+            .sum()
+    }
+}
+
+/// A connected peer.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerInfo {
+    /// Its PeerId.
+    pub peer_id: String,
+    /// Addresses it listens on (from identify).
+    pub addrs: Vec<String>,
+}
+
+#[derive(NetworkBehaviour)]
+struct Behaviour {
+    gossipsub: gossipsub::Behaviour,
+    kad: kad::Behaviour<kad::store::MemoryStore>,
+    identify: identify::Behaviour,
+    ping: ping::Behaviour,
+    fetch: request_response::cbor::Behaviour<FetchRequest, FetchResponse>,
+    mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+enum Command {
+    Publish {
+        validated: Validated,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    Providers {
+        tag: String,
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
+    Fetch {
+        peer: PeerId,
+        request: FetchRequest,
+        reply: oneshot::Sender<Result<FetchResponse, Error>>,
+    },
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    Peers {
+        reply: oneshot::Sender<Vec<PeerInfo>>,
+    },
+    ListenAddrs {
+        reply: oneshot::Sender<Vec<Multiaddr>>,
+    },
+    GossipUnchecked {
+        bytes: Vec<u8>,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+}
+
+/// What helper tasks hand back to the swarm task.
+enum Internal {
+    Validation {
+        id: MessageId,
+        source: PeerId,
+        acceptance: MessageAcceptance,
+    },
+    Respond {
+        channel: ResponseChannel<FetchResponse>,
+        response: FetchResponse,
+    },
+}
+
+/// An advertisement this node accepted (from gossip, a fetch, or a local publish).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The agent's DID.
+    pub did: String,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its tags.
+    pub tags: Vec<String>,
+}
+
+/// The handle the rest of the program uses.
+#[derive(Clone)]
+pub struct Client {
+    tx: mpsc::Sender<Command>,
+    peer_id: PeerId,
+    store: Store,
+    validator: Validator,
+    stats: Arc<Stats>,
+    accepted: tokio::sync::broadcast::Sender<Accepted>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("peer_id", &self.peer_id)
+            .finish()
+    }
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Store(format!("store task failed: {e}")))?
+        .map_err(|e| Error::Store(e.to_string()))
+}
+
+impl Client {
+    /// This node's PeerId.
+    pub fn peer_id(&self) -> PeerId {
+        self.peer_id
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Every advertisement accepted from now on. A receiver that falls more than 1024 behind
+    /// loses the oldest (and is told so by `RecvError::Lagged`); the store has them all.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Accepted> {
+        self.accepted.subscribe()
+    }
+
+    /// The store this node indexes into.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)
+    }
+
+    /// Validate, store and announce an advertisement (gossip + DHT provider records).
+    pub async fn publish(&self, bytes: Vec<u8>) -> Result<Validated, Error> {
+        let validated = self.accept(bytes).await?;
+        self.call(|reply| Command::Publish {
+            validated: validated.clone(),
+            reply,
+        })
+        .await??;
+        Ok(validated)
+    }
+
+    /// Validate and store one advertisement (from anywhere), exactly as gossip is validated.
+    /// Returns it if it is new; `Reject::StaleSeq` if we have it or a newer one.
+    pub async fn accept(&self, bytes: Vec<u8>) -> Result<Validated, Error> {
+        accept(
+            &self.store,
+            &self.validator,
+            &self.stats,
+            &self.accepted,
+            bytes,
+        )
+        .await
+    }
+
+    /// Find agents whose cards carry all `tags`: the local index first, then providers found
+    /// through the DHT; every network result is validated like gossip. Ranked by freshness,
+    /// one per DID, at most `limit`.
+    pub async fn discover(
+        &self,
+        tags: &[String],
+        limit: usize,
+    ) -> Result<Vec<StoredAdvert>, Error> {
+        let tags: Vec<String> = tags.iter().filter_map(|t| tags::normalize(t)).collect();
+        if tags.is_empty() {
+            return Err(Error::Network("no usable tag to search for".into()));
+        }
+        let limit = limit.clamp(1, 1000);
+        let store = self.store.clone();
+        let t = tags.clone();
+        let local = blocking(move || store.find(&t, limit, unix_now())).await?;
+        if local.len() >= limit {
+            return Ok(local);
+        }
+        // Providers of the first tag; their answers are filtered by all tags on their side and
+        // checked again on ours.
+        let providers = self
+            .call(|reply| Command::Providers {
+                tag: tags[0].clone(),
+                reply,
+            })
+            .await?;
+        let request = FetchRequest {
+            tags: tags.clone(),
+            limit: (limit as u32).min(MAX_FETCH),
+        };
+        let fetches = providers
+            .into_iter()
+            .filter(|p| *p != self.peer_id)
+            .take(8)
+            .map(|peer| {
+                let request = request.clone();
+                async move {
+                    self.call(|reply| Command::Fetch {
+                        peer,
+                        request,
+                        reply,
+                    })
+                    .await
+                    .and_then(|r| r)
+                }
+            });
+        for answer in futures::future::join_all(fetches).await {
+            let Ok(answer) = answer else { continue };
+            for ad in answer.adverts.into_iter().take(MAX_FETCH as usize) {
+                match self.accept(ad.into_vec()).await {
+                    Ok(_) | Err(Error::Rejected(Reject::StaleSeq { .. })) => {}
+                    Err(e) => tracing::debug!(error = %e, "fetched advertisement refused"),
+                }
+            }
+        }
+        let store = self.store.clone();
+        blocking(move || store.find(&tags, limit, unix_now())).await
+    }
+
+    /// The PeerIds of nodes providing `tag` in the DHT.
+    pub async fn providers(&self, tag: &str) -> Result<Vec<PeerId>, Error> {
+        let tag = tags::normalize(tag).ok_or_else(|| Error::Network(format!("bad tag {tag:?}")))?;
+        self.call(|reply| Command::Providers { tag, reply }).await
+    }
+
+    /// Dial an address.
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), Error> {
+        self.call(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// Connected peers.
+    pub async fn peers(&self) -> Result<Vec<PeerInfo>, Error> {
+        self.call(|reply| Command::Peers { reply }).await
+    }
+
+    /// Addresses we listen on.
+    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, Error> {
+        self.call(|reply| Command::ListenAddrs { reply }).await
+    }
+
+    /// Send bytes on the advertisement topic WITHOUT validating or storing them: what an
+    /// adversarial peer does. For testnets and experiments on how the network defends itself;
+    /// an honest node never needs it.
+    pub async fn gossip_unchecked(&self, bytes: Vec<u8>) -> Result<(), Error> {
+        self.call(|reply| Command::GossipUnchecked { bytes, reply })
+            .await?
+    }
+}
+
+/// Validate against the stored sequence, then store: the one path every advertisement takes.
+async fn accept(
+    store: &Store,
+    validator: &Validator,
+    stats: &Stats,
+    events: &tokio::sync::broadcast::Sender<Accepted>,
+    bytes: Vec<u8>,
+) -> Result<Validated, Error> {
+    let now = unix_now();
+    let pre = validator.precheck(&bytes, None, now).map_err(|r| {
+        stats.reject(&r);
+        Error::Rejected(r)
+    })?;
+    let s = store.clone();
+    let did = pre.did.clone();
+    let stored = blocking(move || s.seq(&did)).await?;
+    let validated = match validator.validate(&bytes, stored, now).await {
+        Ok(v) => v,
+        Err(r) => {
+            if r.penalize() {
+                stats.reject(&r);
+            } else {
+                stats.ignored.fetch_add(1, Ordering::Relaxed);
+            }
+            return Err(Error::Rejected(r));
+        }
+    };
+    let s = store.clone();
+    let v = validated.clone();
+    match blocking(move || s.put(&v)).await? {
+        PutOutcome::Stale { stored_seq } => {
+            stats.ignored.fetch_add(1, Ordering::Relaxed);
+            Err(Error::Rejected(Reject::StaleSeq {
+                got: validated.seq,
+                stored: stored_seq,
+            }))
+        }
+        _ => {
+            stats.accepted.fetch_add(1, Ordering::Relaxed);
+            let _ = events.send(Accepted {
+                did: validated.did.clone(),
+                seq: validated.seq,
+                tags: validated.tags.clone(),
+            });
+            Ok(validated)
+        }
+    }
+}
+
+struct PendingProviders {
+    remaining: usize,
+    found: HashSet<PeerId>,
+    reply: oneshot::Sender<Vec<PeerId>>,
+}
+
+struct Node {
+    swarm: Swarm<Behaviour>,
+    topic: IdentTopic,
+    store: Store,
+    validator: Validator,
+    stats: Arc<Stats>,
+    accepted: tokio::sync::broadcast::Sender<Accepted>,
+    internal_tx: mpsc::Sender<Internal>,
+    validations: Arc<Semaphore>,
+    rates: HashMap<PeerId, (Instant, u32)>,
+    cfg: Config,
+    pending_providers: HashMap<u64, PendingProviders>,
+    provider_queries: HashMap<QueryId, u64>,
+    next_pending: u64,
+    pending_fetches: HashMap<OutboundRequestId, oneshot::Sender<Result<FetchResponse, Error>>>,
+    pending_dials: Vec<(Multiaddr, oneshot::Sender<Result<(), Error>>)>,
+    peer_addrs: HashMap<PeerId, Vec<Multiaddr>>,
+    bootstrapped: bool,
+}
+
+/// Start the network: build the swarm from the node's key, listen, dial the bootstrap peers, and
+/// run the swarm task until `shutdown` fires.
+pub async fn spawn(
+    key: &agentnet_did::SecretKey,
+    cfg: Config,
+    store: Store,
+    validator: Validator,
+    shutdown: CancellationToken,
+) -> Result<(Client, tokio::task::JoinHandle<()>), Error> {
+    let mut seed = key.seed();
+    let keypair = libp2p::identity::Keypair::ed25519_from_bytes(&mut seed)
+        .map_err(|e| Error::Start(format!("node key: {e}")))?;
+    let peer_id = keypair.public().to_peer_id();
+    let stats = Arc::new(Stats::default());
+    let swarm = build_swarm(keypair, &cfg)?;
+    let (tx, cmd_rx) = mpsc::channel(256);
+    let (internal_tx, internal_rx) = mpsc::channel(1024);
+    let topic = IdentTopic::new(TOPIC);
+    let (accepted, _) = tokio::sync::broadcast::channel(1024);
+    let mut node = Node {
+        accepted: accepted.clone(),
+        swarm,
+        topic: topic.clone(),
+        store: store.clone(),
+        validator: validator.clone(),
+        stats: stats.clone(),
+        internal_tx,
+        validations: Arc::new(Semaphore::new(cfg.max_concurrent_validations.max(1))),
+        rates: HashMap::new(),
+        cfg: cfg.clone(),
+        pending_providers: HashMap::new(),
+        provider_queries: HashMap::new(),
+        next_pending: 0,
+        pending_fetches: HashMap::new(),
+        pending_dials: Vec::new(),
+        peer_addrs: HashMap::new(),
+        bootstrapped: false,
+    };
+    node.swarm
+        .behaviour_mut()
+        .gossipsub
+        .subscribe(&topic)
+        .map_err(|e| Error::Start(format!("subscribing to {TOPIC}: {e}")))?;
+    for addr in &cfg.listen {
+        node.swarm
+            .listen_on(addr.clone())
+            .map_err(|e| Error::Start(format!("listening on {addr}: {e}")))?;
+    }
+    for addr in &cfg.bootstrap {
+        if let Some(peer) = peer_of(addr) {
+            node.swarm
+                .behaviour_mut()
+                .kad
+                .add_address(&peer, addr.clone());
+        }
+        if let Err(e) = node.swarm.dial(addr.clone()) {
+            tracing::warn!(%addr, error = %e, "dialing bootstrap peer");
+        }
+    }
+    let client = Client {
+        tx,
+        peer_id,
+        store,
+        validator,
+        stats,
+        accepted,
+    };
+    let handle = tokio::spawn(node.run(cmd_rx, internal_rx, shutdown));
+    Ok((client, handle))
+}
+
+fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
+    addr.iter().find_map(|p| match p {
+        libp2p::multiaddr::Protocol::P2p(id) => Some(id),
+        _ => None,
+    })
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn build_behaviour(key: &libp2p::identity::Keypair, cfg: &Config) -> Result<Behaviour, BoxError> {
+    let peer_id = key.public().to_peer_id();
+    let gossip_cfg = gossipsub::ConfigBuilder::default()
+        .validation_mode(gossipsub::ValidationMode::Strict)
+        .validate_messages()
+        .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
+        .max_transmit_size(crate::advert::Limits::default().max_bytes + 4096)
+        .heartbeat_interval(cfg.heartbeat)
+        .build()
+        .map_err(|e| format!("gossipsub config: {e}"))?;
+    let mut gossipsub =
+        gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gossip_cfg)
+            .map_err(|e| format!("gossipsub: {e}"))?;
+    // Peer scoring tuned for a low-rate topic: no penalty for few deliveries in the mesh (honest
+    // peers may have nothing to send for hours), a heavy one for invalid messages.
+    let topic_params = gossipsub::TopicScoreParams {
+        topic_weight: 1.0,
+        mesh_message_deliveries_weight: 0.0,
+        mesh_failure_penalty_weight: 0.0,
+        invalid_message_deliveries_weight: -100.0,
+        invalid_message_deliveries_decay: 0.9,
+        ..Default::default()
+    };
+    let mut params = gossipsub::PeerScoreParams::default();
+    params
+        .topics
+        .insert(IdentTopic::new(TOPIC).hash(), topic_params);
+    gossipsub
+        .with_peer_score(params, gossipsub::PeerScoreThresholds::default())
+        .map_err(|e| format!("gossipsub scoring: {e}"))?;
+
+    let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
+    kad_cfg.set_query_timeout(Duration::from_secs(20));
+    let kad_store = kad::store::MemoryStore::with_config(
+        peer_id,
+        kad::store::MemoryStoreConfig {
+            max_provided_keys: 4096,
+            ..Default::default()
+        },
+    );
+    let mut kad = kad::Behaviour::with_config(peer_id, kad_store, kad_cfg);
+    kad.set_mode(Some(kad::Mode::Server));
+
+    let identify = identify::Behaviour::new(
+        identify::Config::new(IDENTIFY_PROTOCOL.into(), key.public())
+            .with_agent_version(concat!("agentnet/", env!("CARGO_PKG_VERSION")).into()),
+    );
+    let codec = request_response::cbor::codec::Codec::default()
+        .set_request_size_maximum(16 * 1024)
+        .set_response_size_maximum(4 * 1024 * 1024);
+    let fetch = request_response::Behaviour::with_codec(
+        codec,
+        [(StreamProtocol::new(FETCH_PROTOCOL), ProtocolSupport::Full)],
+        request_response::Config::default().with_request_timeout(Duration::from_secs(10)),
+    );
+    let mdns = if cfg.mdns {
+        Some(
+            mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)
+                .map_err(|e| format!("mdns: {e}"))?,
+        )
+    } else {
+        None
+    };
+    Ok(Behaviour {
+        gossipsub,
+        kad,
+        identify,
+        ping: ping::Behaviour::default(),
+        fetch,
+        mdns: mdns.into(),
+    })
+}
+
+fn build_swarm(
+    keypair: libp2p::identity::Keypair,
+    cfg: &Config,
+) -> Result<Swarm<Behaviour>, Error> {
+    let start = |e: &dyn std::fmt::Display| Error::Start(e.to_string());
+    let idle = Duration::from_secs(120);
+    let swarm = match cfg.transport {
+        TransportKind::Network => libp2p::SwarmBuilder::with_existing_identity(keypair)
+            .with_tokio()
+            .with_tcp(
+                tcp::Config::default().nodelay(true),
+                noise::Config::new,
+                yamux::Config::default,
+            )
+            .map_err(|e| start(&e))?
+            .with_quic()
+            .with_dns()
+            .map_err(|e| start(&e))?
+            .with_behaviour(|key| build_behaviour(key, cfg))
+            .map_err(|e| start(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .build(),
+        TransportKind::Memory => libp2p::SwarmBuilder::with_existing_identity(keypair)
+            .with_tokio()
+            .with_other_transport(|key| {
+                Ok::<_, BoxError>(
+                    MemoryTransport::default()
+                        .upgrade(Version::V1)
+                        .authenticate(noise::Config::new(key)?)
+                        .multiplex(yamux::Config::default())
+                        .boxed(),
+                )
+            })
+            .map_err(|e| start(&e))?
+            .with_behaviour(|key| build_behaviour(key, cfg))
+            .map_err(|e| start(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .build(),
+    };
+    Ok(swarm)
+}
+
+impl Node {
+    async fn run(
+        mut self,
+        mut cmd_rx: mpsc::Receiver<Command>,
+        mut internal_rx: mpsc::Receiver<Internal>,
+        shutdown: CancellationToken,
+    ) {
+        let mut sweep = tokio::time::interval(self.cfg.sweep_interval);
+        let mut rebootstrap = tokio::time::interval(Duration::from_secs(300));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(cmd) = cmd_rx.recv() => self.on_command(cmd),
+                Some(ev) = internal_rx.recv() => self.on_internal(ev),
+                ev = self.swarm.select_next_some() => self.on_swarm(ev),
+                _ = sweep.tick() => self.sweep(),
+                _ = rebootstrap.tick() => {
+                    if self.swarm.connected_peers().next().is_some() {
+                        let _ = self.swarm.behaviour_mut().kad.bootstrap();
+                    }
+                }
+            }
+        }
+        tracing::debug!("network task stopped");
+    }
+
+    fn sweep(&self) {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || match store.sweep_expired(unix_now()) {
+            Ok(n) if n > 0 => tracing::debug!(swept = n, "expired advertisements swept"),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "sweeping expired advertisements"),
+        });
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Publish { validated, reply } => {
+                let b = self.swarm.behaviour_mut();
+                match b
+                    .gossipsub
+                    .publish(self.topic.clone(), validated.bytes.clone())
+                {
+                    Ok(_) | Err(gossipsub::PublishError::Duplicate) => {}
+                    Err(gossipsub::PublishError::NoPeersSubscribedToTopic) => {
+                        tracing::debug!(did = %validated.did, "no gossip peers yet; the DHT still has it")
+                    }
+                    Err(e) => tracing::warn!(error = %e, did = %validated.did, "gossip publish"),
+                }
+                let shard = tags::shard_for(&self.swarm.local_peer_id().to_bytes());
+                for tag in &validated.tags {
+                    let key = RecordKey::new(&tags::dht_key(tag, shard));
+                    if let Err(e) = self.swarm.behaviour_mut().kad.start_providing(key) {
+                        tracing::warn!(error = ?e, %tag, "providing tag");
+                    }
+                }
+                let _ = reply.send(Ok(()));
+            }
+            Command::Providers { tag, reply } => {
+                let id = self.next_pending;
+                self.next_pending += 1;
+                for shard in 0..tags::SHARDS {
+                    let q = self
+                        .swarm
+                        .behaviour_mut()
+                        .kad
+                        .get_providers(RecordKey::new(&tags::dht_key(&tag, shard)));
+                    self.provider_queries.insert(q, id);
+                }
+                self.pending_providers.insert(
+                    id,
+                    PendingProviders {
+                        remaining: tags::SHARDS as usize,
+                        found: HashSet::new(),
+                        reply,
+                    },
+                );
+            }
+            Command::Fetch {
+                peer,
+                request,
+                reply,
+            } => {
+                let id = self
+                    .swarm
+                    .behaviour_mut()
+                    .fetch
+                    .send_request(&peer, request);
+                self.pending_fetches.insert(id, reply);
+            }
+            Command::Dial { addr, reply } => {
+                if let Some(peer) = peer_of(&addr) {
+                    self.swarm
+                        .behaviour_mut()
+                        .kad
+                        .add_address(&peer, addr.clone());
+                }
+                match self.swarm.dial(addr.clone()) {
+                    Ok(()) => self.pending_dials.push((addr, reply)),
+                    Err(e) => {
+                        let _ = reply.send(Err(Error::Network(format!("dialing {addr}: {e}"))));
+                    }
+                }
+            }
+            Command::Peers { reply } => {
+                let peers = self
+                    .swarm
+                    .connected_peers()
+                    .map(|p| PeerInfo {
+                        peer_id: p.to_string(),
+                        addrs: self
+                            .peer_addrs
+                            .get(p)
+                            .map(|a| a.iter().map(|x| x.to_string()).collect())
+                            .unwrap_or_default(),
+                    })
+                    .collect();
+                let _ = reply.send(peers);
+            }
+            Command::ListenAddrs { reply } => {
+                let _ = reply.send(self.swarm.listeners().cloned().collect());
+            }
+            Command::GossipUnchecked { bytes, reply } => {
+                let r = self
+                    .swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .publish(self.topic.clone(), bytes)
+                    .map(|_| ())
+                    .map_err(|e| Error::Network(format!("gossip: {e}")));
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    fn on_internal(&mut self, ev: Internal) {
+        match ev {
+            Internal::Validation {
+                id,
+                source,
+                acceptance,
+            } => {
+                self.swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .report_message_validation_result(&id, &source, acceptance);
+            }
+            Internal::Respond { channel, response } => {
+                let _ = self
+                    .swarm
+                    .behaviour_mut()
+                    .fetch
+                    .send_response(channel, response);
+            }
+        }
+    }
+
+    /// Per-peer rate limit on gossip: true if this message is within the budget.
+    fn within_rate(&mut self, peer: PeerId) -> bool {
+        let now = Instant::now();
+        let window = self.cfg.rate_window;
+        let entry = self.rates.entry(peer).or_insert((now, 0));
+        if now.duration_since(entry.0) >= window {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+        entry.1 <= self.cfg.per_peer_messages
+    }
+
+    fn on_gossip(&mut self, source: PeerId, id: MessageId, data: Vec<u8>) {
+        let ignore = |node: &mut Node| {
+            node.stats.throttled.fetch_add(1, Ordering::Relaxed);
+            node.swarm
+                .behaviour_mut()
+                .gossipsub
+                .report_message_validation_result(&id, &source, MessageAcceptance::Ignore);
+        };
+        if !self.within_rate(source) {
+            return ignore(self);
+        }
+        let Ok(permit) = self.validations.clone().try_acquire_owned() else {
+            return ignore(self);
+        };
+        let (store, validator, stats, events, tx) = (
+            self.store.clone(),
+            self.validator.clone(),
+            self.stats.clone(),
+            self.accepted.clone(),
+            self.internal_tx.clone(),
+        );
+        tokio::spawn(async move {
+            let acceptance = match accept(&store, &validator, &stats, &events, data).await {
+                Ok(v) => {
+                    tracing::debug!(did = %v.did, seq = v.seq, peer = %source, "accepted advertisement");
+                    MessageAcceptance::Accept
+                }
+                Err(Error::Rejected(r)) if r.penalize() => {
+                    stats.reject_from(source);
+                    tracing::info!(peer = %source, reason = r.reason(), error = %r, "rejected advertisement");
+                    MessageAcceptance::Reject
+                }
+                Err(e) => {
+                    tracing::debug!(peer = %source, error = %e, "ignored advertisement");
+                    MessageAcceptance::Ignore
+                }
+            };
+            drop(permit);
+            let _ = tx
+                .send(Internal::Validation {
+                    id,
+                    source,
+                    acceptance,
+                })
+                .await;
+        });
+    }
+
+    fn on_fetch_request(&mut self, request: FetchRequest, channel: ResponseChannel<FetchResponse>) {
+        let store = self.store.clone();
+        let tx = self.internal_tx.clone();
+        tokio::spawn(async move {
+            let tags: Vec<String> = request
+                .tags
+                .iter()
+                .take(tags::MAX_TAGS)
+                .filter_map(|t| tags::normalize(t))
+                .collect();
+            let limit = request.limit.min(MAX_FETCH) as usize;
+            let found = if tags.is_empty() {
+                Vec::new()
+            } else {
+                blocking(move || store.find(&tags, limit, unix_now()))
+                    .await
+                    .unwrap_or_default()
+            };
+            let response = FetchResponse {
+                adverts: found
+                    .into_iter()
+                    .map(|a| serde_bytes::ByteBuf::from(a.bytes))
+                    .collect(),
+            };
+            let _ = tx.send(Internal::Respond { channel, response }).await;
+        });
+    }
+
+    fn on_swarm(&mut self, ev: SwarmEvent<BehaviourEvent>) {
+        match ev {
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
+                propagation_source,
+                message_id,
+                message,
+            })) => self.on_gossip(propagation_source, message_id, message.data),
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::OutboundQueryProgressed {
+                id,
+                result,
+                step,
+                ..
+            })) => {
+                if let QueryResult::GetProviders(r) = result {
+                    let Some(pending_id) = self.provider_queries.get(&id).copied() else {
+                        return;
+                    };
+                    let done = match r {
+                        Ok(GetProvidersOk::FoundProviders { providers, .. }) => {
+                            if let Some(p) = self.pending_providers.get_mut(&pending_id) {
+                                p.found.extend(providers);
+                            }
+                            step.last
+                        }
+                        Ok(GetProvidersOk::FinishedWithNoAdditionalRecord { .. }) => true,
+                        Err(_) => true,
+                    };
+                    if done {
+                        self.provider_queries.remove(&id);
+                        if let Some(mut q) = self.swarm.behaviour_mut().kad.query_mut(&id) {
+                            q.finish();
+                        }
+                        let finished = self.pending_providers.get_mut(&pending_id).map(|p| {
+                            p.remaining -= 1;
+                            p.remaining == 0
+                        });
+                        if finished == Some(true) {
+                            if let Some(p) = self.pending_providers.remove(&pending_id) {
+                                let _ = p.reply.send(p.found.into_iter().collect());
+                            }
+                        }
+                    }
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Fetch(request_response::Event::Message {
+                message,
+                ..
+            })) => match message {
+                request_response::Message::Request {
+                    request, channel, ..
+                } => self.on_fetch_request(request, channel),
+                request_response::Message::Response {
+                    request_id,
+                    response,
+                } => {
+                    if let Some(reply) = self.pending_fetches.remove(&request_id) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+            },
+            SwarmEvent::Behaviour(BehaviourEvent::Fetch(
+                request_response::Event::OutboundFailure {
+                    request_id,
+                    error,
+                    peer,
+                    ..
+                },
+            )) => {
+                if let Some(reply) = self.pending_fetches.remove(&request_id) {
+                    let _ = reply.send(Err(Error::Network(format!("fetch from {peer}: {error}"))));
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
+                peer_id,
+                info,
+                ..
+            })) => {
+                let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().take(16).collect();
+                for a in &addrs {
+                    self.swarm
+                        .behaviour_mut()
+                        .kad
+                        .add_address(&peer_id, a.clone());
+                }
+                self.peer_addrs.insert(peer_id, addrs);
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
+                for (peer, addr) in list {
+                    self.swarm
+                        .behaviour_mut()
+                        .kad
+                        .add_address(&peer, addr.clone());
+                    if !self.swarm.is_connected(&peer) {
+                        let _ = self.swarm.dial(addr);
+                    }
+                }
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id, endpoint, ..
+            } => {
+                let addr = endpoint.get_remote_address().clone();
+                let mut i = 0;
+                while i < self.pending_dials.len() {
+                    let (a, _) = &self.pending_dials[i];
+                    if a == &addr || peer_of(a) == Some(peer_id) {
+                        let (_, reply) = self.pending_dials.swap_remove(i);
+                        let _ = reply.send(Ok(()));
+                    } else {
+                        i += 1;
+                    }
+                }
+                if !self.bootstrapped {
+                    self.bootstrapped = true;
+                    let _ = self.swarm.behaviour_mut().kad.bootstrap();
+                }
+                let store = self.store.clone();
+                let (p, a) = (peer_id.to_string(), vec![addr.to_string()]);
+                tokio::task::spawn_blocking(move || store.put_peer(&p, &a, unix_now()));
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                num_established: 0,
+                ..
+            } => {
+                self.rates.remove(&peer_id);
+                self.peer_addrs.remove(&peer_id);
+            }
+            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                tracing::debug!(peer = ?peer_id, %error, "outgoing connection failed");
+                let mut i = 0;
+                while i < self.pending_dials.len() {
+                    if peer_id.is_some() && peer_of(&self.pending_dials[i].0) == peer_id {
+                        let (a, reply) = self.pending_dials.swap_remove(i);
+                        let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            SwarmEvent::NewListenAddr { address, .. } => tracing::info!(%address, "listening"),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! `agentnet up`: the node daemon. It owns the node key, the RocksDB store, the libp2p network,
+//! the publisher and the HTTP server, and tears them down in a fixed order.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentnet_did::{Resolver, SecretKey};
+use agentnet_discovery::advert::{Limits, Validator};
+use agentnet_discovery::net::{self, TransportKind};
+use agentnet_discovery::store::Store;
+use libp2p::multiaddr::Protocol;
+use libp2p::Multiaddr;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::AdminState;
+use crate::http::{self, WellKnown};
+use crate::publisher::Publisher;
+
+/// File the running daemon writes into its data directory so that other commands find it.
+pub const NODE_FILE: &str = "node.json";
+/// Store directory inside the data directory.
+pub const STORE_DIR: &str = "store";
+/// Default HTTP address.
+pub const DEFAULT_HTTP: &str = "127.0.0.1:7878";
+/// How long the HTTP server may take to finish in-flight requests at shutdown.
+const HTTP_DRAIN: Duration = Duration::from_secs(5);
+/// How long the network task may take to stop.
+const NET_STOP: Duration = Duration::from_secs(5);
+/// How long to wait for the swarm to report its listen addresses at start.
+const LISTEN_WAIT: Duration = Duration::from_secs(10);
+
+/// What `agentnet up` was asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// libp2p listen addresses; empty: [`net::Config`]'s defaults.
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start.
+    pub bootstrap: Vec<Multiaddr>,
+    /// Where the HTTP server (well-known files and admin API) binds.
+    pub http: SocketAddr,
+    /// mDNS on the LAN.
+    pub mdns: bool,
+    /// Print the start banner as one JSON line.
+    pub json: bool,
+}
+
+/// `<data-dir>/node.json`: how to reach the running node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeFile {
+    /// The daemon's process id.
+    pub pid: u32,
+    /// The HTTP server's bound address.
+    pub http: SocketAddr,
+    /// The libp2p PeerId.
+    pub peer_id: String,
+    /// The node's did:key.
+    pub did: String,
+    /// libp2p listen addresses, each ending in `/p2p/<peer id>`.
+    pub listen: Vec<String>,
+}
+
+impl NodeFile {
+    /// The node file path in `dir`.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(NODE_FILE)
+    }
+
+    /// Read `<dir>/node.json`.
+    pub fn read(dir: &Path) -> Result<Self, Error> {
+        let path = Self::path(dir);
+        let io = |source| Error::NodeFile {
+            path: path.clone(),
+            source,
+        };
+        let bytes = std::fs::read(&path).map_err(io)?;
+        serde_json::from_slice(&bytes).map_err(|e| io(std::io::Error::other(e)))
+    }
+
+    /// Write it atomically (temporary file, then rename).
+    fn write(&self, dir: &Path) -> Result<(), Error> {
+        let path = Self::path(dir);
+        let tmp = dir.join(format!(".{NODE_FILE}.{}", self.pid));
+        let io = |source| Error::NodeFile {
+            path: path.clone(),
+            source,
+        };
+        let bytes = serde_json::to_vec_pretty(self).expect("a NodeFile always serializes");
+        std::fs::write(&tmp, bytes).map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)
+    }
+
+    /// Remove it if it is still ours (a newer daemon may have replaced it).
+    fn remove_if_ours(dir: &Path, pid: u32) {
+        if Self::read(dir).is_ok_and(|f| f.pid == pid) {
+            if let Err(error) = std::fs::remove_file(Self::path(dir)) {
+                tracing::warn!(%error, "removing {NODE_FILE}");
+            }
+        }
+    }
+}
+
+/// Why the daemon could not start or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The node key could not be loaded or created.
+    #[error("node key {}: {source}", path.display())]
+    Key {
+        /// The key file.
+        path: PathBuf,
+        /// Why.
+        source: agentnet_did::key::KeyError,
+    },
+    /// The store could not be opened.
+    #[error("opening the store: {0}")]
+    Store(String),
+    /// The DID resolver could not be built.
+    #[error("DID resolver: {0}")]
+    Resolver(String),
+    /// The network did not start.
+    #[error(transparent)]
+    Net(#[from] net::Error),
+    /// The HTTP address could not be bound.
+    #[error("binding the HTTP server to {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The HTTP server failed.
+    #[error("HTTP server: {0}")]
+    Http(std::io::Error),
+    /// The node's own card could not be signed.
+    #[error("signing the node's card: {0}")]
+    Card(#[from] agentnet_did::card::CardSignatureError),
+    /// `node.json` could not be read or written.
+    #[error("{}: {source}", path.display())]
+    NodeFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Installing the signal handlers failed.
+    #[error("installing signal handlers: {0}")]
+    Signal(std::io::Error),
+}
+
+/// `addr` with `/p2p/<peer>` appended, unless it already names a peer.
+fn with_peer(addr: &Multiaddr, peer: libp2p::PeerId) -> Multiaddr {
+    if addr.iter().any(|p| matches!(p, Protocol::P2p(_))) {
+        addr.clone()
+    } else {
+        addr.clone().with(Protocol::P2p(peer))
+    }
+}
+
+/// Wait for Ctrl-C or SIGTERM.
+async fn terminated() -> Result<(), Error> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(Error::Signal)?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(Error::Signal),
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.map_err(Error::Signal)
+    }
+}
+
+/// Run the node until Ctrl-C or SIGTERM.
+pub async fn run(opts: Options) -> Result<(), Error> {
+    let started = start(opts).await?;
+    // A failed signal handler must not take the node down with it silently: stop cleanly.
+    let stop = tokio::select! {
+        r = terminated() => r,
+        r = started.http_task_failed() => r,
+    };
+    if let Err(error) = &stop {
+        tracing::error!(%error, "stopping");
+    }
+    started.shutdown().await;
+    stop
+}
+
+/// A started node.
+pub struct Running {
+    data_dir: PathBuf,
+    pid: u32,
+    http_stop: CancellationToken,
+    http_task: tokio::task::JoinHandle<std::io::Result<()>>,
+    publisher_stop: CancellationToken,
+    publisher_task: tokio::task::JoinHandle<()>,
+    net_stop: CancellationToken,
+    net_task: tokio::task::JoinHandle<()>,
+    /// What node.json says.
+    pub info: NodeFile,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("info", &self.info).finish()
+    }
+}
+
+/// Start everything, write `node.json` and print the banner.
+pub async fn start(opts: Options) -> Result<Running, Error> {
+    std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::NodeFile {
+        path: opts.data_dir.clone(),
+        source,
+    })?;
+    let key_path = crate::data_dir::key_file(&opts.data_dir);
+    let (key, created) = SecretKey::load_or_create(&key_path).map_err(|source| Error::Key {
+        path: key_path.clone(),
+        source,
+    })?;
+    if created {
+        eprintln!("created a new node key at {}", key_path.display());
+    }
+    let did = key.did_key();
+
+    let store_path = opts.data_dir.join(STORE_DIR);
+    let store = tokio::task::spawn_blocking(move || Store::open(&store_path))
+        .await
+        .map_err(|e| Error::Store(e.to_string()))?
+        .map_err(|e| Error::Store(e.to_string()))?;
+    let resolver = Resolver::new(Default::default()).map_err(Error::Resolver)?;
+    let limits = Limits::default();
+    let max_ttl = limits.max_ttl;
+    let validator = Validator::new(resolver, limits);
+
+    let mut cfg = net::Config {
+        bootstrap: opts.bootstrap.clone(),
+        mdns: opts.mdns,
+        transport: TransportKind::Network,
+        ..Default::default()
+    };
+    if !opts.listen.is_empty() {
+        cfg.listen = opts.listen.clone();
+    }
+    let expect_listen = !cfg.listen.is_empty();
+    let net_stop = CancellationToken::new();
+    let (client, net_task) =
+        net::spawn(&key, cfg, store.clone(), validator, net_stop.clone()).await?;
+    let peer_id = client.peer_id();
+
+    let publisher = Arc::new(Publisher::new(client.clone(), store, max_ttl));
+    let publisher_stop = CancellationToken::new();
+    let publisher_task = {
+        let p = publisher.clone();
+        let stop = publisher_stop.clone();
+        tokio::spawn(async move { p.run(stop).await })
+    };
+
+    let listener = TcpListener::bind(opts.http)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: opts.http,
+            source,
+        })?;
+    let http_addr = listener.local_addr().map_err(|source| Error::Bind {
+        addr: opts.http,
+        source,
+    })?;
+    if !http_addr.ip().is_loopback() {
+        tracing::warn!(%http_addr, "HTTP is bound beyond loopback; the admin API still answers loopback clients only");
+    }
+    let well_known = WellKnown::new(&key, &format!("http://{http_addr}"))?;
+    let admin = AdminState {
+        client: client.clone(),
+        publisher,
+        node_seed: Arc::new(key.seed()),
+    };
+    let http_stop = CancellationToken::new();
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        http::router(well_known, admin),
+        http_stop.clone(),
+    ));
+
+    // The swarm reports its addresses once it has polled its listeners.
+    let deadline = tokio::time::Instant::now() + LISTEN_WAIT;
+    let listen = loop {
+        let addrs = client.listen_addrs().await?;
+        if !addrs.is_empty() || !expect_listen || tokio::time::Instant::now() >= deadline {
+            break addrs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let listen: Vec<String> = listen
+        .iter()
+        .map(|a| with_peer(a, peer_id).to_string())
+        .collect();
+
+    let pid = std::process::id();
+    let info = NodeFile {
+        pid,
+        http: http_addr,
+        peer_id: peer_id.to_string(),
+        did: did.to_string(),
+        listen,
+    };
+    info.write(&opts.data_dir)?;
+
+    if opts.json {
+        println!(
+            "{}",
+            serde_json::to_string(&info).expect("a NodeFile always serializes")
+        );
+    } else {
+        println!("did: {did}");
+        println!("peer id: {peer_id}");
+        println!("listening on http://{http_addr} (well-known files, admin API)");
+        for a in &info.listen {
+            println!("listening on {a}");
+        }
+    }
+    tracing::info!(%did, %peer_id, %http_addr, "node started");
+
+    Ok(Running {
+        data_dir: opts.data_dir,
+        pid,
+        http_stop,
+        http_task,
+        publisher_stop,
+        publisher_task,
+        net_stop,
+        net_task,
+        info,
+    })
+}
+
+impl Running {
+    /// Resolves if the HTTP server stops by itself (it only should at shutdown).
+    async fn http_task_failed(&self) -> Result<(), Error> {
+        // Poll the task's completion without consuming the handle.
+        loop {
+            if self.http_task.is_finished() {
+                return Err(Error::Http(std::io::Error::other(
+                    "the HTTP server stopped unexpectedly",
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Tear down in a fixed order.
+    pub async fn shutdown(self) {
+        // 1. Stop taking requests: the HTTP server first, so that nothing new reaches the
+        //    publisher or the network while they stop. In-flight requests get HTTP_DRAIN.
+        self.http_stop.cancel();
+        match tokio::time::timeout(HTTP_DRAIN, self.http_task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "HTTP server"),
+            Ok(Err(error)) => tracing::warn!(%error, "HTTP server task"),
+            Err(_) => tracing::warn!("HTTP server did not drain in time"),
+        }
+        // 2. Stop re-announcing: it uses the network.
+        self.publisher_stop.cancel();
+        let _ = self.publisher_task.await;
+        // 3. Stop the network: the swarm task owns the connections and the last handles on the
+        //    store besides ours.
+        self.net_stop.cancel();
+        if tokio::time::timeout(NET_STOP, self.net_task).await.is_err() {
+            tracing::warn!("network task did not stop in time");
+        }
+        // 4. The store: every handle is dropped with the tasks above, and RocksDB closes when
+        //    the last one goes. Every write went through its WAL, so nothing is lost even
+        //    without an explicit flush.
+        //    TODO: an explicit `Store::flush()` in discovery, to call here.
+        // 5. Tell the other commands the node is gone.
+        NodeFile::remove_if_ours(&self.data_dir, self.pid);
+        tracing::info!("node stopped");
+    }
+}

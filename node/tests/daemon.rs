@@ -1,0 +1,539 @@
+//! `agentnet up`, `publish`, `discover` and `peers` through the real binary, on loopback: each
+//! node a process with its own data directory, killed when the test ends.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentnet");
+/// Longest wait for a node to start, a peer to connect or an advertisement to arrive.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn agentnet(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the agentnet binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("temp paths are UTF-8")
+}
+
+/// Run `agentnet args` and parse its standard output as JSON; panics with stderr on failure.
+fn json_of(args: &[&str]) -> Value {
+    let o = agentnet(args);
+    assert!(o.status.success(), "agentnet {args:?}: {}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)))
+}
+
+/// Poll `f` every 250 ms until it returns `Some`, at most [`PATIENCE`].
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A running `agentnet up`, killed (SIGKILL) when dropped.
+struct Node {
+    child: Child,
+    dir: PathBuf,
+    /// Its `node.json`.
+    info: Value,
+}
+
+impl Node {
+    /// `agentnet up` on loopback with data directory `dir`.
+    fn start(dir: &Path, bootstrap: &[&str]) -> Node {
+        let mut args = vec![
+            "up",
+            "--data-dir",
+            p(dir),
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--http",
+            "127.0.0.1:0",
+            "--no-mdns",
+        ];
+        for b in bootstrap {
+            args.extend(["--bootstrap", b]);
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        let child = Command::new(BIN)
+            .args(&args)
+            .env_remove("AGENTNET_DATA_DIR")
+            .env("AGENTNET_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(File::create(dir.join("up.out")).unwrap())
+            .stderr(File::create(dir.join("up.err")).unwrap())
+            .spawn()
+            .expect("agentnet up starts");
+        let mut node = Node {
+            child,
+            dir: dir.to_owned(),
+            info: Value::Null,
+        };
+        let pid = node.child.id();
+        node.info = eventually("node.json", || {
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("agentnet up exited with {status}: {}", node.log());
+            }
+            let bytes = std::fs::read(dir.join("node.json")).ok()?;
+            let v: Value = serde_json::from_slice(&bytes).ok()?;
+            (v["pid"] == json!(pid)).then_some(v)
+        });
+        node
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+    }
+
+    fn data_dir(&self) -> &str {
+        p(&self.dir)
+    }
+
+    fn http(&self) -> String {
+        format!("http://{}", self.info["http"].as_str().unwrap())
+    }
+
+    fn did(&self) -> &str {
+        self.info["did"].as_str().unwrap()
+    }
+
+    fn peer_id(&self) -> &str {
+        self.info["peer_id"].as_str().unwrap()
+    }
+
+    /// The first listen address, which ends in `/p2p/<peer id>`.
+    fn addr(&self) -> &str {
+        let a = self.info["listen"][0].as_str().expect("a listen address");
+        assert!(
+            a.starts_with("/ip4/127.0.0.1/tcp/")
+                && a.ends_with(&format!("/p2p/{}", self.peer_id())),
+            "{a}"
+        );
+        a
+    }
+
+    fn peers(&self) -> Value {
+        json_of(&["peers", "--json", "--data-dir", self.data_dir()])
+    }
+
+    /// SIGKILL: no clean shutdown, `node.json` stays behind.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the node in {} ---\n{}",
+                self.dir.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+fn card(tags: &[&str]) -> Value {
+    json!({
+        "name": "Translator",
+        "description": "Translates text.",
+        "version": "1.0.0",
+        "supportedInterfaces": [
+            {"url": "https://translator.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "translate", "name": "Translate", "description": "Any language pair.", "tags": tags}]
+    })
+}
+
+fn write_card(dir: &Path, name: &str, card: &Value) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_vec_pretty(card).unwrap()).unwrap();
+    path
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// The DIDs in a `discover --json` answer.
+fn dids(found: &Value) -> Vec<&str> {
+    found
+        .as_array()
+        .expect("discover --json prints a list")
+        .iter()
+        .map(|f| f["did"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_card_published_on_one_node_is_discovered_on_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Node::start(&tmp.path().join("a"), &[]);
+    let b = Node::start(&tmp.path().join("b"), &[a.addr()]);
+    let c = Node::start(&tmp.path().join("c"), &[a.addr()]);
+
+    let peers = eventually("A to have 2 peers", || {
+        let v = a.peers();
+        (v["peers"].as_array().unwrap().len() == 2).then_some(v)
+    });
+    let mut ids: Vec<&str> = peers["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["peer_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    let mut want = vec![b.peer_id(), c.peer_id()];
+    want.sort();
+    assert_eq!(ids, want);
+    assert_eq!(peers["peer_id"], a.peer_id());
+
+    // The agent has its own key, not the node's.
+    let agent = tmp.path().join("agent");
+    let agent_did = json_of(&["init", "--data-dir", p(&agent), "--json"])["did"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(agent_did, a.did());
+    let card_path = write_card(tmp.path(), "card.json", &card(&["translation", "French"]));
+    let published = json_of(&[
+        "publish",
+        "--card",
+        p(&card_path),
+        "--key",
+        p(&agent.join("node.key")),
+        "--data-dir",
+        a.data_dir(),
+        "--json",
+    ]);
+    assert_eq!(published["did"], agent_did.as_str());
+    assert_eq!(published["tags"], json!(["french", "translation"]));
+
+    let found = eventually("C to discover the agent", || {
+        let v = json_of(&[
+            "discover",
+            "--skill",
+            "translation",
+            "--json",
+            "--data-dir",
+            c.data_dir(),
+        ]);
+        dids(&v).contains(&agent_did.as_str()).then_some(v)
+    });
+    let entry = &found[0];
+    assert_eq!(entry["peer_id"], a.peer_id());
+    assert_eq!(entry["seq"], published["seq"]);
+    assert_eq!(entry["card"]["name"], "Translator");
+    assert!(entry["card"]["signatures"]
+        .as_array()
+        .is_some_and(|s| !s.is_empty()));
+
+    // Both tags must match; a tag nobody has finds nothing.
+    let none = json_of(&[
+        "discover",
+        "--skill",
+        "translation",
+        "--skill",
+        "weather",
+        "--json",
+        "--data-dir",
+        c.data_dir(),
+    ]);
+    assert!(dids(&none).is_empty(), "{none}");
+
+    // The table names the DID.
+    let o = agentnet(&[
+        "discover",
+        "--skill",
+        "TRANSLATION",
+        "--data-dir",
+        c.data_dir(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("DID"), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&agent_did), "{}", stdout(&o));
+}
+
+#[test]
+fn well_known_files_and_admin_guard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Node::start(&tmp.path().join("a"), &[]);
+    let http = http_client();
+    rt().block_on(async {
+        let doc: Value = http
+            .get(format!("{}/.well-known/did.json", a.http()))
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(doc["id"], a.did());
+
+        let card: Value = http
+            .get(format!("{}/.well-known/agent-card.json", a.http()))
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(card["name"], "agentnet node");
+        assert_eq!(card["supportedInterfaces"][0]["url"], a.http());
+        assert_eq!(card["skills"][0]["tags"], json!(["agentnet"]));
+        let resolver = agentnet_did::Resolver::new(Default::default()).unwrap();
+        let sigs = agentnet_did::card::verify(&card, agentnet_did::card::KeySource::Did(&resolver))
+            .await
+            .expect("the node's card verifies");
+        assert!(sigs[0].kid.starts_with(a.did()), "{:?}", sigs);
+        let mut tampered = card.clone();
+        tampered["name"] = json!("someone else");
+        assert!(agentnet_did::card::verify(
+            &tampered,
+            agentnet_did::card::KeySource::Did(&resolver)
+        )
+        .await
+        .is_err());
+
+        // A request naming another host (DNS rebinding from a browser) is refused.
+        let r = http
+            .get(format!("{}/admin/v1/peers", a.http()))
+            .header("Host", "attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+        let r = http
+            .get(format!("{}/admin/v1/peers", a.http()))
+            .header("Origin", "https://attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+        let r = http
+            .get(format!("{}/admin/v1/peers", a.http()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    });
+}
+
+#[test]
+fn clear_errors_for_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write_card(tmp.path(), "good.json", &card(&["translation"]));
+
+    // No node runs there.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = agentnet(&["publish", "--card", p(&good), "--data-dir", p(&empty)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no running node found") && stderr(&o).contains("agentnet up"),
+        "{}",
+        stderr(&o)
+    );
+    let o = agentnet(&["discover", "--skill", "x", "--node", "http://127.0.0.1:9"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no running node found at http://127.0.0.1:9"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Cards the network would refuse are refused before anything is sent.
+    let mut no_tags = card(&[]);
+    no_tags["skills"][0].as_object_mut().unwrap().remove("tags");
+    let no_tags = write_card(tmp.path(), "no-tags.json", &no_tags);
+    let o = agentnet(&["publish", "--card", p(&no_tags), "--data-dir", p(&empty)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no skill tags"), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+
+    let no_skills = write_card(tmp.path(), "no-skills.json", &json!({"name": "x"}));
+    let o = agentnet(&["publish", "--card", p(&no_skills), "--data-dir", p(&empty)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no skills"), "{}", stderr(&o));
+
+    let garbage = tmp.path().join("garbage.json");
+    std::fs::write(&garbage, b"{not json").unwrap();
+    let o = agentnet(&["publish", "--card", p(&garbage), "--data-dir", p(&empty)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not JSON"), "{}", stderr(&o));
+
+    let o = agentnet(&[
+        "up",
+        "--data-dir",
+        p(&empty),
+        "--listen",
+        "/ip4/127.0.0.1/tcp/nope",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not a multiaddr"), "{}", stderr(&o));
+    assert!(!empty.join("node.json").exists());
+
+    // With a node running, its refusals come back with their reason.
+    let a = Node::start(&tmp.path().join("a"), &[]);
+    let o = agentnet(&[
+        "publish",
+        "--card",
+        p(&good),
+        "--ttl",
+        "99999999",
+        "--data-dir",
+        a.data_dir(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("ttl"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_restarted_node_answers_from_its_store_and_refuses_replays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a");
+    let card_path = write_card(tmp.path(), "card.json", &card(&["translation"]));
+    let a = Node::start(&dir, &[]);
+    let publish = |node: &Node| {
+        json_of(&[
+            "publish",
+            "--card",
+            p(&card_path),
+            "--data-dir",
+            node.data_dir(),
+            "--json",
+        ])
+    };
+    let first = publish(&a);
+    assert_eq!(first["did"], a.did());
+    assert_eq!(first["seq"], 1);
+    let http = http_client();
+    let advert_url = format!("{}/admin/v1/adverts/{}", a.http(), a.did());
+    let old_advert = rt().block_on(async {
+        let r = http.get(&advert_url).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap()
+    });
+    assert_eq!(publish(&a)["seq"], 2);
+    let did = a.did().to_owned();
+    a.kill();
+
+    // node.json is left behind by SIGKILL, but nothing answers there.
+    assert!(dir.join("node.json").exists());
+    let o = agentnet(&["publish", "--card", p(&card_path), "--data-dir", p(&dir)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no running node found"),
+        "{}",
+        stderr(&o)
+    );
+
+    let a = Node::start(&dir, &[]);
+    assert_eq!(a.did(), did);
+    assert!(a.peers()["peers"].as_array().unwrap().is_empty());
+    let found = json_of(&[
+        "discover",
+        "--skill",
+        "translation",
+        "--json",
+        "--data-dir",
+        a.data_dir(),
+    ]);
+    assert_eq!(dids(&found), [did.as_str()]);
+    assert_eq!(found[0]["seq"], 2);
+
+    // Replaying the first advertisement, validly signed but older, is refused.
+    rt().block_on(async {
+        let r = http
+            .post(format!("{}/admin/v1/adverts", a.http()))
+            .header("Content-Type", "application/json")
+            .body(old_advert)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 409);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["reason"], "stale_seq", "{body}");
+    });
+    let stats = a.peers()["stats"].clone();
+    assert_eq!(stats["ignored"], 1, "{stats}");
+
+    // The sequence counter survived too.
+    assert_eq!(publish(&a)["seq"], 3);
+}
+
+#[test]
+fn published_cards_are_re_announced_with_a_new_seq() {
+    let tmp = tempfile::tempdir().unwrap();
+    let card_path = write_card(tmp.path(), "card.json", &card(&["translation"]));
+    let a = Node::start(&tmp.path().join("a"), &[]);
+    let first = json_of(&[
+        "publish",
+        "--card",
+        p(&card_path),
+        "--ttl",
+        "3",
+        "--data-dir",
+        a.data_dir(),
+        "--json",
+    ]);
+    let first_seq = first["seq"].as_u64().unwrap();
+    let first_expiry = first["expires_at"].as_u64().unwrap();
+    // Re-announced after 2 s (2/3 of 3 s), before the first one expires.
+    let later = eventually("a re-announcement", || {
+        let v = json_of(&[
+            "discover",
+            "--skill",
+            "translation",
+            "--json",
+            "--data-dir",
+            a.data_dir(),
+        ]);
+        let seq = v.get(0)?["seq"].as_u64()?;
+        (seq > first_seq).then_some(v)
+    });
+    assert!(later[0]["expires_at"].as_u64().unwrap() >= first_expiry);
+}
