@@ -244,7 +244,7 @@ async fn local_only(
             o.to_str()
                 .ok()
                 .and_then(|o| url::Url::parse(o).ok())
-                .and_then(|u| u.host_str().map(|h| is_loopback_host(h)))
+                .and_then(|u| u.host_str().map(is_loopback_host))
                 .unwrap_or(false)
         })
         .unwrap_or(true);

@@ -362,6 +362,20 @@ fn well_known_files_and_admin_guard() {
     });
 }
 
+#[cfg(unix)]
+#[test]
+fn sigterm_stops_the_node_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = Node::start(&tmp.path().join("a"), &[]);
+    let pid = a.child.id().to_string();
+    let o = Command::new("kill").args(["-TERM", &pid]).output().unwrap();
+    assert!(o.status.success());
+    let status = eventually("the node to exit", || a.child.try_wait().unwrap());
+    assert!(status.success(), "{status}: {}", a.log());
+    assert!(!a.dir.join("node.json").exists());
+    assert!(a.log().contains("node stopped"), "{}", a.log());
+}
+
 #[test]
 fn clear_errors_for_bad_input() {
     let tmp = tempfile::tempdir().unwrap();
