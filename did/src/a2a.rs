@@ -122,13 +122,66 @@ pub struct CardError {
     pub reason: String,
 }
 
-fn err(path: &str, reason: impl Into<String>) -> CardError {
+/// Where in the card we are; rendered (`$.skills[0].tags`) only when there is an error, so the
+/// walk allocates nothing for paths.
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Root,
+    Field(&'a str),
+    Index(usize),
+}
+
+#[derive(Clone, Copy)]
+struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    seg: Seg<'a>,
+}
+
+impl<'a> Path<'a> {
+    const ROOT: Path<'static> = Path {
+        parent: None,
+        seg: Seg::Root,
+    };
+
+    fn field(&'a self, name: &'a str) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Field(name),
+        }
+    }
+
+    fn index(&'a self, i: usize) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Index(i),
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut segs = vec![self.seg];
+        let mut p = self.parent;
+        while let Some(x) = p {
+            segs.push(x.seg);
+            p = x.parent;
+        }
+        let mut out = String::new();
+        for s in segs.into_iter().rev() {
+            match s {
+                Seg::Root => out.push('$'),
+                Seg::Field(f) => {
+                    out.push('.');
+                    out.push_str(f);
+                }
+                Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            }
+        }
+        out
+    }
+}
+
+fn err(path: &Path<'_>, reason: impl Into<String>) -> CardError {
     CardError {
-        path: if path.is_empty() {
-            "$".into()
-        } else {
-            path.to_owned()
-        },
+        path: path.render(),
         reason: reason.into(),
     }
 }
@@ -151,7 +204,7 @@ fn proto_name(json: &str) -> String {
 fn through_model(
     value: &Value,
     msg: &Message,
-    path: &str,
+    path: &Path<'_>,
     depth: usize,
 ) -> Result<Value, CardError> {
     if depth > MAX_DEPTH {
@@ -160,16 +213,20 @@ fn through_model(
     let obj = value
         .as_object()
         .ok_or_else(|| err(path, format!("{} must be an object", msg.name)))?;
+    // Snake-case member names are rare: only look for them when some key has an underscore.
+    let snake = obj.keys().any(|k| k.contains('_'));
     let mut out = Map::new();
     for field in msg.fields {
-        let v = obj
-            .get(field.json)
-            .or_else(|| obj.get(&proto_name(field.json)));
+        let v = match obj.get(field.json) {
+            Some(v) => Some(v),
+            None if snake => obj.get(&proto_name(field.json)),
+            None => None,
+        };
         let Some(v) = v else { continue };
         if v.is_null() {
             continue;
         }
-        let p = format!("{path}.{}", field.json);
+        let p = path.field(field.json);
         if let Some(v) = through_field(v, field.kind, &p, depth + 1)? {
             out.insert(field.json.to_owned(), v);
         }
@@ -177,17 +234,20 @@ fn through_model(
     Ok(Value::Object(out))
 }
 
-fn through_field(v: &Value, kind: Kind, p: &str, depth: usize) -> Result<Option<Value>, CardError> {
-    let string = |v: &Value| {
+fn through_field(
+    v: &Value,
+    kind: Kind,
+    p: &Path<'_>,
+    depth: usize,
+) -> Result<Option<Value>, CardError> {
+    let string = |v: &Value, p: &Path<'_>| {
         v.as_str()
-            .map(str::to_owned)
+            .map(|s| Value::String(s.to_owned()))
             .ok_or_else(|| err(p, "must be a string"))
     };
     Ok(match kind {
-        Str => Some(string(v)?)
-            .filter(|s| !s.is_empty())
-            .map(Value::String),
-        OptStr => Some(Value::String(string(v)?)),
+        Str => Some(string(v, p)?).filter(|s| s.as_str() != Some("")),
+        OptStr => Some(string(v, p)?),
         Bool => match v.as_bool() {
             Some(true) => Some(Value::Bool(true)),
             Some(false) => None,
@@ -202,11 +262,7 @@ fn through_field(v: &Value, kind: Kind, p: &str, depth: usize) -> Result<Option<
             let items = arr
                 .iter()
                 .enumerate()
-                .map(|(i, x)| {
-                    x.as_str()
-                        .map(|s| Value::String(s.to_owned()))
-                        .ok_or_else(|| err(&format!("{p}[{i}]"), "must be a string"))
-                })
+                .map(|(i, x)| string(x, &p.index(i)))
                 .collect::<Result<Vec<_>, _>>()?;
             Some(Value::Array(items))
         }
@@ -215,7 +271,7 @@ fn through_field(v: &Value, kind: Kind, p: &str, depth: usize) -> Result<Option<
             let items = arr
                 .iter()
                 .enumerate()
-                .map(|(i, x)| through_model(x, m, &format!("{p}[{i}]"), depth + 1))
+                .map(|(i, x)| through_model(x, m, &p.index(i), depth + 1))
                 .collect::<Result<Vec<_>, _>>()?;
             Some(Value::Array(items))
         }
@@ -223,10 +279,7 @@ fn through_field(v: &Value, kind: Kind, p: &str, depth: usize) -> Result<Option<
             let obj = v.as_object().ok_or_else(|| err(p, "must be an object"))?;
             let mut out = Map::new();
             for (k, x) in obj {
-                out.insert(
-                    k.clone(),
-                    through_model(x, m, &format!("{p}.{k}"), depth + 1)?,
-                );
+                out.insert(k.clone(), through_model(x, m, &p.field(k), depth + 1)?);
             }
             Some(Value::Object(out))
         }
@@ -234,7 +287,7 @@ fn through_field(v: &Value, kind: Kind, p: &str, depth: usize) -> Result<Option<
             let obj = v.as_object().ok_or_else(|| err(p, "must be an object"))?;
             let mut out = Map::new();
             for (k, x) in obj {
-                out.insert(k.clone(), Value::String(string(x)?));
+                out.insert(k.clone(), string(x, &p.field(k))?);
             }
             Some(Value::Object(out))
         }
@@ -248,7 +301,7 @@ fn through_field(v: &Value, kind: Kind, p: &str, depth: usize) -> Result<Option<
 }
 
 /// A `google.protobuf.Struct` value: any JSON, numbers as IEEE doubles.
-fn as_struct(v: &Value, p: &str, depth: usize) -> Result<Value, CardError> {
+fn as_struct(v: &Value, p: &Path<'_>, depth: usize) -> Result<Value, CardError> {
     if depth > MAX_DEPTH {
         return Err(err(p, format!("nested deeper than {MAX_DEPTH}")));
     }
@@ -298,7 +351,7 @@ fn clean_empty(v: Value) -> Option<Value> {
 /// The card as the SDKs see it after their model: unknown fields dropped, defaults dropped.
 /// Keeps `signatures`.
 pub fn normalize(card: &Value) -> Result<Value, CardError> {
-    through_model(card, &AGENT_CARD, "$", 1)
+    through_model(card, &AGENT_CARD, &Path::ROOT, 1)
 }
 
 /// The bytes an A2A card signature covers: the card through the model, without `signatures`,

@@ -170,7 +170,7 @@ pub async fn verify(
                 })?;
                 docs.push(doc);
             }
-            verify_each(card, |index, p| {
+            verify_parsed(card, parsed, |index, p| {
                 docs[index]
                     .key_for(
                         p.kid.as_deref().unwrap_or_default(),
@@ -264,9 +264,16 @@ fn parse_all(card: &Value) -> Result<Vec<ParsedSig>, CardSignatureError> {
 
 fn verify_each(
     card: &Value,
+    key_for: impl FnMut(usize, &ParsedSig) -> Result<PublicKey, CardSignatureError>,
+) -> Result<Vec<VerifiedSignature>, CardSignatureError> {
+    verify_parsed(card, parse_all(card)?, key_for)
+}
+
+fn verify_parsed(
+    card: &Value,
+    parsed: Vec<ParsedSig>,
     mut key_for: impl FnMut(usize, &ParsedSig) -> Result<PublicKey, CardSignatureError>,
 ) -> Result<Vec<VerifiedSignature>, CardSignatureError> {
-    let parsed = parse_all(card)?;
     let payload = B64URL.encode(a2a::canonical_bytes(card)?);
     let mut out = Vec::with_capacity(parsed.len());
     for p in parsed {

@@ -158,6 +158,7 @@ pub fn document(key: &ed25519_dalek::VerifyingKey, opts: Options) -> Document {
         proof: None,
         extra: Default::default(),
         source: None,
+        key_cache: Default::default(),
     }
 }
 

@@ -168,6 +168,55 @@ pub struct Document {
     /// that, not over our re-serialization (which would drop empty members, for one).
     #[serde(skip)]
     pub source: Option<Value>,
+    /// Keys already decoded by [`Document::key_for`]: a cached document verifies many
+    /// signatures, and decoding (base58, point decompression) costs as much as a tenth of a
+    /// verification each time. Filled on first use; change the document's fields and you must
+    /// build a new `Document` (or call [`Document::clear_key_cache`]).
+    #[serde(skip)]
+    pub key_cache: KeyCache,
+}
+
+/// Decoded public keys by (method id, relationship). Never compared, cloned with its contents.
+#[derive(Default)]
+pub struct KeyCache(std::sync::Mutex<Vec<(String, Relationship, PublicKey)>>);
+
+impl KeyCache {
+    const MAX: usize = MAX_VERIFICATION_METHODS;
+
+    fn get(&self, id: &str, rel: Relationship) -> Option<PublicKey> {
+        let v = self.0.lock().ok()?;
+        v.iter()
+            .find(|(i, r, _)| i == id && *r == rel)
+            .map(|(_, _, k)| k.clone())
+    }
+
+    fn put(&self, id: String, rel: Relationship, key: PublicKey) {
+        if let Ok(mut v) = self.0.lock() {
+            if v.len() < Self::MAX {
+                v.push((id, rel, key));
+            }
+        }
+    }
+}
+
+impl Clone for KeyCache {
+    fn clone(&self) -> Self {
+        Self(std::sync::Mutex::new(
+            self.0.lock().map(|v| v.clone()).unwrap_or_default(),
+        ))
+    }
+}
+
+impl PartialEq for KeyCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for KeyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyCache")
+    }
 }
 
 /// Why a document was refused, or a key could not be found in it.
@@ -329,11 +378,23 @@ impl Document {
 
     /// The public key of `method_id`, which must be authorized for `rel`.
     pub fn key_for(&self, method_id: &str, rel: Relationship) -> Result<PublicKey, DocumentError> {
+        if let Some(k) = self.key_cache.get(method_id, rel) {
+            return Ok(k);
+        }
         let vm = self.method_for(method_id, rel)?;
-        vm.public_key().map_err(|e| DocumentError::BadKey {
+        let key = vm.public_key().map_err(|e| DocumentError::BadKey {
             id: vm.id.clone(),
             reason: e.to_string(),
-        })
+        })?;
+        self.key_cache.put(method_id.to_owned(), rel, key.clone());
+        Ok(key)
+    }
+
+    /// Forget the decoded keys (after changing the document's methods in place).
+    pub fn clear_key_cache(&self) {
+        if let Ok(mut v) = self.key_cache.0.lock() {
+            v.clear();
+        }
     }
 }
 

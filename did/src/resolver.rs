@@ -212,10 +212,20 @@ impl Resolver {
 
     /// Resolve a DID to its document, checked to belong to it.
     pub async fn resolve(&self, did: &Did) -> Result<Arc<Document>, ResolveError> {
-        if did.method() == &Method::Key {
-            return didkey::resolve(did, self.opts.did_key).map(Arc::new);
-        }
         let key = did.as_str().to_owned();
+        if did.method() == &Method::Key {
+            // Local and deterministic, but cached all the same: the cached document keeps its
+            // decoded key, which makes repeated verifications by one agent cheaper.
+            if let Some(hit) = self.cached(&key, Instant::now()) {
+                return hit;
+            }
+            let result = didkey::resolve(did, self.opts.did_key).map(Arc::new);
+            if result.is_ok() {
+                let mut cache = self.cache.lock().expect("cache lock poisoned");
+                cache.put(key, (Instant::now(), result.clone()));
+            }
+            return result;
+        }
         if let Some(doc) = self.pinned.lock().expect("pinned lock poisoned").get(&key) {
             return Ok(doc.clone());
         }

@@ -83,6 +83,7 @@ pub fn document_for(did: &Did, key: &SecretKey, created: &str) -> Document {
 pub fn sign_document(doc: &mut Document, key: &SecretKey, vm: &str, created: &str) {
     doc.proof = None;
     doc.source = None;
+    doc.clear_key_cache();
     let mut options = json!({
         "type": "DataIntegrityProof",
         "cryptosuite": "eddsa-jcs-2022",
