@@ -9,12 +9,18 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/agentnet/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
+echo "== system packages"
+bash scripts/system-deps.sh
+
 echo "== interop tools (Python venv, node_modules)"
 bash interop/setup.sh
 
 echo "== cargo test --workspace"
-cargo test --workspace --all-targets --locked
+cargo test --workspace --lib --bins --tests --examples --locked
 cargo test --workspace --doc --locked
+
+echo "== benchmarks compile (run them with cargo bench; figures in docs/BENCHMARKS.md)"
+cargo check --workspace --benches --locked
 
 echo "== cargo test -p agentnet-did --features ssi"
 cargo test -p agentnet-did --features ssi --lib --locked

@@ -20,10 +20,7 @@ use libp2p::kad::{self, GetProvidersOk, QueryId, QueryResult, RecordKey};
 use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
-use libp2p::{
-    identify, mdns, noise, ping, tcp, yamux, Multiaddr, PeerId, StreamProtocol, Swarm,
-    Transport as _,
-};
+use libp2p::{identify, mdns, noise, ping, tcp, yamux, StreamProtocol, Swarm, Transport as _};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -32,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::advert::{Reject, Validated, Validator};
 use crate::store::{PutOutcome, Store, StoredAdvert};
 use crate::tags;
+
+pub use libp2p::{Multiaddr, PeerId};
 
 /// The gossipsub topic of advertisements.
 pub const TOPIC: &str = "agentnet/cards/1";

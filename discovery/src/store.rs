@@ -576,6 +576,19 @@ impl Store {
         }
     }
 
+    /// Write the memtables to disk and sync the write-ahead log: after this returns, everything
+    /// stored so far survives a power cut. Called on clean shutdown.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.inner
+            .db
+            .flush_wal(true)
+            .and_then(|_| self.inner.db.flush())
+            .map_err(|source| StoreError::Db {
+                context: format!("flushing {}", self.inner.path.display()),
+                source,
+            })
+    }
+
     /// Adverts stored. Approximate in one way: expired adverts count until
     /// [`sweep_expired`](Self::sweep_expired) deletes them.
     pub fn len(&self) -> Result<usize, StoreError> {

@@ -570,6 +570,24 @@ impl Client {
     pub async fn peers(&self) -> Result<Peers, ClientError> {
         self.send(self.http.get(self.url("/admin/v1/peers"))).await
     }
+
+    /// `GET /admin/v1/adverts/{did}`: the node's stored advertisement of `did`, or `None` if it
+    /// has no live one.
+    pub async fn advert(&self, did: &str) -> Result<Option<Value>, ClientError> {
+        let mut u = self.url("/admin/v1/adverts/");
+        u.path_segments_mut()
+            .map_err(|()| ClientError::Http {
+                url: self.base.to_string(),
+                detail: "the node URL cannot take a path".into(),
+            })?
+            .pop_if_empty()
+            .push(did);
+        match self.send(self.http.get(u)).await {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Refused { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Check the `Host`/`Origin` rules without a server.

@@ -15,7 +15,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::admin::{self, PublishRequest};
-use crate::{daemon, data_dir};
+use crate::{daemon, data_dir, testnet};
 
 /// Largest card, DID document or JWK file we read.
 const MAX_INPUT: u64 = 1024 * 1024;
@@ -100,6 +100,28 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Start several nodes on loopback in this process, publish sample agents from some and
+    /// discover them from the last: the whole network at work, in seconds.
+    Testnet {
+        /// How many nodes, 2 to 32.
+        #[arg(
+            long,
+            default_value_t = testnet::DEFAULT_NODES,
+            value_parser = clap::value_parser!(u8)
+                .range(i64::from(testnet::MIN_NODES)..=i64::from(testnet::MAX_NODES)),
+        )]
+        nodes: u8,
+        /// Keep the nodes' data in <DIR>/node-1 … node-N; default: a temporary directory,
+        /// removed at exit.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Print one JSON object at the end; progress goes to standard error.
+        #[arg(long)]
+        json: bool,
+        /// Keep the nodes running until Ctrl-C, to try the other commands against them.
+        #[arg(long)]
+        keep: bool,
     },
 }
 
@@ -283,6 +305,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => discover(&skills, limit, &node, json).await,
         Command::Peers { node, json } => peers(&node, json).await,
+        Command::Testnet {
+            nodes,
+            data_dir,
+            json,
+            keep,
+        } => {
+            testnet::run(testnet::Options {
+                nodes,
+                data_dir,
+                json,
+                keep,
+            })
+            .await
+        }
     }
 }
 
@@ -309,6 +345,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         })?,
         mdns: !args.no_mdns,
         json: args.json,
+        quiet: false,
     };
     daemon::run(opts).await?;
     Ok(ExitCode::SUCCESS)

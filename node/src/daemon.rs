@@ -48,6 +48,9 @@ pub struct Options {
     pub mdns: bool,
     /// Print the start banner as one JSON line.
     pub json: bool,
+    /// Print nothing at start (no banner, no "created a new node key"): for callers that run
+    /// several nodes in one process and report on them themselves (`agentnet testnet`).
+    pub quiet: bool,
 }
 
 /// `<data-dir>/node.json`: how to reach the running node.
@@ -163,7 +166,7 @@ fn with_peer(addr: &Multiaddr, peer: libp2p::PeerId) -> Multiaddr {
 }
 
 /// Wait for Ctrl-C or SIGTERM.
-async fn terminated() -> Result<(), Error> {
+pub(crate) async fn terminated() -> Result<(), Error> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -204,6 +207,7 @@ pub struct Running {
     publisher_task: tokio::task::JoinHandle<()>,
     net_stop: CancellationToken,
     net_task: tokio::task::JoinHandle<()>,
+    store: Store,
     /// What node.json says.
     pub info: NodeFile,
 }
@@ -225,7 +229,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         path: key_path.clone(),
         source,
     })?;
-    if created {
+    if created && !opts.quiet {
         eprintln!("created a new node key at {}", key_path.display());
     }
     let did = key.did_key();
@@ -255,7 +259,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         net::spawn(&key, cfg, store.clone(), validator, net_stop.clone()).await?;
     let peer_id = client.peer_id();
 
-    let publisher = Arc::new(Publisher::new(client.clone(), store, max_ttl));
+    let publisher = Arc::new(Publisher::new(client.clone(), store.clone(), max_ttl));
     let publisher_stop = CancellationToken::new();
     let publisher_task = {
         let p = publisher.clone();
@@ -313,12 +317,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     };
     info.write(&opts.data_dir)?;
 
-    if opts.json {
+    if opts.json && !opts.quiet {
         println!(
             "{}",
             serde_json::to_string(&info).expect("a NodeFile always serializes")
         );
-    } else {
+    } else if !opts.quiet {
         println!("did: {did}");
         println!("peer id: {peer_id}");
         println!("listening on http://{http_addr} (well-known files, admin API)");
@@ -337,6 +341,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         publisher_task,
         net_stop,
         net_task,
+        store,
         info,
     })
 }
@@ -375,10 +380,12 @@ impl Running {
         if tokio::time::timeout(NET_STOP, self.net_task).await.is_err() {
             tracing::warn!("network task did not stop in time");
         }
-        // 4. The store: every handle is dropped with the tasks above, and RocksDB closes when
-        //    the last one goes. Every write went through its WAL, so nothing is lost even
-        //    without an explicit flush.
-        //    TODO: an explicit `Store::flush()` in discovery, to call here.
+        // 4. The store: flush memtables and sync the WAL; RocksDB closes when the last handle
+        //    (dropped with the tasks above and with us) goes.
+        let store = self.store.clone();
+        if let Ok(Err(error)) = tokio::task::spawn_blocking(move || store.flush()).await {
+            tracing::warn!(%error, "flushing the store");
+        }
         // 5. Tell the other commands the node is gone.
         NodeFile::remove_if_ours(&self.data_dir, self.pid);
         tracing::info!("node stopped");

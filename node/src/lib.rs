@@ -11,12 +11,13 @@
 //!
 //! # Layout
 //! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
-//!   `publish`, `discover`, `peers`).
+//!   `publish`, `discover`, `peers`, `testnet`).
 //! - [`daemon`]: `agentnet up`: start, `node.json`, shutdown order.
 //! - [`http`]: the HTTP server: well-known files, mounting the admin API.
 //! - [`admin`]: the loopback-only admin API and its client.
 //! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
 //! - [`data_dir`]: where the node keeps its key and state.
+//! - [`testnet`]: `agentnet testnet`: several nodes in one process, discovery end to end.
 
 pub mod admin;
 pub mod cli;
@@ -24,3 +25,4 @@ pub mod daemon;
 pub mod data_dir;
 pub mod http;
 pub mod publisher;
+pub mod testnet;

@@ -1,0 +1,956 @@
+//! Simulate an agentnet network in one process and measure how fast advertisements spread.
+//!
+//! N full nodes (real validation, one RocksDB store each in a temporary directory) on libp2p's
+//! memory transport. Each node dials `--dials` others (the first one an earlier node, so the graph
+//! is connected). After the mesh forms, `--adverts` advertisements are published one after
+//! another from random nodes, each by a fresh did:key agent with a ~1 KiB card, and for each we
+//! measure when 50 %, 95 % and 100 % of the nodes accepted it (timestamps taken as each node's
+//! `Accepted` event arrives). With `--adversaries K`, K extra nodes gossip junk all along
+//! (forged signatures, hijack attempts on honest DIDs, malformed and random bytes); we count what
+//! the honest nodes refused and check that none of it was stored or forwarded.
+//!
+//! ```text
+//! cargo run --release -p agentnet-discovery --bin simulate -- --nodes 100 [--dials 8]
+//!     [--adverts 20] [--adversaries K] [--seed S] [--heartbeat-ms 700] [--deadline-ms 10000]
+//!     [--warmup-ms W] [--junk-rate 20] [--json]
+//! ```
+//!
+//! Not measured: gossip duplicates and bytes per node. gossipsub drops duplicates before the
+//! application sees them and `net` builds its memory transport itself, so neither can be counted
+//! from outside `discovery/src`; they are printed as `n/a`.
+//!
+//! The run is bounded (a watchdog ends it), and the temporary directory is removed at the end.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentnet_did::{card, Did, DidUrl, Resolver, SecretKey};
+use agentnet_discovery::advert::{self, Draft, Limits, Validator};
+use agentnet_discovery::net::{self, Client, Config, TransportKind};
+use agentnet_discovery::store::Store;
+use futures::StreamExt;
+use libp2p::multiaddr::Protocol;
+use libp2p::{Multiaddr, PeerId};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "\
+usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1]
+                [--heartbeat-ms 700] [--deadline-ms 10000] [--warmup-ms W] [--junk-rate 20]
+                [--max-rss-mb M] [--json]
+
+  --nodes N          honest nodes (required, >= 2)
+  --dials D          connections each node dials (default 8)
+  --adverts A        advertisements published, one after another (default 20)
+  --adversaries K    extra nodes gossiping junk during the run (default 0)
+  --seed S           RNG seed for keys, topology and publishers (default 1)
+  --heartbeat-ms H   gossipsub heartbeat (default: net::Config's, 700)
+  --deadline-ms T    per-advertisement deadline; later nodes count as not delivered (default 10000)
+  --warmup-ms W      wait after dialing, for the mesh to form (default max(3000, 6 heartbeats))
+  --junk-rate R      junk messages per second per adversary (default 20)
+  --max-rss-mb M     abort (and clean up) if the process grows past M MiB
+                     (default: half of MemAvailable at start)
+  --json             one JSON object instead of text";
+
+/// Command-line arguments.
+#[derive(Debug, Clone)]
+struct Args {
+    nodes: usize,
+    dials: usize,
+    adverts: usize,
+    adversaries: usize,
+    seed: u64,
+    heartbeat: Duration,
+    deadline: Duration,
+    warmup: Duration,
+    junk_rate: u32,
+    max_rss_mb: Option<u64>,
+    json: bool,
+}
+
+fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut warmup = None;
+    let mut args = Args {
+        nodes: 0,
+        dials: 8,
+        adverts: 20,
+        adversaries: 0,
+        seed: 1,
+        heartbeat: Config::default().heartbeat,
+        deadline: Duration::from_secs(10),
+        warmup: Duration::ZERO,
+        junk_rate: 20,
+        max_rss_mb: None,
+        json: false,
+    };
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
+            None => (arg.clone(), None),
+        };
+        if flag == "--json" {
+            args.json = true;
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            return Err(String::new());
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => it.next().ok_or_else(|| format!("{flag} needs a value"))?,
+        };
+        let num = |v: &str| -> Result<u64, String> {
+            v.parse::<u64>().map_err(|e| format!("{flag} {v:?}: {e}"))
+        };
+        match flag.as_str() {
+            "--nodes" => args.nodes = num(&value)? as usize,
+            "--dials" => args.dials = num(&value)? as usize,
+            "--adverts" => args.adverts = num(&value)? as usize,
+            "--adversaries" => args.adversaries = num(&value)? as usize,
+            "--seed" => args.seed = num(&value)?,
+            "--heartbeat-ms" => args.heartbeat = Duration::from_millis(num(&value)?.max(10)),
+            "--deadline-ms" => args.deadline = Duration::from_millis(num(&value)?.max(1)),
+            "--warmup-ms" => warmup = Some(Duration::from_millis(num(&value)?)),
+            "--junk-rate" => args.junk_rate = num(&value)?.clamp(1, 10_000) as u32,
+            "--max-rss-mb" => args.max_rss_mb = Some(num(&value)?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if args.nodes < 2 {
+        return Err("--nodes N is required, N >= 2".into());
+    }
+    if args.nodes + args.adversaries > 5000 {
+        return Err("at most 5000 nodes in one process".into());
+    }
+    args.dials = args.dials.clamp(1, args.nodes - 1);
+    args.warmup = warmup.unwrap_or_else(|| (args.heartbeat * 6).max(Duration::from_secs(3)));
+    Ok(args)
+}
+
+/// xorshift64*: deterministic, no dependency, plenty for topology and key seeds.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        // splitmix64 of the seed, so that small seeds give unrelated streams.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn seed32(&mut self) -> [u8; 32] {
+        let mut s = [0u8; 32];
+        for chunk in s.chunks_mut(8) {
+            chunk.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        s
+    }
+}
+
+/// A directory removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> std::io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let path =
+            std::env::temp_dir().join(format!("agentnet-simulate-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path)?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("removing {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// `/proc/loadavg`'s first three fields.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "n/a".into())
+}
+
+/// CPU time this process used so far (user + system), from `/proc/self/stat`.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on every Linux configuration we run on.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// A `kB` field of a `/proc` file such as `/proc/self/status` or `/proc/meminfo`, in MiB.
+fn proc_mib(file: &str, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}
+
+/// Ends the process if it grows past `limit_mib`: every node holds buffers per connection, and a
+/// network where every node connects to every other outgrows the machine. The stores' directory
+/// is removed first. A thread, not a task, so that a saturated runtime cannot starve it.
+fn rss_watchdog(limit_mib: u64, dir: PathBuf) {
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(250));
+        let rss = proc_mib("/proc/self/status", "VmRSS:").unwrap_or(0);
+        if rss > limit_mib {
+            eprintln!(
+                "simulate: resident memory {rss} MiB passed the limit of {limit_mib} MiB \
+                 (--max-rss-mb); aborting"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            std::process::exit(3);
+        }
+    });
+}
+
+struct SimNode {
+    client: Client,
+    addr: Multiaddr,
+    task: JoinHandle<()>,
+}
+
+async fn start_node(
+    key: &SecretKey,
+    dir: &Path,
+    port: u64,
+    listen: bool,
+    heartbeat: Duration,
+    shutdown: &CancellationToken,
+) -> Result<SimNode, String> {
+    let path = dir.join(format!("node-{port}"));
+    let store = tokio::task::spawn_blocking(move || Store::open(&path))
+        .await
+        .map_err(|e| format!("opening store: {e}"))?
+        .map_err(|e| format!("opening store: {e}"))?;
+    let validator = Validator::new(
+        Resolver::new(Default::default()).map_err(|e| format!("resolver: {e}"))?,
+        Limits::default(),
+    );
+    let listen_addr: Multiaddr = Multiaddr::empty().with(Protocol::Memory(port));
+    let cfg = Config {
+        listen: if listen {
+            vec![listen_addr.clone()]
+        } else {
+            Vec::new()
+        },
+        transport: TransportKind::Memory,
+        heartbeat,
+        ..Default::default()
+    };
+    let (client, task) = net::spawn(key, cfg, store, validator, shutdown.clone())
+        .await
+        .map_err(|e| format!("starting node {port}: {e}"))?;
+    let addr = listen_addr.with(Protocol::P2p(client.peer_id()));
+    Ok(SimNode { client, addr, task })
+}
+
+/// A fresh did:key agent.
+struct Agent {
+    key: SecretKey,
+    did: Did,
+    kid: DidUrl,
+}
+
+impl Agent {
+    fn new(rng: &mut Rng) -> Self {
+        let key = SecretKey::from_seed(&rng.seed32());
+        let did = key.did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        Agent { key, did, kid }
+    }
+
+    /// A signed advertisement whose unsigned card is about `card_bytes` long.
+    fn advert(
+        &self,
+        publisher: &SimNode,
+        seq: u64,
+        desc: &str,
+        tags: &[String],
+        card_bytes: usize,
+    ) -> Result<Vec<u8>, String> {
+        let mut c = sample_card(desc, tags, "");
+        let len = serde_json::to_vec(&c).map(|v| v.len()).unwrap_or(0);
+        if len < card_bytes {
+            c = sample_card(desc, tags, &filler(card_bytes - len));
+        }
+        let signed = card::sign(&c, &self.key, &self.kid).map_err(|e| format!("card: {e}"))?;
+        let now = net::unix_now();
+        let ad = advert::sign(
+            Draft {
+                did: self.did.clone(),
+                kid: self.kid.clone(),
+                card: signed,
+                peer_id: publisher.client.peer_id().to_string(),
+                addrs: vec![publisher.addr.to_string()],
+                seq,
+                issued_at: now,
+                expires_at: now + 3600,
+            },
+            &self.key,
+        );
+        serde_json::to_vec(&ad).map_err(|e| format!("encoding advertisement: {e}"))
+    }
+}
+
+fn filler(n: usize) -> String {
+    const WORDS: &str = "translates summarizes classifies extracts answers plans routes ";
+    WORDS.chars().cycle().take(n).collect()
+}
+
+fn sample_card(desc: &str, tags: &[String], extra: &str) -> Value {
+    json!({
+        "name": "Sim agent", "description": format!("{desc} {extra}"), "version": "1.0.0",
+        "supportedInterfaces": [{"url": "https://agents.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "provider": {"organization": "Example Org", "url": "https://example.org"},
+        "capabilities": {"streaming": true, "pushNotifications": false},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "main", "name": "Main skill", "description": "Does the thing.", "tags": tags}]
+    })
+}
+
+/// Tags from a vocabulary of 200 with a Zipf(1) skew, 3 distinct per card.
+struct Vocabulary {
+    cumulative: Vec<f64>,
+}
+
+impl Vocabulary {
+    fn new(size: usize) -> Self {
+        let mut acc = 0.0;
+        let cumulative = (1..=size)
+            .map(|k| {
+                acc += 1.0 / k as f64;
+                acc
+            })
+            .collect();
+        Vocabulary { cumulative }
+    }
+
+    fn draw(&self, rng: &mut Rng, n: usize) -> Vec<String> {
+        let total = self.cumulative.last().copied().unwrap_or(1.0);
+        let mut out: Vec<String> = Vec::with_capacity(n);
+        while out.len() < n {
+            let x = rng.unit() * total;
+            let i = self.cumulative.partition_point(|c| *c < x);
+            let tag = format!("skill-{i}");
+            if !out.contains(&tag) {
+                out.push(tag);
+            }
+        }
+        out
+    }
+}
+
+/// When each node's `Accepted` event for each DID arrived.
+#[derive(Default)]
+struct Arrivals {
+    by_did: Mutex<HashMap<String, Vec<(usize, Instant)>>>,
+    notify: Notify,
+}
+
+impl Arrivals {
+    fn record(&self, did: String, node: usize, at: Instant) {
+        let mut m = self.by_did.lock().expect("arrivals lock poisoned");
+        let v = m.entry(did).or_default();
+        if !v.iter().any(|(n, _)| *n == node) {
+            v.push((node, at));
+        }
+        drop(m);
+        self.notify.notify_waiters();
+    }
+
+    fn count(&self, did: &str) -> usize {
+        self.by_did
+            .lock()
+            .expect("arrivals lock poisoned")
+            .get(did)
+            .map_or(0, Vec::len)
+    }
+
+    fn times(&self, did: &str) -> Vec<Instant> {
+        self.by_did
+            .lock()
+            .expect("arrivals lock poisoned")
+            .get(did)
+            .map(|v| v.iter().map(|(_, t)| *t).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Figures of one advertisement.
+struct Spread {
+    reached: usize,
+    publish: Duration,
+    /// Time until 50, 95, 100 % of the nodes accepted it, if they did before the deadline.
+    t: [Option<Duration>; 3],
+}
+
+/// What the adversaries did and what it achieved.
+#[derive(Default)]
+struct JunkTally {
+    sent: u64,
+    send_errors: u64,
+    junk_dids: Vec<String>,
+}
+
+/// The junk an adversary sends, in turn: forged signature, hijack of an honest DID (signed by
+/// another key), malformed JSON, random bytes. Every message is unique (gossipsub ids are the
+/// payload's hash).
+async fn adversary(
+    me: Arc<SimNode>,
+    mut rng: Rng,
+    rate: u32,
+    honest_dids: Arc<Mutex<Vec<String>>>,
+    stop: CancellationToken,
+) -> JunkTally {
+    let mut tally = JunkTally::default();
+    let junk_agents: Vec<Agent> = (0..4).map(|_| Agent::new(&mut rng)).collect();
+    tally.junk_dids = junk_agents.iter().map(|a| a.did.to_string()).collect();
+    let tags = vec!["junk".to_owned()];
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut i: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        i += 1;
+        let agent = &junk_agents[(i % 4) as usize];
+        let bytes = match i % 4 {
+            0 => {
+                let desc = format!("junk {i}");
+                match agent.advert(&me, i, &desc, &tags, 1024) {
+                    Ok(good) => String::from_utf8_lossy(&good)
+                        .replace(&desc, &format!("hack {i}"))
+                        .into_bytes(),
+                    Err(_) => continue,
+                }
+            }
+            1 => {
+                let target = {
+                    let h = honest_dids.lock().expect("dids lock poisoned");
+                    (!h.is_empty()).then(|| h[rng.below(h.len())].clone())
+                };
+                let Some(target) = target else { continue };
+                let Ok(bytes) = agent.advert(&me, 1_000_000 + i, "hijack", &tags, 1024) else {
+                    continue;
+                };
+                let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
+                    continue;
+                };
+                v["did"] = json!(target);
+                serde_json::to_vec(&v).unwrap_or_default()
+            }
+            2 => format!("{{\"v\":1,\"did\":\"not json {i}").into_bytes(),
+            _ => (0..64).flat_map(|_| rng.next_u64().to_le_bytes()).collect(),
+        };
+        match me.client.gossip_unchecked(bytes).await {
+            Ok(()) => tally.sent += 1,
+            Err(_) => tally.send_errors += 1,
+        }
+    }
+    tally
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
+    let load_start = loadavg();
+    let started = Instant::now();
+    let mut rng = Rng::new(args.seed);
+    let shutdown = CancellationToken::new();
+    let n = args.nodes;
+
+    // Nodes: honest ones listen; adversaries listen nowhere, so they stay behind the nodes they
+    // dial (as in tests/network.rs).
+    let mut nodes: Vec<Arc<SimNode>> = Vec::with_capacity(n + args.adversaries);
+    for i in 0..n + args.adversaries {
+        let key = SecretKey::from_seed(&rng.seed32());
+        let node = start_node(&key, dir, i as u64 + 1, i < n, args.heartbeat, &shutdown).await?;
+        nodes.push(Arc::new(node));
+    }
+    eprintln!(
+        "simulate: {} nodes started in {:.1} s; dialing",
+        nodes.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // Dials: the first to an earlier node (connectivity), the rest to any other honest node.
+    let mut plan: Vec<(usize, usize)> = Vec::new();
+    for i in 0..n + args.adversaries {
+        let mut targets: Vec<usize> = Vec::new();
+        let honest = i < n;
+        if honest && i > 0 {
+            targets.push(rng.below(i));
+        }
+        let want = if honest {
+            args.dials.min(n - 1)
+        } else {
+            args.dials.min(n)
+        };
+        while targets.len() < want {
+            let j = rng.below(n);
+            if j != i && !targets.contains(&j) {
+                targets.push(j);
+            }
+        }
+        plan.extend(targets.into_iter().map(|j| (i, j)));
+    }
+    let dial_failures = futures::stream::iter(plan.iter().map(|&(i, j)| {
+        let (from, to) = (nodes[i].client.clone(), nodes[j].addr.clone());
+        async move {
+            tokio::time::timeout(Duration::from_secs(10), from.dial(to))
+                .await
+                .map_err(|_| ())
+                .and_then(|r| r.map_err(|_| ()))
+        }
+    }))
+    .buffer_unordered(32)
+    .enumerate()
+    .fold(0usize, |failed, (k, r)| {
+        if (k + 1) % 500 == 0 {
+            eprintln!(
+                "simulate: {} of {} dials done at {:.1} s",
+                k + 1,
+                plan.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        futures::future::ready(failed + usize::from(r.is_err()))
+    })
+    .await;
+    let setup = started.elapsed();
+    eprintln!(
+        "simulate: {} nodes up and dialed in {:.1} s; warming up",
+        nodes.len(),
+        setup.as_secs_f64()
+    );
+
+    // Arrival recorders, one per honest node.
+    let arrivals = Arc::new(Arrivals::default());
+    let stop_recorders = CancellationToken::new();
+    for (idx, node) in nodes.iter().take(n).enumerate() {
+        let mut rx = node.client.subscribe();
+        let (arrivals, stop) = (arrivals.clone(), stop_recorders.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    ev = rx.recv() => match ev {
+                        Ok(ev) => arrivals.record(ev.did, idx, Instant::now()),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+            }
+        });
+    }
+
+    // Let gossipsub build its mesh.
+    // The last two seconds of it (or all of it, if shorter) also measure the background CPU
+    // of an idle network: heartbeats, pings, Kademlia.
+    let warmup = args.warmup;
+    let idle_window = warmup.min(Duration::from_secs(2));
+    tokio::time::sleep(warmup - idle_window).await;
+    let idle_cpu_start = process_cpu();
+    tokio::time::sleep(idle_window).await;
+    let idle_cpu = match (idle_cpu_start, process_cpu()) {
+        (Some(a), Some(b)) if !idle_window.is_zero() => {
+            Some(100.0 * b.saturating_sub(a).as_secs_f64() / idle_window.as_secs_f64())
+        }
+        _ => None,
+    };
+    let mut degrees = Vec::with_capacity(n);
+    for node in nodes.iter().take(n) {
+        degrees.push(node.client.peers().await.map(|p| p.len()).unwrap_or(0));
+    }
+    degrees.sort_unstable();
+
+    // Adversaries.
+    let honest_dids: Arc<Mutex<Vec<String>>> = Default::default();
+    let stop_junk = CancellationToken::new();
+    let mut junk_tasks = Vec::new();
+    for node in nodes.iter().skip(n) {
+        junk_tasks.push(tokio::spawn(adversary(
+            node.clone(),
+            Rng::new(rng.next_u64()),
+            args.junk_rate,
+            honest_dids.clone(),
+            stop_junk.clone(),
+        )));
+    }
+
+    // Advertisements, one after another.
+    eprintln!("simulate: publishing {} advertisements", args.adverts);
+    let vocab = Vocabulary::new(200);
+    let thresholds = [n.div_ceil(2), (n * 95).div_ceil(100), n];
+    let cpu_start = process_cpu();
+    let phase_start = Instant::now();
+    let mut spreads: Vec<Spread> = Vec::with_capacity(args.adverts);
+    let mut published: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut advert_bytes = 0;
+    let mut publish_errors = 0;
+    for a in 0..args.adverts {
+        let publisher = &nodes[rng.below(n)];
+        let agent = Agent::new(&mut rng);
+        let tags = vocab.draw(&mut rng, 3);
+        let bytes = agent.advert(publisher, 1, &format!("advert {a}"), &tags, 1024)?;
+        advert_bytes = bytes.len();
+        let did = agent.did.to_string();
+        let t0 = Instant::now();
+        if let Err(e) = publisher.client.publish(bytes.clone()).await {
+            eprintln!("publishing advert {a}: {e}");
+            publish_errors += 1;
+            continue;
+        }
+        let publish = t0.elapsed();
+        honest_dids
+            .lock()
+            .expect("dids lock poisoned")
+            .push(did.clone());
+        published.push((did.clone(), bytes));
+        let deadline = tokio::time::Instant::from_std(t0 + args.deadline);
+        loop {
+            let notified = arrivals.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if arrivals.count(&did) >= n || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+        let mut times: Vec<Duration> = arrivals
+            .times(&did)
+            .into_iter()
+            .map(|t| t.saturating_duration_since(t0))
+            .filter(|d| *d <= args.deadline)
+            .collect();
+        times.sort_unstable();
+        let at = |k: usize| times.get(k - 1).copied();
+        spreads.push(Spread {
+            reached: times.len(),
+            publish,
+            t: [at(thresholds[0]), at(thresholds[1]), at(thresholds[2])],
+        });
+        // A short pause so that the next advertisement does not overlap the tail of this one.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let phase = phase_start.elapsed();
+    let cpu = match (cpu_start, process_cpu()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+
+    // Stop the junk, let in-flight validations finish, then check the honest stores.
+    stop_junk.cancel();
+    let mut junk = JunkTally::default();
+    for t in junk_tasks {
+        if let Ok(t) = t.await {
+            junk.sent += t.sent;
+            junk.send_errors += t.send_errors;
+            junk.junk_dids.extend(t.junk_dids);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let adversary_ids: Vec<PeerId> = nodes.iter().skip(n).map(|s| s.client.peer_id()).collect();
+    let mut refused: HashMap<&'static str, u64> = HashMap::new();
+    let (mut accepted, mut ignored, mut throttled) = (0, 0, 0);
+    let mut forwarded_by_honest = 0u64;
+    let mut junk_stored = 0usize;
+    let published = Arc::new(published);
+    let junk_dids = Arc::new(junk.junk_dids.clone());
+    for node in nodes.iter().take(n) {
+        let stats = node.client.stats();
+        accepted += stats.accepted.load(std::sync::atomic::Ordering::Relaxed);
+        ignored += stats.ignored.load(std::sync::atomic::Ordering::Relaxed);
+        throttled += stats.throttled.load(std::sync::atomic::Ordering::Relaxed);
+        for (reason, count) in stats.rejected.lock().expect("stats lock poisoned").iter() {
+            *refused.entry(reason).or_default() += count;
+        }
+        forwarded_by_honest += stats
+            .rejected_from
+            .lock()
+            .expect("stats lock poisoned")
+            .iter()
+            .filter(|(p, _)| !adversary_ids.contains(p))
+            .map(|(_, c)| c)
+            .sum::<u64>();
+        // Every stored advertisement is one of the honest ones, byte for byte; no junk DID.
+        let (store, published, junk_dids) = (
+            node.client.store().clone(),
+            published.clone(),
+            junk_dids.clone(),
+        );
+        junk_stored += tokio::task::spawn_blocking(move || {
+            let now = net::unix_now();
+            let bad_honest = published
+                .iter()
+                .filter(
+                    |(did, bytes)| matches!(store.get(did, now), Ok(Some(a)) if &a.bytes != bytes),
+                )
+                .count();
+            let bad_junk = junk_dids
+                .iter()
+                .filter(|did| !matches!(store.get(did, now), Ok(None)))
+                .count();
+            let extra = store
+                .len()
+                .map_or(0, |len| len.saturating_sub(published.len()));
+            bad_honest + bad_junk + extra
+        })
+        .await
+        .map_err(|e| format!("checking a store: {e}"))?;
+    }
+
+    // Shut down: recorders, then the nodes (each closes its swarm; the stores close when the
+    // last clone is dropped, by the caller after the runtime stops).
+    stop_recorders.cancel();
+    shutdown.cancel();
+    let mut stuck = 0;
+    for node in &nodes {
+        let task = &node.task;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !task.is_finished() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if !task.is_finished() {
+            task.abort();
+            stuck += 1;
+        }
+    }
+    drop(nodes);
+
+    // Figures.
+    let delivered: usize = spreads.iter().map(|s| s.reached).sum();
+    let expected = n * args.adverts;
+    let mut summary = serde_json::Map::new();
+    for (k, name) in ["reach50", "reach95", "reach100"].iter().enumerate() {
+        let mut v: Vec<f64> = spreads.iter().filter_map(|s| s.t[k].map(ms)).collect();
+        v.sort_by(f64::total_cmp);
+        summary.insert(
+            (*name).into(),
+            json!({
+                "adverts_reaching": v.len(),
+                "median_ms": percentile(&v, 0.5),
+                "p95_ms": percentile(&v, 0.95),
+                "max_ms": v.last(),
+            }),
+        );
+    }
+    let mut publish: Vec<f64> = spreads.iter().map(|s| ms(s.publish)).collect();
+    publish.sort_by(f64::total_cmp);
+    let refused_total: u64 = refused.values().sum();
+    Ok(json!({
+        "nodes": n,
+        "dials": args.dials,
+        "adverts": args.adverts,
+        "adversaries": args.adversaries,
+        "seed": args.seed,
+        "heartbeat_ms": ms(args.heartbeat),
+        "deadline_ms": ms(args.deadline),
+        "warmup_ms": ms(warmup),
+        "advert_bytes": advert_bytes,
+        "setup_s": setup.as_secs_f64(),
+        "dial_failures": dial_failures,
+        "degree": {"min": degrees.first(), "median": degrees.get(n / 2), "max": degrees.last()},
+        "publish_errors": publish_errors,
+        "delivery_pct": if expected == 0 { 100.0 } else { 100.0 * delivered as f64 / expected as f64 },
+        "not_delivered": expected - delivered,
+        "reach": Value::Object(summary),
+        "local_publish_ms": {"median": percentile(&publish, 0.5), "p95": percentile(&publish, 0.95)},
+        "accepted": accepted,
+        "ignored": ignored,
+        "throttled": throttled,
+        "refused": refused_total,
+        "refused_by_reason": refused,
+        "junk_sent": junk.sent,
+        "junk_send_errors": junk.send_errors,
+        "junk_stored": junk_stored,
+        "junk_forwarded_by_honest": forwarded_by_honest,
+        "duplicate_ratio": "n/a",
+        "bytes_per_node": "n/a",
+        "cpu_s_advert_phase": cpu.map(|c| c.as_secs_f64()),
+        "idle_cpu_pct": idle_cpu,
+        "advert_phase_s": phase.as_secs_f64(),
+        "node_tasks_aborted": stuck,
+        "peak_rss_mib": proc_mib("/proc/self/status", "VmHWM:"),
+        "load_start": load_start,
+        "load_end": loadavg(),
+        "elapsed_s": started.elapsed().as_secs_f64(),
+    }))
+}
+
+fn print_text(r: &Value) {
+    let f = |v: &Value| match v.as_f64() {
+        Some(x) => format!("{x:.1}"),
+        None => "-".into(),
+    };
+    println!(
+        "nodes {}  dials {}  adverts {}  adversaries {}  seed {}  heartbeat {} ms",
+        r["nodes"], r["dials"], r["adverts"], r["adversaries"], r["seed"], r["heartbeat_ms"]
+    );
+    println!(
+        "setup {:.1} s, dial failures {}, degree min/median/max {}/{}/{}, advert {} bytes",
+        r["setup_s"].as_f64().unwrap_or(0.0),
+        r["dial_failures"],
+        r["degree"]["min"],
+        r["degree"]["median"],
+        r["degree"]["max"],
+        r["advert_bytes"]
+    );
+    println!(
+        "delivery {:.2} % ({} node-deliveries missing, deadline {} ms)",
+        r["delivery_pct"].as_f64().unwrap_or(0.0),
+        r["not_delivered"],
+        r["deadline_ms"]
+    );
+    for (name, label) in [
+        ("reach50", "50 %"),
+        ("reach95", "95 %"),
+        ("reach100", "100 %"),
+    ] {
+        let x = &r["reach"][name];
+        println!(
+            "reach {label:>5}: median {:>7} ms  p95 {:>7} ms  max {:>7} ms  ({} of {} adverts)",
+            f(&x["median_ms"]),
+            f(&x["p95_ms"]),
+            f(&x["max_ms"]),
+            x["adverts_reaching"],
+            r["adverts"]
+        );
+    }
+    println!(
+        "local publish (validate + store): median {} ms  p95 {} ms",
+        f(&r["local_publish_ms"]["median"]),
+        f(&r["local_publish_ms"]["p95"])
+    );
+    println!(
+        "honest nodes: accepted {}  ignored {}  throttled {}  refused {} {}",
+        r["accepted"], r["ignored"], r["throttled"], r["refused"], r["refused_by_reason"]
+    );
+    if r["adversaries"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "junk: sent {} (send errors {}), stored by honest nodes {}, forwarded by honest nodes {}",
+            r["junk_sent"], r["junk_send_errors"], r["junk_stored"], r["junk_forwarded_by_honest"]
+        );
+    }
+    println!("duplicate ratio n/a, bytes per node n/a (not observable outside discovery/src)");
+    println!(
+        "CPU {} s over a {:.1} s advert phase (idle network: {} % of a core); peak RSS {} MiB; \
+         load {} -> {}; total {:.1} s",
+        f(&r["cpu_s_advert_phase"]),
+        r["advert_phase_s"].as_f64().unwrap_or(0.0),
+        f(&r["idle_cpu_pct"]),
+        r["peak_rss_mib"],
+        r["load_start"].as_str().unwrap_or("n/a"),
+        r["load_end"].as_str().unwrap_or("n/a"),
+        r["elapsed_s"].as_f64().unwrap_or(0.0)
+    );
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("simulate: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = match TempDir::new() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("simulate: creating a temporary directory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let limit = args
+        .max_rss_mb
+        .unwrap_or_else(|| proc_mib("/proc/meminfo", "MemAvailable:").map_or(8192, |m| m / 2));
+    rss_watchdog(limit, dir.0.clone());
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("simulate: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Watchdog: setup, every advertisement's deadline, and slack for checks and shutdown.
+    let nodes = (args.nodes + args.adversaries) as u32;
+    let bound = Duration::from_secs(60)
+        + Duration::from_secs(1) * nodes
+        + args.warmup
+        + (args.deadline + Duration::from_millis(100)) * args.adverts as u32;
+    let result = rt.block_on(async {
+        tokio::time::timeout(bound, run(&args, &dir.0))
+            .await
+            .unwrap_or_else(|_| Err(format!("run exceeded its bound of {bound:?}")))
+    });
+    // Stops the node tasks and blocking work still running; the stores close with them.
+    rt.shutdown_timeout(Duration::from_secs(10));
+    drop(dir);
+    match result {
+        Ok(report) => {
+            if args.json {
+                println!("{report}");
+            } else {
+                print_text(&report);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("simulate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,621 @@
+//! `agentnet testnet`: a whole network in one process, the newcomer's first command.
+//!
+//! It starts N full nodes ([`daemon::start`]) on loopback, node 1 first and every other node
+//! bootstrapping from it; publishes three sample agents, each under its own fresh did:key,
+//! from different nodes through their admin API (the path `agentnet publish` takes); then asks
+//! the last node, which published nothing, to discover each agent by skill tag (the path
+//! `agentnet discover` takes: its index, which gossip fills, then the DHT) and reports how long
+//! each took. Nodes are numbered from 1 in the output, JSON included.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentnet_did::{card, SecretKey};
+use anyhow::{bail, Context as _};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::admin::{self, PublishRequest};
+use crate::daemon::{self, Running};
+
+/// Default number of nodes.
+pub const DEFAULT_NODES: u8 = 4;
+/// Fewest nodes: one to publish, one to discover.
+pub const MIN_NODES: u8 = 2;
+/// Most nodes.
+pub const MAX_NODES: u8 = 32;
+/// How long the nodes get to connect to node 1.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the last node gets to find each agent.
+const DISCOVER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause between two discovery attempts.
+const RETRY: Duration = Duration::from_millis(200);
+/// Timeout of one admin request.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Lifetime of the sample advertisements, seconds (re-announced at 2/3 of it with `--keep`).
+const SAMPLE_TTL: u64 = 600;
+
+/// What `agentnet testnet` was asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How many nodes, [`MIN_NODES`]..=[`MAX_NODES`].
+    pub nodes: u8,
+    /// Keep node data in `<dir>/node-<i>`; default: a temporary directory removed at exit.
+    pub data_dir: Option<PathBuf>,
+    /// Print one JSON object ([`Report`]) on standard output; progress goes to standard error.
+    pub json: bool,
+    /// Keep the nodes running until Ctrl-C or SIGTERM.
+    pub keep: bool,
+}
+
+/// A sample agent.
+struct Sample {
+    name: &'static str,
+    slug: &'static str,
+    description: &'static str,
+    skill: &'static str,
+    /// The first one is what the last node searches for.
+    tags: [&'static str; 2],
+    example: &'static str,
+}
+
+const SAMPLES: [Sample; 3] = [
+    Sample {
+        name: "Translator",
+        slug: "translator",
+        description: "Translates text between languages.",
+        skill: "translate",
+        tags: ["translation", "language"],
+        example: "Translate 'good morning' into French",
+    },
+    Sample {
+        name: "Summarizer",
+        slug: "summarizer",
+        description: "Summarizes long texts in a few sentences.",
+        skill: "summarize",
+        tags: ["summarization", "text"],
+        example: "Summarize this article in three sentences",
+    },
+    Sample {
+        name: "Weather",
+        slug: "weather",
+        description: "Gives the weather forecast for a place.",
+        skill: "forecast",
+        tags: ["weather", "forecast"],
+        example: "Will it rain in Lyon tomorrow?",
+    },
+];
+
+/// The unsigned A2A 1.0 Agent Card of a sample agent; its URL is a placeholder in `.invalid`.
+fn sample_card(s: &Sample) -> Value {
+    json!({
+        "name": s.name,
+        "description": format!("Sample agent of `agentnet testnet`. {}", s.description),
+        "version": "0.1.0",
+        "supportedInterfaces": [{
+            "url": format!("https://agents.invalid/{}/a2a/v1", s.slug),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0"
+        }],
+        "provider": {"organization": "agentnet testnet", "url": "https://agents.invalid"},
+        "capabilities": {"streaming": false},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{
+            "id": s.skill,
+            "name": s.name,
+            "description": s.description,
+            "tags": s.tags,
+            "examples": [s.example]
+        }]
+    })
+}
+
+/// What the run found, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Every discovery succeeded.
+    pub ok: bool,
+    /// Why not, when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The nodes.
+    pub nodes: Vec<NodeReport>,
+    /// The sample agents published.
+    pub published: Vec<PublishedReport>,
+    /// The last node's search for each agent.
+    pub discoveries: Vec<DiscoveryReport>,
+    /// Node 1's well-known documents.
+    pub well_known: WellKnownReport,
+    /// Wall time from start to the report, milliseconds.
+    pub elapsed_ms: u64,
+}
+
+/// One node.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    /// 1-based.
+    pub node: usize,
+    /// The node's did:key.
+    pub did: String,
+    /// Its libp2p PeerId.
+    pub peer_id: String,
+    /// Its HTTP server (well-known files, admin API).
+    pub http: String,
+    /// Its libp2p addresses.
+    pub listen: Vec<String>,
+    /// Connected peers when the report was made.
+    pub peers: usize,
+    /// Time `daemon::start` took, milliseconds.
+    pub start_ms: u64,
+}
+
+/// One published sample agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishedReport {
+    /// The card's name.
+    pub name: String,
+    /// The agent's did:key (its own key, not the node's).
+    pub did: String,
+    /// Its skill tags.
+    pub tags: Vec<String>,
+    /// The node that published it.
+    pub node: usize,
+    /// The advertisement's sequence number.
+    pub seq: u64,
+    /// Time the publish request took, milliseconds.
+    pub ms: u64,
+}
+
+/// One discovery by the last node.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiscoveryReport {
+    /// The skill tag searched for.
+    pub tag: String,
+    /// The agent expected.
+    pub name: String,
+    /// Its DID.
+    pub did: String,
+    /// The searching node.
+    pub node: usize,
+    /// Found before the timeout.
+    pub found: bool,
+    /// `gossip`: already in the node's index when asked; `dht`: fetched from a provider found
+    /// through the DHT during the search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// The node the advertisement names as its publisher, when found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published_by: Option<usize>,
+    /// Discovery requests made.
+    pub attempts: u32,
+    /// From the start of the search to the answer (or the timeout), milliseconds.
+    pub ms: u64,
+    /// Why it was not found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Node 1's well-known documents.
+#[derive(Debug, Clone, Serialize)]
+pub struct WellKnownReport {
+    /// `/.well-known/did.json`.
+    pub did_json: String,
+    /// `/.well-known/agent-card.json`.
+    pub agent_card_json: String,
+}
+
+/// Progress lines: standard output, or standard error when standard output carries the JSON.
+#[derive(Clone, Copy)]
+struct Progress {
+    json: bool,
+}
+
+impl Progress {
+    fn line(self, s: impl std::fmt::Display) {
+        if self.json {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+fn admin_client(http: SocketAddr) -> anyhow::Result<admin::Client> {
+    Ok(admin::Client::new(
+        &format!("http://{http}"),
+        ADMIN_TIMEOUT,
+    )?)
+}
+
+/// Run the testnet: exit code 0 if the last node found every sample agent, 1 otherwise.
+pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
+    if !(MIN_NODES..=MAX_NODES).contains(&opts.nodes) {
+        bail!("--nodes must be between {MIN_NODES} and {MAX_NODES}");
+    }
+    // Removed when this returns, after the nodes have stopped.
+    let temp;
+    let base: &Path = match &opts.data_dir {
+        Some(d) => d,
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("agentnet-testnet-")
+                .tempdir()
+                .context("creating a temporary directory for the nodes")?;
+            temp.path()
+        }
+    };
+    let progress = Progress { json: opts.json };
+    let t0 = Instant::now();
+    let mut nodes: Vec<Running> = Vec::with_capacity(opts.nodes.into());
+    let outcome = exercise(&opts, base, progress, t0, &mut nodes).await;
+
+    let report = match outcome {
+        Ok(report) => report,
+        Err(e) => {
+            shutdown(nodes, progress).await;
+            return Err(e);
+        }
+    };
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_summary(&report);
+    }
+    if opts.keep {
+        let last = report
+            .nodes
+            .last()
+            .map(|n| n.http.clone())
+            .unwrap_or_default();
+        progress.line(format!(
+            "\nthe testnet keeps running; press Ctrl-C to stop it. Try, from another terminal:\n  \
+             agentnet discover --node http://{last} --skill translation\n  \
+             agentnet peers --node http://{last}"
+        ));
+        if let Err(error) = daemon::terminated().await {
+            progress.line(format!("error: {error}; stopping"));
+        }
+    }
+    shutdown(nodes, progress).await;
+    if report.ok {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "error: {}",
+            report.error.as_deref().unwrap_or("a discovery failed")
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Start the nodes (into `nodes`, so that the caller stops them whatever happens), publish,
+/// discover, and report.
+async fn exercise(
+    opts: &Options,
+    base: &Path,
+    progress: Progress,
+    t0: Instant,
+    nodes: &mut Vec<Running>,
+) -> anyhow::Result<Report> {
+    let n = usize::from(opts.nodes);
+    let mut start_ms = Vec::with_capacity(n);
+    for i in 0..n {
+        let bootstrap = match nodes.first() {
+            None => Vec::new(),
+            Some(first) => first
+                .info
+                .listen
+                .iter()
+                .map(|a| a.parse())
+                .collect::<Result<Vec<libp2p::Multiaddr>, _>>()
+                .context("node 1's listen addresses")?,
+        };
+        if i > 0 && bootstrap.is_empty() {
+            bail!("node 1 reports no listen address to bootstrap from");
+        }
+        let data_dir = base.join(format!("node-{}", i + 1));
+        let started = Instant::now();
+        let running = daemon::start(daemon::Options {
+            data_dir: data_dir.clone(),
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr")],
+            bootstrap,
+            http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            mdns: false,
+            json: false,
+            quiet: true,
+        })
+        .await
+        .with_context(|| format!("starting node {} in {}", i + 1, data_dir.display()))?;
+        let took = ms(started.elapsed());
+        start_ms.push(took);
+        progress.line(format!(
+            "started node {}/{n} in {took} ms: {} http://{}{}",
+            i + 1,
+            short(&running.info.peer_id),
+            running.info.http,
+            if i == 0 {
+                String::new()
+            } else {
+                " (bootstrapping from node 1)".into()
+            }
+        ));
+        nodes.push(running);
+    }
+    let clients: Vec<admin::Client> = nodes
+        .iter()
+        .map(|r| admin_client(r.info.http))
+        .collect::<anyhow::Result<_>>()?;
+
+    // Every node bootstrapped from node 1; wait until each has a connection. (Node 1 may not
+    // keep one to every other node: the DHT connects them among themselves too.)
+    let started = Instant::now();
+    let deadline = started + CONNECT_TIMEOUT;
+    loop {
+        let mut counts = Vec::with_capacity(n);
+        for c in &clients {
+            counts.push(c.peers().await?.peers.len());
+        }
+        let connected = counts.iter().all(|&k| k >= 1);
+        if connected {
+            progress.line(format!(
+                "all {n} nodes connected in {} ms (node 1 has {} peers)",
+                ms(started.elapsed()),
+                counts[0]
+            ));
+            break;
+        }
+        if Instant::now() >= deadline {
+            progress.line(format!(
+                "warning: after {} s the nodes have {counts:?} peers; going on",
+                CONNECT_TIMEOUT.as_secs()
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Publish from the first n-1 nodes in turn; the last node publishes nothing.
+    let mut published = Vec::with_capacity(SAMPLES.len());
+    for (j, sample) in SAMPLES.iter().enumerate() {
+        let node = j % (n - 1);
+        let key = SecretKey::generate();
+        let did = key.did_key();
+        let signed = card::sign(
+            &sample_card(sample),
+            &key,
+            &did.with_fragment(did.method_specific_id()),
+        )
+        .with_context(|| format!("signing the {} card", sample.name))?;
+        let started = Instant::now();
+        let p = clients[node]
+            .publish(&PublishRequest {
+                card: signed,
+                ttl_secs: SAMPLE_TTL,
+                key: Some(key.to_jwk()),
+            })
+            .await
+            .with_context(|| format!("publishing {} from node {}", sample.name, node + 1))?;
+        let took = ms(started.elapsed());
+        progress.line(format!(
+            "published {} ({}) from node {} in {took} ms, tags {}",
+            sample.name,
+            p.did,
+            node + 1,
+            p.tags.join(",")
+        ));
+        published.push(PublishedReport {
+            name: sample.name.into(),
+            did: p.did,
+            tags: p.tags,
+            node: node + 1,
+            seq: p.seq,
+            ms: took,
+        });
+    }
+
+    // The last node looks for each agent, all at once.
+    let peer_nodes: Vec<String> = nodes.iter().map(|r| r.info.peer_id.clone()).collect();
+    let searcher = clients[n - 1].clone();
+    let mut searches = tokio::task::JoinSet::new();
+    for (j, (sample, p)) in SAMPLES.iter().zip(&published).enumerate() {
+        let c = searcher.clone();
+        let (tag, name, did) = (sample.tags[0].to_owned(), sample.name, p.did.clone());
+        let peer_nodes = peer_nodes.clone();
+        searches.spawn(async move {
+            let (mut r, publisher) = search(&c, &tag, &did).await;
+            r.name = name.into();
+            r.node = n;
+            r.published_by = publisher
+                .and_then(|p| peer_nodes.iter().position(|x| *x == p))
+                .map(|i| i + 1);
+            (j, r)
+        });
+    }
+    let mut discoveries: Vec<Option<DiscoveryReport>> = vec![None; SAMPLES.len()];
+    while let Some(joined) = searches.join_next().await {
+        let (j, r) = joined.context("a discovery task failed")?;
+        if r.found {
+            progress.line(format!(
+                "node {n} found {} → {} {} via {} in {} ms",
+                r.tag,
+                r.name,
+                r.did,
+                r.via.as_deref().unwrap_or("?"),
+                r.ms
+            ));
+        } else {
+            progress.line(format!(
+                "node {n} did not find {} → {} {} within {} s: {}",
+                r.tag,
+                r.name,
+                r.did,
+                DISCOVER_TIMEOUT.as_secs(),
+                r.error.as_deref().unwrap_or("no answer")
+            ));
+        }
+        discoveries[j] = Some(r);
+    }
+    let discoveries: Vec<DiscoveryReport> = discoveries.into_iter().flatten().collect();
+
+    let mut node_reports = Vec::with_capacity(n);
+    for (i, (r, c)) in nodes.iter().zip(&clients).enumerate() {
+        node_reports.push(NodeReport {
+            node: i + 1,
+            did: r.info.did.clone(),
+            peer_id: r.info.peer_id.clone(),
+            http: r.info.http.to_string(),
+            listen: r.info.listen.clone(),
+            peers: c.peers().await?.peers.len(),
+            start_ms: start_ms[i],
+        });
+    }
+    let missing: Vec<&str> = discoveries
+        .iter()
+        .filter(|d| !d.found)
+        .map(|d| d.tag.as_str())
+        .collect();
+    let http0 = nodes[0].info.http;
+    Ok(Report {
+        ok: missing.is_empty(),
+        error: (!missing.is_empty()).then(|| {
+            format!(
+                "node {n} did not discover {} within {} s",
+                missing.join(", "),
+                DISCOVER_TIMEOUT.as_secs()
+            )
+        }),
+        nodes: node_reports,
+        published,
+        discoveries,
+        well_known: WellKnownReport {
+            did_json: format!("http://{http0}/.well-known/did.json"),
+            agent_card_json: format!("http://{http0}/.well-known/agent-card.json"),
+        },
+        elapsed_ms: ms(t0.elapsed()),
+    })
+}
+
+/// Ask the node behind `c` for `tag` until `did` is among the answers or [`DISCOVER_TIMEOUT`]
+/// passes. Returns the report (without name and node) and the publishing peer.
+async fn search(c: &admin::Client, tag: &str, did: &str) -> (DiscoveryReport, Option<String>) {
+    let started = Instant::now();
+    let deadline = started + DISCOVER_TIMEOUT;
+    let mut r = DiscoveryReport {
+        tag: tag.to_owned(),
+        name: String::new(),
+        did: did.to_owned(),
+        node: 0,
+        found: false,
+        via: None,
+        published_by: None,
+        attempts: 0,
+        ms: 0,
+        error: None,
+    };
+    let skills = [tag.to_owned()];
+    loop {
+        // Whether gossip has already brought it: the discovery below answers from the index.
+        let in_index = matches!(c.advert(did).await, Ok(Some(_)));
+        r.attempts += 1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, c.discover(&skills, admin::DEFAULT_LIMIT)).await {
+            Ok(Ok(found)) => {
+                if let Some(f) = found.into_iter().find(|f| f.did == did) {
+                    r.found = true;
+                    r.error = None;
+                    r.via = Some(if in_index { "gossip" } else { "dht" }.into());
+                    r.ms = ms(started.elapsed());
+                    return (r, Some(f.peer_id));
+                }
+                r.error = Some(format!("{did} not among the answers"));
+            }
+            Ok(Err(e)) => r.error = Some(e.to_string()),
+            Err(_) => r.error = Some("the last discovery request timed out".into()),
+        }
+        if Instant::now() + RETRY >= deadline {
+            r.ms = ms(started.elapsed());
+            return (r, None);
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Stop every node, all at once.
+async fn shutdown(nodes: Vec<Running>, progress: Progress) {
+    if nodes.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let n = nodes.len();
+    let mut stops = tokio::task::JoinSet::new();
+    for r in nodes {
+        stops.spawn(r.shutdown());
+    }
+    while let Some(r) = stops.join_next().await {
+        if let Err(error) = r {
+            tracing::warn!(%error, "stopping a node");
+        }
+    }
+    progress.line(format!("stopped {n} nodes in {} ms", ms(started.elapsed())));
+}
+
+/// `12D3KooW…abcdef`: a PeerId short enough for a progress line.
+fn short(peer_id: &str) -> String {
+    match peer_id.char_indices().nth_back(5) {
+        Some((tail, _)) if peer_id.len() > 16 => format!("{}…{}", &peer_id[..8], &peer_id[tail..]),
+        _ => peer_id.to_owned(),
+    }
+}
+
+fn print_summary(r: &Report) {
+    println!();
+    println!("summary ({} ms)", r.elapsed_ms);
+    println!("  nodes:");
+    for node in &r.nodes {
+        println!(
+            "    {:>2}  {}  http://{}  {} peer(s)",
+            node.node, node.peer_id, node.http, node.peers
+        );
+    }
+    println!("  published {} advert(s):", r.published.len());
+    for p in &r.published {
+        println!(
+            "    {:<10}  {}  from node {}  [{}]",
+            p.name,
+            p.did,
+            p.node,
+            p.tags.join(",")
+        );
+    }
+    println!("  discovered from node {}:", r.nodes.len());
+    for d in &r.discoveries {
+        if d.found {
+            println!(
+                "    {:<13} → {:<10}  {:>5} ms  via {}",
+                d.tag,
+                d.name,
+                d.ms,
+                d.via.as_deref().unwrap_or("?")
+            );
+        } else {
+            println!(
+                "    {:<13} → {:<10}  NOT FOUND after {} ms: {}",
+                d.tag,
+                d.name,
+                d.ms,
+                d.error.as_deref().unwrap_or("no answer")
+            );
+        }
+    }
+    println!("  node 1's well-known files:");
+    println!("    curl {}", r.well_known.did_json);
+    println!("    curl {}", r.well_known.agent_card_json);
+}

@@ -1,0 +1,136 @@
+//! `agentnet testnet` as a newcomer runs it: real nodes on loopback in one process, sample
+//! agents published from some, discovered from the last.
+
+use std::collections::HashSet;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Far above what the command needs (about a second for three nodes); only a hang trips it.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `agentnet <args>`, killing it after [`TIMEOUT`].
+fn agentnet(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentnet"))
+        .args(args)
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("the agentnet binary runs");
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "agentnet {args:?} still running after {TIMEOUT:?}; stderr:\n{}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Run {
+        status,
+        stdout: std::fs::read_to_string(&out).unwrap(),
+        stderr: std::fs::read_to_string(&err).unwrap(),
+    }
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("{key} is not a string in {v}"))
+}
+
+#[test]
+fn three_nodes_discover_every_sample_agent_from_the_last_node() {
+    let run = agentnet(&["testnet", "--nodes", "3", "--json"]);
+    assert!(
+        run.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.status.code(),
+        run.stdout,
+        run.stderr
+    );
+    let report: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{}", run.stdout));
+    assert_eq!(report["ok"], true, "{report:#}");
+
+    let nodes = report["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{report:#}");
+    let node_dids: HashSet<&str> = nodes.iter().map(|n| str_of(n, "did")).collect();
+    for n in nodes {
+        assert!(n["peers"].as_u64().unwrap() >= 1, "an isolated node: {n}");
+    }
+
+    // Three agents, each under its own fresh did:key (not a node's), published by nodes other
+    // than the last, and not all by the same one.
+    let published = report["published"].as_array().unwrap();
+    let names: HashSet<&str> = published.iter().map(|p| str_of(p, "name")).collect();
+    assert_eq!(
+        names,
+        HashSet::from(["Translator", "Summarizer", "Weather"]),
+        "{report:#}"
+    );
+    let dids: HashSet<&str> = published.iter().map(|p| str_of(p, "did")).collect();
+    assert_eq!(dids.len(), 3, "agent DIDs are not distinct: {report:#}");
+    for did in &dids {
+        assert!(did.starts_with("did:key:z6Mk"), "{did}");
+        assert!(!node_dids.contains(did), "{did} is a node's key");
+    }
+    let publishers: HashSet<u64> = published
+        .iter()
+        .map(|p| p["node"].as_u64().unwrap())
+        .collect();
+    assert!(
+        !publishers.contains(&3),
+        "the last node published: {report:#}"
+    );
+    assert!(publishers.len() >= 2, "one node published all: {report:#}");
+
+    // The last node found every one of them, by one of its tags, with the right DID and
+    // publisher.
+    let discoveries = report["discoveries"].as_array().unwrap();
+    for p in published {
+        let did = str_of(p, "did");
+        let d = discoveries
+            .iter()
+            .find(|d| d["did"] == did)
+            .unwrap_or_else(|| panic!("no discovery of {did}: {report:#}"));
+        assert_eq!(d["found"], true, "{d}");
+        assert_eq!(d["node"], 3, "{d}");
+        assert_eq!(d["name"], p["name"], "{d}");
+        assert_eq!(d["published_by"], p["node"], "{d}");
+        assert!(
+            p["tags"].as_array().unwrap().contains(&d["tag"].clone()),
+            "{d} searched a tag {p} does not carry"
+        );
+        assert!(["gossip", "dht"].contains(&str_of(d, "via")), "{d}");
+    }
+    assert_eq!(discoveries.len(), 3, "{report:#}");
+
+    let well_known = &report["well_known"];
+    assert!(str_of(well_known, "did_json").ends_with("/.well-known/did.json"));
+    assert!(str_of(well_known, "agent_card_json").ends_with("/.well-known/agent-card.json"));
+}
+
+#[test]
+fn testnet_needs_at_least_two_nodes() {
+    let run = agentnet(&["testnet", "--nodes", "1"]);
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--nodes"), "{}", run.stderr);
+}
