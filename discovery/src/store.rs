@@ -193,24 +193,8 @@ pub enum PutOutcome {
     },
 }
 
-/// An advert as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredAdvert {
-    /// The agent's DID.
-    pub did: String,
-    /// Its sequence number.
-    pub seq: u64,
-    /// Unix seconds.
-    pub issued_at: u64,
-    /// Unix seconds; the advert is live while `now < expires_at`.
-    pub expires_at: u64,
-    /// Normalized tags, sorted, deduplicated.
-    pub tags: Vec<String>,
-    /// The publishing node's PeerId.
-    pub peer_id: String,
-    /// The advertisement exactly as received.
-    pub bytes: Vec<u8>,
-}
+/// An advert as stored: the validated advertisement, read back.
+pub type StoredAdvert = Validated;
 
 /// The RocksDB store. See the [module documentation](self).
 #[derive(Clone)]
