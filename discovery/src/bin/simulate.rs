@@ -100,6 +100,21 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         if flag == "--help" || flag == "-h" {
             return Err(String::new());
         }
+        const VALUED: [&str; 10] = [
+            "--nodes",
+            "--dials",
+            "--adverts",
+            "--adversaries",
+            "--seed",
+            "--heartbeat-ms",
+            "--deadline-ms",
+            "--warmup-ms",
+            "--junk-rate",
+            "--max-rss-mb",
+        ];
+        if !VALUED.contains(&flag.as_str()) {
+            return Err(format!("unknown argument {flag:?}"));
+        }
         let value = match inline {
             Some(v) => v,
             None => it.next().ok_or_else(|| format!("{flag} needs a value"))?,
