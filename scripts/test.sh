@@ -20,7 +20,9 @@ cargo test --workspace --lib --bins --tests --examples --locked
 cargo test --workspace --doc --locked
 
 echo "== benchmarks compile (run them with cargo bench; figures in docs/BENCHMARKS.md)"
-cargo check --workspace --benches --locked
+# Built as test executables, not run: the same build graph as above, so nothing (RocksDB!) is
+# compiled twice, as `cargo check` would.
+cargo test --workspace --benches --no-run --locked
 
 echo "== cargo test -p agentnet-did --features ssi"
 cargo test -p agentnet-did --features ssi --lib --locked
