@@ -255,6 +255,17 @@ fn e1_fingerprint(did: &Did) -> Option<&str> {
         .and_then(|s| s.strip_prefix("e1_"))
 }
 
+/// Refuse `ad` unless its sequence number is above `stored` (replay and rollback protection).
+pub fn check_seq(ad: &Advertisement, stored: Option<u64>) -> Result<(), Reject> {
+    match stored {
+        Some(stored) if ad.seq <= stored => Err(Reject::StaleSeq {
+            got: ad.seq,
+            stored,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Per-domain budget for did:web fetches triggered by gossip.
 #[derive(Debug, Default)]
 struct WebBudget {
@@ -320,14 +331,7 @@ impl Validator {
                 ad.issued_at, ad.expires_at, l.max_ttl
             )));
         }
-        if let Some(stored) = stored_seq {
-            if ad.seq <= stored {
-                return Err(Reject::StaleSeq {
-                    got: ad.seq,
-                    stored,
-                });
-            }
-        }
+        check_seq(&ad, stored_seq)?;
         if ad.addrs.len() > l.max_addrs || ad.addrs.iter().any(|a| a.len() > 256) {
             return Err(Reject::Malformed("too many or too long addresses".into()));
         }
@@ -345,6 +349,17 @@ impl Validator {
         now: u64,
     ) -> Result<Validated, Reject> {
         let ad = self.precheck(bytes, stored_seq, now)?;
+        self.validate_prechecked(ad, bytes).await
+    }
+
+    /// The rest of [`validate`](Self::validate) for an advertisement that passed
+    /// [`precheck`](Self::precheck) (and, if the sequence was not known then,
+    /// [`check_seq`]): keys, signatures, tags. `bytes` are what `ad` was parsed from.
+    pub async fn validate_prechecked(
+        &self,
+        ad: Advertisement,
+        bytes: &[u8],
+    ) -> Result<Validated, Reject> {
         let did = Did::parse(&ad.did).map_err(|e| Reject::Malformed(e.to_string()))?;
         let tags = card_tags(&ad.card)?;
         let header: Value = B64URL

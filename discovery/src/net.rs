@@ -445,7 +445,12 @@ async fn accept(
     let s = store.clone();
     let did = pre.did.clone();
     let stored = blocking(move || s.seq(&did)).await?;
-    let validated = match validator.validate(&bytes, stored, now).await {
+    // The cheap checks ran once above; only the sequence was not known then.
+    let checked = match crate::advert::check_seq(&pre, stored) {
+        Ok(()) => validator.validate_prechecked(pre, &bytes).await,
+        Err(r) => Err(r),
+    };
+    let validated = match checked {
         Ok(v) => v,
         Err(r) => {
             if r.penalize() {
