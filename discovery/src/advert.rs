@@ -266,6 +266,91 @@ pub fn check_seq(ad: &Advertisement, stored: Option<u64>) -> Result<(), Reject> 
     }
 }
 
+/// The keys an advertisement may be signed with, from [`Validator::keys`].
+#[derive(Debug, Clone)]
+pub struct AdvertKeys {
+    /// The `did` member the keys were looked up for, as written.
+    raw_did: String,
+    did: Did,
+    keys: Keys,
+}
+
+#[derive(Debug, Clone)]
+enum Keys {
+    One(PublicKey),
+    Doc(Arc<agentnet_did::Document>),
+}
+
+/// The `kid` of the envelope's protected header, checked to be EdDSA and a key of `did`.
+fn proof_kid(ad: &Advertisement, did: &Did) -> Result<String, Reject> {
+    let header: Value = B64URL
+        .decode(&ad.proof.protected)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| Reject::Malformed("proof header is not base64url JSON".into()))?;
+    if header.get("alg").and_then(Value::as_str) != Some("EdDSA") {
+        return Err(Reject::BadSignature("envelope alg must be EdDSA".into()));
+    }
+    let kid = header
+        .get("kid")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Reject::Malformed("proof without kid".into()))?;
+    let kid_url = DidUrl::parse(kid).map_err(|e| Reject::Malformed(e.to_string()))?;
+    if kid_url.did() != did {
+        return Err(Reject::KeyNotAuthorized(format!(
+            "kid {kid} is not a key of {did}"
+        )));
+    }
+    Ok(kid.to_owned())
+}
+
+/// The CPU-bound rest of validation: the header, both signatures, the tags. Synchronous, so that
+/// a caller already on a blocking thread (the node reads the stored sequence and writes the
+/// store there too) pays for one thread hop, not three.
+pub fn verify(ad: Advertisement, keys: &AdvertKeys, bytes: Vec<u8>) -> Result<Validated, Reject> {
+    let did = &keys.did;
+    if ad.did != keys.raw_did {
+        return Err(Reject::Malformed("keys are for another DID".into()));
+    }
+    let tags = card_tags(&ad.card)?;
+    let kid = proof_kid(&ad, did)?;
+    let kid = kid.as_str();
+    let envelope_key = match &keys.keys {
+        Keys::One(k) => k.clone(),
+        Keys::Doc(doc) => doc
+            .key_for(kid, Relationship::AssertionMethod)
+            .map_err(|e| Reject::KeyNotAuthorized(e.to_string()))?,
+    };
+    let sig = B64URL
+        .decode(&ad.proof.signature)
+        .map_err(|_| Reject::Malformed("proof signature is not base64url".into()))?;
+    if !envelope_key.verify(&signing_input(&ad.proof.protected, &ad), &sig) {
+        return Err(Reject::BadSignature("envelope".into()));
+    }
+    let card_check = match &keys.keys {
+        Keys::One(k) => card::verify_with_key(&ad.card, did, k),
+        Keys::Doc(doc) => card::verify_with_document(&ad.card, doc),
+    };
+    card_check.map_err(|e| match e {
+        CardSignatureError::NotAuthorized { .. } | CardSignatureError::NoKey { .. } => {
+            Reject::KeyNotAuthorized(format!("card: {e}"))
+        }
+        CardSignatureError::Card(_) | CardSignatureError::Unsigned => {
+            Reject::BadCard(e.to_string())
+        }
+        other => Reject::BadSignature(format!("card: {other}")),
+    })?;
+    Ok(Validated {
+        did: did.to_string(),
+        seq: ad.seq,
+        issued_at: ad.issued_at,
+        expires_at: ad.expires_at,
+        tags,
+        peer_id: ad.peer_id,
+        bytes,
+    })
+}
+
 /// Per-domain budget for did:web fetches triggered by gossip.
 #[derive(Debug, Default)]
 struct WebBudget {
@@ -355,38 +440,36 @@ impl Validator {
     /// The rest of [`validate`](Self::validate) for an advertisement that passed
     /// [`precheck`](Self::precheck) (and, if the sequence was not known then,
     /// [`check_seq`]): keys, signatures, tags. `bytes` are what `ad` was parsed from.
+    /// Signatures are checked on a blocking thread.
     pub async fn validate_prechecked(
         &self,
         ad: Advertisement,
         bytes: &[u8],
     ) -> Result<Validated, Reject> {
-        let did = Did::parse(&ad.did).map_err(|e| Reject::Malformed(e.to_string()))?;
-        let tags = card_tags(&ad.card)?;
-        let header: Value = B64URL
-            .decode(&ad.proof.protected)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .ok_or_else(|| Reject::Malformed("proof header is not base64url JSON".into()))?;
-        if header.get("alg").and_then(Value::as_str) != Some("EdDSA") {
-            return Err(Reject::BadSignature("envelope alg must be EdDSA".into()));
-        }
-        let kid = header
-            .get("kid")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Reject::Malformed("proof without kid".into()))?
-            .to_owned();
-        let kid_url = DidUrl::parse(&kid).map_err(|e| Reject::Malformed(e.to_string()))?;
-        if kid_url.did() != &did {
-            return Err(Reject::KeyNotAuthorized(format!(
-                "kid {kid} is not a key of {did}"
-            )));
-        }
+        let keys = self.keys(&ad).await?;
+        let bytes = bytes.to_vec();
+        tokio::task::spawn_blocking(move || verify(ad, &keys, bytes))
+            .await
+            .map_err(|e| Reject::Malformed(format!("validation task failed: {e}")))?
+    }
 
-        // Find the key: offline for did:key and did:wba e1_, through the resolver otherwise.
-        enum Keys {
-            One(PublicKey),
-            Doc(Arc<agentnet_did::Document>),
+    /// Whether finding the keys of `ad` may need the network (a did:web or did:wba document
+    /// that is not cached). did:key and did:wba `e1_` never do.
+    pub fn needs_resolution(&self, ad: &Advertisement) -> bool {
+        match Did::parse(&ad.did) {
+            Ok(did) => match did.method() {
+                Method::Key => false,
+                Method::Wba if e1_fingerprint(&did).is_some() => false,
+                _ => !self.resolver.is_cached(&did),
+            },
+            Err(_) => false,
         }
+    }
+
+    /// The keys that may have signed `ad`: offline for did:key and did:wba `e1_` (no await
+    /// point is reached), through the resolver (budgeted per domain) otherwise.
+    pub async fn keys(&self, ad: &Advertisement) -> Result<AdvertKeys, Reject> {
+        let did = Did::parse(&ad.did).map_err(|e| Reject::Malformed(e.to_string()))?;
         let keys = match did.method() {
             Method::Key => {
                 let k = agentnet_did::didkey::decode(&did)
@@ -410,6 +493,9 @@ impl Validator {
                 Keys::One(PublicKey::Ed25519(k))
             }
             _ => {
+                // The cheap checks first: a malformed advertisement never costs a fetch.
+                card_tags(&ad.card)?;
+                proof_kid(ad, &did)?;
                 self.spend_web_budget(&did).await?;
                 let doc = self.resolver.resolve(&did).await.map_err(|e| {
                     if e.is_transient() {
@@ -421,49 +507,11 @@ impl Validator {
                 Keys::Doc(doc)
             }
         };
-
-        let bytes_owned = bytes.to_vec();
-        let peer_id = ad.peer_id.clone();
-        let (seq, issued_at, expires_at) = (ad.seq, ad.issued_at, ad.expires_at);
-        let did_s = did.to_string();
-        tokio::task::spawn_blocking(move || {
-            let envelope_key = match &keys {
-                Keys::One(k) => k.clone(),
-                Keys::Doc(doc) => doc
-                    .key_for(&kid, Relationship::AssertionMethod)
-                    .map_err(|e| Reject::KeyNotAuthorized(e.to_string()))?,
-            };
-            let sig = B64URL
-                .decode(&ad.proof.signature)
-                .map_err(|_| Reject::Malformed("proof signature is not base64url".into()))?;
-            if !envelope_key.verify(&signing_input(&ad.proof.protected, &ad), &sig) {
-                return Err(Reject::BadSignature("envelope".into()));
-            }
-            let card_check = match &keys {
-                Keys::One(k) => card::verify_with_key(&ad.card, &did, k),
-                Keys::Doc(doc) => card::verify_with_document(&ad.card, doc),
-            };
-            card_check.map_err(|e| match e {
-                CardSignatureError::NotAuthorized { .. } | CardSignatureError::NoKey { .. } => {
-                    Reject::KeyNotAuthorized(format!("card: {e}"))
-                }
-                CardSignatureError::Card(_) | CardSignatureError::Unsigned => {
-                    Reject::BadCard(e.to_string())
-                }
-                other => Reject::BadSignature(format!("card: {other}")),
-            })?;
-            Ok(Validated {
-                did: did_s,
-                seq,
-                issued_at,
-                expires_at,
-                tags,
-                peer_id,
-                bytes: bytes_owned,
-            })
+        Ok(AdvertKeys {
+            raw_did: ad.did.clone(),
+            did,
+            keys,
         })
-        .await
-        .map_err(|e| Reject::Malformed(format!("validation task failed: {e}")))?
     }
 
     /// Take one did:web fetch from the domain's budget (only when the document is not cached),

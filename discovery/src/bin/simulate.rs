@@ -12,14 +12,21 @@
 //! ```text
 //! cargo run --release -p agentnet-discovery --bin simulate -- --nodes 100 [--dials 8]
 //!     [--adverts 20] [--adversaries K] [--seed S] [--heartbeat-ms 700] [--deadline-ms 10000]
-//!     [--warmup-ms W] [--junk-rate 20] [--json]
+//!     [--warmup-ms W] [--gap-ms 2000] [--junk-rate 20] [--json]
 //! ```
 //!
-//! Not measured: gossip duplicates and bytes per node. gossipsub drops duplicates before the
-//! application sees them and `net` builds its memory transport itself, so neither can be counted
-//! from outside `discovery/src`; they are printed as `n/a`.
+//! Duplicates and bytes come from each node's libp2p metrics ([`Client::traffic`]), as the
+//! difference between the start and the end of the advertisement phase: the duplicate ratio is
+//! gossip copies received per advertisement accepted, minus one; bytes per node are all bytes
+//! received on a node's connections (every protocol, after encryption) per advertisement.
+//!
+//! The default warm-up is long enough for the network to settle: the connections Kademlia's
+//! bootstrap opened have gone idle and closed (or been trimmed by the connection manager), so
+//! what is measured is the steady state a running network is in, not its first seconds.
 //!
 //! The run is bounded (a watchdog ends it), and the temporary directory is removed at the end.
+
+#![recursion_limit = "256"]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +46,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Hundreds of nodes in one process allocate from many threads at once; glibc's allocator spent
+/// a third of the CPU of an idle 100-node network in `malloc` (perf), mimalloc does not.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "\
 usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1]
                 [--heartbeat-ms 700] [--deadline-ms 10000] [--warmup-ms W] [--junk-rate 20]
@@ -51,7 +63,12 @@ usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1
   --seed S           RNG seed for keys, topology and publishers (default 1)
   --heartbeat-ms H   gossipsub heartbeat (default: net::Config's, 700)
   --deadline-ms T    per-advertisement deadline; later nodes count as not delivered (default 10000)
-  --warmup-ms W      wait after dialing, for the mesh to form (default max(3000, 6 heartbeats))
+  --warmup-ms W      wait after dialing, for the network to settle (default: 6 heartbeats,
+                     at least idle timeout + connection grace + 5 s, 25 s with the defaults)
+  --gap-ms G         pause after each advertisement reached every node, before the next
+                     (default 2000: longer than net::Config's provide_delay plus the DHT
+                     announcements that follow, so that each advertisement spreads through a
+                     network busy only with its own gossip; 50 makes a burst)
   --junk-rate R      junk messages per second per adversary (default 20)
   --max-rss-mb M     abort (and clean up) if the process grows past M MiB
                      (default: half of MemAvailable at start)
@@ -69,6 +86,7 @@ struct Args {
     deadline: Duration,
     warmup: Duration,
     junk_rate: u32,
+    gap: Duration,
     max_rss_mb: Option<u64>,
     json: bool,
 }
@@ -85,6 +103,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         deadline: Duration::from_secs(10),
         warmup: Duration::ZERO,
         junk_rate: 20,
+        gap: Duration::from_millis(2000),
         max_rss_mb: None,
         json: false,
     };
@@ -100,7 +119,8 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         if flag == "--help" || flag == "-h" {
             return Err(String::new());
         }
-        const VALUED: [&str; 10] = [
+        const VALUED: [&str; 11] = [
+            "--gap-ms",
             "--nodes",
             "--dials",
             "--adverts",
@@ -131,6 +151,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--heartbeat-ms" => args.heartbeat = Duration::from_millis(num(&value)?.max(10)),
             "--deadline-ms" => args.deadline = Duration::from_millis(num(&value)?.max(1)),
             "--warmup-ms" => warmup = Some(Duration::from_millis(num(&value)?)),
+            "--gap-ms" => args.gap = Duration::from_millis(num(&value)?),
             "--junk-rate" => args.junk_rate = num(&value)?.clamp(1, 10_000) as u32,
             "--max-rss-mb" => args.max_rss_mb = Some(num(&value)?),
             other => return Err(format!("unknown argument {other:?}")),
@@ -143,7 +164,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         return Err("at most 5000 nodes in one process".into());
     }
     args.dials = args.dials.clamp(1, args.nodes - 1);
-    args.warmup = warmup.unwrap_or_else(|| (args.heartbeat * 6).max(Duration::from_secs(3)));
+    let defaults = Config::default();
+    let settle = defaults.idle_timeout + defaults.conn_grace + Duration::from_secs(5);
+    args.warmup = warmup.unwrap_or_else(|| (args.heartbeat * 6).max(settle));
     Ok(args)
 }
 
@@ -612,8 +635,16 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let warmup = args.warmup;
     let idle_window = warmup.min(Duration::from_secs(2));
     tokio::time::sleep(warmup - idle_window).await;
+    let dials_of = |nodes: &[Arc<SimNode>]| -> u64 {
+        nodes
+            .iter()
+            .map(|s| s.client.stats().dials.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    };
+    let dials_idle_start = dials_of(&nodes[..n]);
     let idle_cpu_start = process_cpu();
     tokio::time::sleep(idle_window).await;
+    let dials_idle = dials_of(&nodes[..n]) - dials_idle_start;
     let idle_cpu = match (idle_cpu_start, process_cpu()) {
         (Some(a), Some(b)) if !idle_window.is_zero() => {
             Some(100.0 * b.saturating_sub(a).as_secs_f64() / idle_window.as_secs_f64())
@@ -644,7 +675,10 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     eprintln!("simulate: publishing {} advertisements", args.adverts);
     let vocab = Vocabulary::new(200);
     let thresholds = [n.div_ceil(2), (n * 95).div_ceil(100), n];
+    let traffic_start: Vec<net::Traffic> =
+        nodes.iter().take(n).map(|s| s.client.traffic()).collect();
     let cpu_start = process_cpu();
+    let dials_phase_start = dials_of(&nodes[..n]);
     let phase_start = Instant::now();
     let mut spreads: Vec<Spread> = Vec::with_capacity(args.adverts);
     let mut published: Vec<(String, Vec<u8>)> = Vec::new();
@@ -692,14 +726,37 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             publish,
             t: [at(thresholds[0]), at(thresholds[1]), at(thresholds[2])],
         });
-        // A short pause so that the next advertisement does not overlap the tail of this one.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The pause before the next one (after this one reached every node or its deadline).
+        tokio::time::sleep(args.gap).await;
     }
     let phase = phase_start.elapsed();
+    let dials_phase = dials_of(&nodes[..n]) - dials_phase_start;
     let cpu = match (cpu_start, process_cpu()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
+    let (mut copies, mut unique, mut bytes_in, mut bytes_out) = (0u64, 0u64, 0u64, 0u64);
+    for (node, before) in nodes.iter().take(n).zip(&traffic_start) {
+        let now = node.client.traffic();
+        copies += now.gossip_received.saturating_sub(before.gossip_received);
+        unique += now.gossip_unique.saturating_sub(before.gossip_unique);
+        bytes_in += now.bytes_in.saturating_sub(before.bytes_in);
+        bytes_out += now.bytes_out.saturating_sub(before.bytes_out);
+    }
+    let published_ok = (args.adverts - publish_errors).max(1) as f64;
+    let duplicate_ratio = (unique > 0).then(|| copies as f64 / unique as f64 - 1.0);
+    let bytes_per_node_per_advert = bytes_in as f64 / n as f64 / published_ok;
+    let sum = |f: fn(&net::Stats) -> &std::sync::atomic::AtomicU64| -> u64 {
+        nodes
+            .iter()
+            .take(n)
+            .map(|s| f(s.client.stats()).load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    };
+    let trimmed = sum(|s| &s.trimmed);
+    let opened = sum(|s| &s.connections_opened);
+    let dials = sum(|s| &s.dials);
+    let bootstraps = sum(|s| &s.bootstraps);
 
     // Stop the junk, let in-flight validations finish, then check the honest stores.
     stop_junk.cancel();
@@ -809,6 +866,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "heartbeat_ms": ms(args.heartbeat),
         "deadline_ms": ms(args.deadline),
         "warmup_ms": ms(warmup),
+        "gap_ms": ms(args.gap),
         "advert_bytes": advert_bytes,
         "setup_s": setup.as_secs_f64(),
         "dial_failures": dial_failures,
@@ -827,8 +885,14 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "junk_send_errors": junk.send_errors,
         "junk_stored": junk_stored,
         "junk_forwarded_by_honest": forwarded_by_honest,
-        "duplicate_ratio": "n/a",
-        "bytes_per_node": "n/a",
+        "gossip_copies_received": copies,
+        "gossip_unique_received": unique,
+        "duplicate_ratio": duplicate_ratio,
+        "bytes_in_per_node_per_advert": bytes_per_node_per_advert,
+        "bytes_in_total": bytes_in,
+        "bytes_out_total": bytes_out,
+        "connections": {"opened": opened, "dials": dials, "trimmed": trimmed, "kad_bootstraps": bootstraps,
+            "dials_idle_window": dials_idle, "dials_advert_phase": dials_phase},
         "cpu_s_advert_phase": cpu.map(|c| c.as_secs_f64()),
         "idle_cpu_pct": idle_cpu,
         "advert_phase_s": phase.as_secs_f64(),
@@ -894,7 +958,26 @@ fn print_text(r: &Value) {
             r["junk_sent"], r["junk_send_errors"], r["junk_stored"], r["junk_forwarded_by_honest"]
         );
     }
-    println!("duplicate ratio n/a, bytes per node n/a (not observable outside discovery/src)");
+    println!(
+        "gossip: {} copies received for {} accepted (duplicate ratio {}); bytes in per node per \
+         advert {:.0} (all protocols)",
+        r["gossip_copies_received"],
+        r["gossip_unique_received"],
+        r["duplicate_ratio"]
+            .as_f64()
+            .map_or("-".into(), |x| format!("{x:.2}")),
+        r["bytes_in_per_node_per_advert"].as_f64().unwrap_or(0.0),
+    );
+    println!(
+        "connections (whole run, all nodes): opened {}, dials {} ({} in the idle window, {} while \
+         publishing), trimmed {}; Kademlia bootstraps {}",
+        r["connections"]["opened"],
+        r["connections"]["dials"],
+        r["connections"]["dials_idle_window"],
+        r["connections"]["dials_advert_phase"],
+        r["connections"]["trimmed"],
+        r["connections"]["kad_bootstraps"]
+    );
     println!(
         "CPU {} s over a {:.1} s advert phase (idle network: {} % of a core); peak RSS {} MiB; \
          load {} -> {}; total {:.1} s",
@@ -945,7 +1028,7 @@ fn main() -> ExitCode {
     let bound = Duration::from_secs(60)
         + Duration::from_secs(1) * nodes
         + args.warmup
-        + (args.deadline + Duration::from_millis(100)) * args.adverts as u32;
+        + (args.deadline + args.gap + Duration::from_millis(100)) * args.adverts as u32;
     let result = rt.block_on(async {
         tokio::time::timeout(bound, run(&args, &dir.0))
             .await
