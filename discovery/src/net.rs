@@ -300,7 +300,7 @@ pub struct Client {
 }
 
 /// Traffic counters read from the node's libp2p metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Traffic {
     /// gossipsub messages received on the advertisement topic, duplicates included.
     pub gossip_received: u64,

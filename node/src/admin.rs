@@ -13,6 +13,7 @@
 //! | `GET /admin/v1/peers` | | [`Peers`] |
 //! | `POST /admin/v1/adverts` | a signed advertisement | [`Published`] |
 //! | `GET /admin/v1/adverts/{did}` | | the stored advertisement, as received |
+//! | `GET /admin/v1/metrics` | | libp2p metrics (gossipsub, bandwidth) in the Prometheus text format |
 //!
 //! Errors are [`ApiError`] bodies: `{"error": "...", "reason": "..."}`, where `reason` is the
 //! validator's short reason (`stale_seq`, `bad_card`, …) when it refused an advertisement.
@@ -98,6 +99,12 @@ pub struct Stats {
     pub rejected_by_reason: BTreeMap<String, u64>,
     /// Dropped by rate limits.
     pub throttled: u64,
+    /// Gossip copies and bytes since the node started.
+    #[serde(default)]
+    pub traffic: net::Traffic,
+    /// Connections closed by the connection manager.
+    #[serde(default)]
+    pub connections_trimmed: u64,
 }
 
 /// A connected peer.
@@ -212,6 +219,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/v1/peers", get(peers))
         .route("/admin/v1/adverts", post(import))
         .route("/admin/v1/adverts/{did}", get(advert))
+        .route("/admin/v1/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(local_only))
         .with_state(state)
@@ -379,8 +387,21 @@ async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError>
             ignored: s.ignored.load(Ordering::Relaxed),
             rejected_by_reason,
             throttled: s.throttled.load(Ordering::Relaxed),
+            traffic: c.traffic(),
+            connections_trimmed: s.trimmed.load(Ordering::Relaxed),
         },
     }))
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.client.metrics_text(),
+    )
+        .into_response()
 }
 
 /// Validate, store and announce an advertisement signed elsewhere.

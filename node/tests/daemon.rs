@@ -359,6 +359,21 @@ fn well_known_files_and_admin_guard() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
+
+        // Prometheus metrics: gossipsub's and the transports' byte counters.
+        let r = http
+            .get(format!("{}/admin/v1/metrics", a.http()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"));
+        let text = r.text().await.unwrap();
+        assert!(text.contains("gossipsub_topic_subscription_status"), "{text}");
+        assert!(text.contains("libp2p_bandwidth"), "{text}");
     });
 }
 

@@ -12,7 +12,8 @@
 //! ```text
 //! cargo run --release -p agentnet-discovery --bin simulate -- --nodes 100 [--dials 8]
 //!     [--adverts 20] [--adversaries K] [--seed S] [--heartbeat-ms 700] [--deadline-ms 10000]
-//!     [--warmup-ms W] [--gap-ms 2000] [--junk-rate 20] [--json]
+//!     [--warmup-ms W] [--gap-ms 2000] [--provide-delay-ms 1000] [--conn-low 16]
+//!     [--conn-high 32] [--junk-rate 20] [--max-rss-mb M] [--json]
 //! ```
 //!
 //! Duplicates and bytes come from each node's libp2p metrics ([`Client::traffic`]), as the
@@ -53,7 +54,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "\
 usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1]
-                [--heartbeat-ms 700] [--deadline-ms 10000] [--warmup-ms W] [--junk-rate 20]
+                [--heartbeat-ms 700] [--deadline-ms 10000] [--warmup-ms W] [--gap-ms 2000]
+                [--provide-delay-ms 1000] [--conn-low 16] [--conn-high 32] [--junk-rate 20]
                 [--max-rss-mb M] [--json]
 
   --nodes N          honest nodes (required, >= 2)
@@ -69,6 +71,9 @@ usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1
                      (default 2000: longer than net::Config's provide_delay plus the DHT
                      announcements that follow, so that each advertisement spreads through a
                      network busy only with its own gossip; 50 makes a burst)
+  --provide-delay-ms P  how long after a publish its tags are announced in the DHT
+                     (default: net::Config's, 1000)
+  --conn-low L, --conn-high H  connection manager watermarks (default: net::Config's, 16/32)
   --junk-rate R      junk messages per second per adversary (default 20)
   --max-rss-mb M     abort (and clean up) if the process grows past M MiB
                      (default: half of MemAvailable at start)
@@ -87,6 +92,9 @@ struct Args {
     warmup: Duration,
     junk_rate: u32,
     gap: Duration,
+    provide_delay: Duration,
+    conn_low: usize,
+    conn_high: usize,
     max_rss_mb: Option<u64>,
     json: bool,
 }
@@ -104,6 +112,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         warmup: Duration::ZERO,
         junk_rate: 20,
         gap: Duration::from_millis(2000),
+        provide_delay: Config::default().provide_delay,
+        conn_low: Config::default().conn_low,
+        conn_high: Config::default().conn_high,
         max_rss_mb: None,
         json: false,
     };
@@ -119,7 +130,10 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         if flag == "--help" || flag == "-h" {
             return Err(String::new());
         }
-        const VALUED: [&str; 11] = [
+        const VALUED: [&str; 14] = [
+            "--provide-delay-ms",
+            "--conn-low",
+            "--conn-high",
             "--gap-ms",
             "--nodes",
             "--dials",
@@ -152,10 +166,16 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--deadline-ms" => args.deadline = Duration::from_millis(num(&value)?.max(1)),
             "--warmup-ms" => warmup = Some(Duration::from_millis(num(&value)?)),
             "--gap-ms" => args.gap = Duration::from_millis(num(&value)?),
+            "--provide-delay-ms" => args.provide_delay = Duration::from_millis(num(&value)?),
+            "--conn-low" => args.conn_low = num(&value)? as usize,
+            "--conn-high" => args.conn_high = num(&value)? as usize,
             "--junk-rate" => args.junk_rate = num(&value)?.clamp(1, 10_000) as u32,
             "--max-rss-mb" => args.max_rss_mb = Some(num(&value)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if args.conn_low > args.conn_high || args.conn_high == 0 {
+        return Err("--conn-low must not exceed --conn-high, which must be at least 1".into());
     }
     if args.nodes < 2 {
         return Err("--nodes N is required, N >= 2".into());
@@ -287,7 +307,7 @@ async fn start_node(
     dir: &Path,
     port: u64,
     listen: bool,
-    heartbeat: Duration,
+    args: &Args,
     shutdown: &CancellationToken,
 ) -> Result<SimNode, String> {
     let path = dir.join(format!("node-{port}"));
@@ -307,7 +327,10 @@ async fn start_node(
             Vec::new()
         },
         transport: TransportKind::Memory,
-        heartbeat,
+        heartbeat: args.heartbeat,
+        provide_delay: args.provide_delay,
+        conn_low: args.conn_low,
+        conn_high: args.conn_high,
         ..Default::default()
     };
     let (client, task) = net::spawn(key, cfg, store, validator, shutdown.clone())
@@ -549,7 +572,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let mut nodes: Vec<Arc<SimNode>> = Vec::with_capacity(n + args.adversaries);
     for i in 0..n + args.adversaries {
         let key = SecretKey::from_seed(&rng.seed32());
-        let node = start_node(&key, dir, i as u64 + 1, i < n, args.heartbeat, &shutdown).await?;
+        let node = start_node(&key, dir, i as u64 + 1, i < n, args, &shutdown).await?;
         nodes.push(Arc::new(node));
     }
     eprintln!(
@@ -867,6 +890,8 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "deadline_ms": ms(args.deadline),
         "warmup_ms": ms(warmup),
         "gap_ms": ms(args.gap),
+        "provide_delay_ms": ms(args.provide_delay),
+        "conn_watermarks": [args.conn_low, args.conn_high],
         "advert_bytes": advert_bytes,
         "setup_s": setup.as_secs_f64(),
         "dial_failures": dial_failures,
