@@ -93,6 +93,12 @@ pub struct Config {
     pub rate_window: Duration,
     /// gossipsub heartbeat.
     pub heartbeat: Duration,
+    /// gossipsub mesh degree D (D_low = D - D/4, D_high = 2D). 4, not gossipsub's 6: every copy
+    /// a node receives costs it a decryption and a decode, and with 6 the CPU spent on
+    /// duplicates (5.5 per advertisement) slowed propagation more than the shorter paths sped
+    /// it up (measured, docs/BENCHMARKS.md). Lost copies are repaired by gossip (IHAVE/IWANT)
+    /// at the next heartbeat, and by the DHT.
+    pub gossip_mesh: usize,
     /// How often expired advertisements are swept from the store.
     pub sweep_interval: Duration,
     /// A connection nothing uses closes after this long. gossipsub keeps its mesh peers'
@@ -131,6 +137,7 @@ impl Default for Config {
             per_peer_messages: 100,
             rate_window: Duration::from_secs(10),
             heartbeat: Duration::from_millis(700),
+            gossip_mesh: 4,
             sweep_interval: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(10),
             conn_high: 32,
@@ -725,6 +732,7 @@ fn build_behaviour(
     // Anonymous gossip: an advertisement is signed by its agent's DID and its message id is the
     // hash of its bytes, so gossipsub's own per-message signature (one more Ed25519 verify on
     // every copy received, duplicates included) and sequence numbers add nothing.
+    let d = cfg.gossip_mesh.max(2);
     let gossip_cfg = gossipsub::ConfigBuilder::default()
         .validation_mode(gossipsub::ValidationMode::Anonymous)
         .validate_messages()
@@ -735,6 +743,10 @@ fn build_behaviour(
         // duplicates included, before validation; for our 2 KiB advertisements that was more
         // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
         .idontwant_message_size_threshold(usize::MAX)
+        .mesh_n(d)
+        .mesh_n_low(d - d / 4)
+        .mesh_n_high(2 * d)
+        .mesh_outbound_min(d / 2)
         .build()
         .map_err(|e| format!("gossipsub config: {e}"))?;
     let mut gossipsub = gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, gossip_cfg)
@@ -866,7 +878,7 @@ impl Node {
         shutdown: CancellationToken,
     ) {
         let mut sweep = tokio::time::interval(self.cfg.sweep_interval);
-        let mut trim = tokio::time::interval(self.cfg.conn_grace.max(Duration::from_secs(1)));
+        let mut trim = tokio::time::interval(Duration::from_secs(1));
         let mut provide = tokio::time::interval(Duration::from_millis(250));
         provide.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

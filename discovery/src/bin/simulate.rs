@@ -13,7 +13,7 @@
 //! cargo run --release -p agentnet-discovery --bin simulate -- --nodes 100 [--dials 8]
 //!     [--adverts 20] [--adversaries K] [--seed S] [--heartbeat-ms 700] [--deadline-ms 10000]
 //!     [--warmup-ms W] [--gap-ms 2000] [--provide-delay-ms 1000] [--conn-low 16]
-//!     [--conn-high 32] [--junk-rate 20] [--max-rss-mb M] [--json]
+//!     [--conn-high 32] [--mesh 4] [--junk-rate 20] [--max-rss-mb M] [--json]
 //! ```
 //!
 //! Duplicates and bytes come from each node's libp2p metrics ([`Client::traffic`]), as the
@@ -55,8 +55,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const USAGE: &str = "\
 usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1]
                 [--heartbeat-ms 700] [--deadline-ms 10000] [--warmup-ms W] [--gap-ms 2000]
-                [--provide-delay-ms 1000] [--conn-low 16] [--conn-high 32] [--junk-rate 20]
-                [--max-rss-mb M] [--json]
+                [--provide-delay-ms 1000] [--conn-low 16] [--conn-high 32] [--mesh 4]
+                [--junk-rate 20] [--max-rss-mb M] [--json]
 
   --nodes N          honest nodes (required, >= 2)
   --dials D          connections each node dials (default 8)
@@ -74,6 +74,7 @@ usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1
   --provide-delay-ms P  how long after a publish its tags are announced in the DHT
                      (default: net::Config's, 1000)
   --conn-low L, --conn-high H  connection manager watermarks (default: net::Config's, 16/32)
+  --mesh D           gossipsub mesh degree (default: net::Config's, 4)
   --junk-rate R      junk messages per second per adversary (default 20)
   --max-rss-mb M     abort (and clean up) if the process grows past M MiB
                      (default: half of MemAvailable at start)
@@ -95,6 +96,7 @@ struct Args {
     provide_delay: Duration,
     conn_low: usize,
     conn_high: usize,
+    mesh: usize,
     max_rss_mb: Option<u64>,
     json: bool,
 }
@@ -115,6 +117,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         provide_delay: Config::default().provide_delay,
         conn_low: Config::default().conn_low,
         conn_high: Config::default().conn_high,
+        mesh: Config::default().gossip_mesh,
         max_rss_mb: None,
         json: false,
     };
@@ -130,7 +133,8 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         if flag == "--help" || flag == "-h" {
             return Err(String::new());
         }
-        const VALUED: [&str; 14] = [
+        const VALUED: [&str; 15] = [
+            "--mesh",
             "--provide-delay-ms",
             "--conn-low",
             "--conn-high",
@@ -167,6 +171,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--warmup-ms" => warmup = Some(Duration::from_millis(num(&value)?)),
             "--gap-ms" => args.gap = Duration::from_millis(num(&value)?),
             "--provide-delay-ms" => args.provide_delay = Duration::from_millis(num(&value)?),
+            "--mesh" => args.mesh = num(&value)?.clamp(2, 64) as usize,
             "--conn-low" => args.conn_low = num(&value)? as usize,
             "--conn-high" => args.conn_high = num(&value)? as usize,
             "--junk-rate" => args.junk_rate = num(&value)?.clamp(1, 10_000) as u32,
@@ -331,6 +336,7 @@ async fn start_node(
         provide_delay: args.provide_delay,
         conn_low: args.conn_low,
         conn_high: args.conn_high,
+        gossip_mesh: args.mesh,
         ..Default::default()
     };
     let (client, task) = net::spawn(key, cfg, store, validator, shutdown.clone())
@@ -892,6 +898,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "gap_ms": ms(args.gap),
         "provide_delay_ms": ms(args.provide_delay),
         "conn_watermarks": [args.conn_low, args.conn_high],
+        "mesh": args.mesh,
         "advert_bytes": advert_bytes,
         "setup_s": setup.as_secs_f64(),
         "dial_failures": dial_failures,
