@@ -30,8 +30,8 @@ use crate::advert::{Reject, Validated, Validator};
 use crate::store::{PutOutcome, Store, StoredAdvert};
 use crate::tags;
 
-pub use libp2p::{Multiaddr, PeerId};
 use libp2p::metrics::Registry;
+pub use libp2p::{Multiaddr, PeerId};
 
 /// The gossipsub topic of advertisements.
 pub const TOPIC: &str = "agentnet/cards/1";
@@ -515,9 +515,7 @@ fn traffic_from_metrics(text: &str) -> Traffic {
             continue;
         };
         let value = value as u64;
-        let (name, labels) = name_labels
-            .split_once('{')
-            .unwrap_or((name_labels, ""));
+        let (name, labels) = name_labels.split_once('{').unwrap_or((name_labels, ""));
         let on_topic = labels.contains(&format!("hash=\"{TOPIC}\""));
         match name {
             "gossipsub_topic_msg_recv_counts_unfiltered_total" if on_topic => {
@@ -1035,8 +1033,7 @@ impl Node {
     fn add_kad_address(&mut self, peer: PeerId, addr: Multiaddr) {
         let kad = &mut self.swarm.behaviour_mut().kad;
         let room = kad.kbucket(peer).is_some_and(|b| {
-            b.num_entries() < kad::K_VALUE.get()
-                || b.iter().any(|e| e.node.key.preimage() == &peer)
+            b.num_entries() < kad::K_VALUE.get() || b.iter().any(|e| e.node.key.preimage() == &peer)
         });
         if room {
             kad.add_address(&peer, addr);
@@ -1287,7 +1284,9 @@ impl Node {
                 self.peer_addrs.insert(peer_id, addrs);
             }
             SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutablePeer {
-                peer, address, ..
+                peer,
+                address,
+                ..
             })) => self.add_kad_address(peer, address),
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
                 for (peer, addr) in list {
@@ -1303,7 +1302,9 @@ impl Node {
             SwarmEvent::ConnectionEstablished {
                 peer_id, endpoint, ..
             } => {
-                self.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .connections_opened
+                    .fetch_add(1, Ordering::Relaxed);
                 self.connected_since
                     .entry(peer_id)
                     .or_insert_with(Instant::now);

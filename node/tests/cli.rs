@@ -2,30 +2,11 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
-fn agentnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentnet"))
-        .args(args)
-        .env_remove("AGENTNET_DATA_DIR")
-        .output()
-        .expect("the agentnet binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod common;
+use common::*;
 
 #[test]
 fn init_creates_one_key_and_keeps_it() {

@@ -3,42 +3,16 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentnet");
+mod common;
+use common::*;
+
 /// Longest wait for a node to start, a peer to connect or an advertisement to arrive.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn agentnet(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("AGENTNET_DATA_DIR")
-        .stdin(Stdio::null())
-        .output()
-        .expect("the agentnet binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("temp paths are UTF-8")
-}
-
-/// Run `agentnet args` and parse its standard output as JSON; panics with stderr on failure.
-fn json_of(args: &[&str]) -> Value {
-    let o = agentnet(args);
-    assert!(o.status.success(), "agentnet {args:?}: {}", stderr(&o));
-    serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)))
-}
 
 /// Poll `f` every 250 ms until it returns `Some`, at most [`PATIENCE`].
 fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -372,7 +346,10 @@ fn well_known_files_and_admin_guard() {
             .unwrap()
             .starts_with("text/plain"));
         let text = r.text().await.unwrap();
-        assert!(text.contains("gossipsub_topic_subscription_status"), "{text}");
+        assert!(
+            text.contains("gossipsub_topic_subscription_status"),
+            "{text}"
+        );
         assert!(text.contains("libp2p_bandwidth"), "{text}");
     });
 }

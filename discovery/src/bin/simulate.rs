@@ -667,7 +667,12 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let dials_of = |nodes: &[Arc<SimNode>]| -> u64 {
         nodes
             .iter()
-            .map(|s| s.client.stats().dials.load(std::sync::atomic::Ordering::Relaxed))
+            .map(|s| {
+                s.client
+                    .stats()
+                    .dials
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
             .sum()
     };
     let dials_idle_start = dials_of(&nodes[..n]);
