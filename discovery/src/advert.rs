@@ -196,6 +196,34 @@ fn signing_input(protected: &str, ad: &Advertisement) -> Vec<u8> {
     input
 }
 
+/// [`signing_input`] for a validator that owns the advertisement: the card is moved into the
+/// JSON value and back instead of deep-copied (a ~1 KiB card is dozens of allocations, on the
+/// path every gossiped advertisement takes). Same bytes as [`signing_input`] (tested).
+fn signing_input_owned(ad: &mut Advertisement) -> Vec<u8> {
+    use serde_json::Map;
+    let mut m = Map::new();
+    m.insert("v".into(), ad.v.into());
+    m.insert("did".into(), ad.did.clone().into());
+    m.insert("card".into(), std::mem::take(&mut ad.card));
+    m.insert("peerId".into(), ad.peer_id.clone().into());
+    m.insert("addrs".into(), ad.addrs.clone().into());
+    m.insert("seq".into(), ad.seq.into());
+    m.insert("issuedAt".into(), ad.issued_at.into());
+    m.insert("expiresAt".into(), ad.expires_at.into());
+    if let Some(k) = &ad.public_key_multibase {
+        m.insert("publicKeyMultibase".into(), k.clone().into());
+    }
+    let mut v = Value::Object(m);
+    let canonical = jcs::canonicalize(&v);
+    if let Some(card) = v.as_object_mut().and_then(|m| m.remove("card")) {
+        ad.card = card;
+    }
+    let mut input = ad.proof.protected.as_bytes().to_vec();
+    input.push(b'.');
+    input.extend_from_slice(B64URL.encode(canonical).as_bytes());
+    input
+}
+
 /// What a publisher fills in; [`sign`] adds the proof.
 #[derive(Debug, Clone)]
 pub struct Draft {
@@ -307,7 +335,11 @@ fn proof_kid(ad: &Advertisement, did: &Did) -> Result<String, Reject> {
 /// The CPU-bound rest of validation: the header, both signatures, the tags. Synchronous, so that
 /// a caller already on a blocking thread (the node reads the stored sequence and writes the
 /// store there too) pays for one thread hop, not three.
-pub fn verify(ad: Advertisement, keys: &AdvertKeys, bytes: Vec<u8>) -> Result<Validated, Reject> {
+pub fn verify(
+    mut ad: Advertisement,
+    keys: &AdvertKeys,
+    bytes: Vec<u8>,
+) -> Result<Validated, Reject> {
     let did = &keys.did;
     if ad.did != keys.raw_did {
         return Err(Reject::Malformed("keys are for another DID".into()));
@@ -324,7 +356,7 @@ pub fn verify(ad: Advertisement, keys: &AdvertKeys, bytes: Vec<u8>) -> Result<Va
     let sig = B64URL
         .decode(&ad.proof.signature)
         .map_err(|_| Reject::Malformed("proof signature is not base64url".into()))?;
-    if !envelope_key.verify(&signing_input(&ad.proof.protected, &ad), &sig) {
+    if !envelope_key.verify(&signing_input_owned(&mut ad), &sig) {
         return Err(Reject::BadSignature("envelope".into()));
     }
     let card_check = match &keys.keys {
@@ -666,6 +698,19 @@ mod tests {
             .unwrap();
         assert_eq!(v.tags, vec!["language", "translation"]);
         assert_eq!((v.seq, v.did.clone()), (3, key.did_key().to_string()));
+    }
+
+    #[test]
+    fn owned_signing_input_is_the_same_bytes_and_keeps_the_card() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let mut a: Advertisement = serde_json::from_slice(&ad(&key, 3, NOW, 3600)).unwrap();
+        for multibase in [None, Some("z6MkpTHR8VNsBxYAAWHut2Geadd9jSwuBV8xRoAnwWsdvktH")] {
+            a.public_key_multibase = multibase.map(str::to_owned);
+            let before = a.clone();
+            let expected = signing_input(&a.proof.protected, &a);
+            assert_eq!(signing_input_owned(&mut a), expected);
+            assert_eq!(a, before, "the card is put back");
+        }
     }
 
     #[tokio::test]

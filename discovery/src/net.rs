@@ -344,6 +344,68 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::Store(e.to_string()))
 }
 
+/// The validation pool: as many threads as the machine has cores, shared by every node in the
+/// process, for the work of one advertisement (stored sequence, signatures, write).
+///
+/// Why not `spawn_blocking`: under a burst of gossip every validation took its own
+/// blocking-pool thread, and hundreds of runnable threads, each with ~0.15 ms of CPU work,
+/// were time-sliced against the runtime's workers, which carry the network: forwarding
+/// waited on the scheduler. A fixed pool keeps the work in arrival order and the threads few.
+/// Jobs beyond the queue's bound go to `spawn_blocking` rather than wait.
+struct Pool {
+    tx: std::sync::mpsc::SyncSender<Box<dyn FnOnce() + Send>>,
+}
+
+const POOL_QUEUE: usize = 4096;
+
+fn pool() -> &'static Pool {
+    static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Box<dyn FnOnce() + Send>>(POOL_QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        for i in 0..threads {
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("agentnet-validate-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(rx) => rx.recv(),
+                        Err(_) => return,
+                    };
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "starting a validation thread");
+            }
+        }
+        Pool { tx }
+    })
+}
+
+/// Run `f` on the validation pool (or, when its queue is full, a blocking thread).
+async fn on_pool<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, Error> {
+    let (reply, rx) = oneshot::channel();
+    let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+        let _ = reply.send(f());
+    });
+    match pool().tx.try_send(job) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::TrySendError::Full(job))
+        | Err(std::sync::mpsc::TrySendError::Disconnected(job)) => {
+            tokio::task::spawn_blocking(job);
+        }
+    }
+    rx.await
+        .map_err(|_| Error::Store("validation job dropped".into()))?
+        .map_err(|e| Error::Store(e.to_string()))
+}
+
 impl Client {
     /// This node's PeerId.
     pub fn peer_id(&self) -> PeerId {
@@ -570,7 +632,7 @@ async fn accept(
     }
     let keys = validator.keys(&pre).await.map_err(|r| refuse(stats, r))?;
     let s = store.clone();
-    let outcome = blocking(move || {
+    let outcome = on_pool(move || {
         let stored = s.seq(&pre.did)?;
         if let Err(r) = crate::advert::check_seq(&pre, stored) {
             return Ok(Err(r));
