@@ -704,7 +704,10 @@ mod tests {
     fn owned_signing_input_is_the_same_bytes_and_keeps_the_card() {
         let key = SecretKey::from_seed(&[1; 32]);
         let mut a: Advertisement = serde_json::from_slice(&ad(&key, 3, NOW, 3600)).unwrap();
-        for multibase in [None, Some("z6MkpTHR8VNsBxYAAWHut2Geadd9jSwuBV8xRoAnwWsdvktH")] {
+        for multibase in [
+            None,
+            Some("z6MkpTHR8VNsBxYAAWHut2Geadd9jSwuBV8xRoAnwWsdvktH"),
+        ] {
             a.public_key_multibase = multibase.map(str::to_owned);
             let before = a.clone();
             let expected = signing_input(&a.proof.protected, &a);
