@@ -1,6 +1,7 @@
 //! Many nodes in one process over libp2p's memory transport: gossip reaches everyone, a late
-//! joiner finds agents through the DHT, updates replace old cards, and adversarial gossip is
-//! refused by the first node that sees it and never reaches a third.
+//! joiner finds agents through the DHT, updates replace old cards, adversarial gossip is
+//! refused by the first node that sees it and never reaches a third, and a did:web agent's
+//! advertisement is resolved from its document server and reaches every node.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -34,12 +35,21 @@ async fn start_node(seed: u8, shutdown: &CancellationToken) -> TestNode {
 /// A node; with `listen` false it only dials out, so no other node can learn an address for it
 /// and connect to it: the adversary below stays behind the one node it dials.
 async fn start_node_with(seed: u8, shutdown: &CancellationToken, listen_on: bool) -> TestNode {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("store")).unwrap();
     let validator = Validator::new(
         Resolver::new(Default::default()).unwrap(),
         Limits::default(),
     );
+    start_node_validating(seed, shutdown, listen_on, validator).await
+}
+
+async fn start_node_validating(
+    seed: u8,
+    shutdown: &CancellationToken,
+    listen_on: bool,
+    validator: Validator,
+) -> TestNode {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
     let port = memory_port();
     let listen: Multiaddr = format!("/memory/{port}").parse().unwrap();
     let cfg = Config {
@@ -359,6 +369,130 @@ async fn adversarial_gossip_is_refused_and_never_reaches_a_third_node() {
     assert_eq!(
         local_seq(third, &agent.did.to_string(), net::unix_now()),
         Some(11)
+    );
+    shutdown.cancel();
+}
+
+/// A did:web document server on loopback (plain HTTP, which the resolver allows for loopback
+/// hosts only when told to): answers every request with `make_body(port)` and counts them.
+fn serve_did_document(make_body: impl FnOnce(u16) -> String) -> (u16, std::sync::Arc<AtomicU64>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = make_body(port);
+    let hits = std::sync::Arc::new(AtomicU64::new(0));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            // Read the request head (no body on a GET).
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            counted.fetch_add(1, Ordering::SeqCst);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/did+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(body.as_bytes());
+        }
+    });
+    (port, hits)
+}
+
+/// A did:web agent: its document is fetched over HTTP by each node that validates its
+/// advertisement (once, then cached), and the advertisement reaches every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn did_web_advertisement_is_resolved_and_reaches_every_node() {
+    let key = SecretKey::from_seed(&[91; 32]);
+    // The port is in the DID, so the server binds first and the document is made from it.
+    let (port, hits) = serve_did_document(|port| {
+        let did = format!("did:web:localhost%3A{port}");
+        let kid = format!("{did}#key-1");
+        json!({
+            "@context": ["https://www.w3.org/ns/did/v1", "https://w3id.org/security/multikey/v1"],
+            "id": did,
+            "verificationMethod": [{
+                "id": kid, "type": "Multikey", "controller": did,
+                "publicKeyMultibase": agentnet_did::key::encode_multikey(&key.public()),
+            }],
+            "assertionMethod": [kid],
+        })
+        .to_string()
+    });
+    let did = Did::parse(&format!("did:web:localhost%3A{port}")).unwrap();
+    let kid = DidUrl::parse(&format!("{did}#key-1")).unwrap();
+
+    let shutdown = CancellationToken::new();
+    let limits = Limits {
+        web_jitter: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for i in 0..4u8 {
+        let resolver = Resolver::new(agentnet_did::resolver::Options {
+            http: agentnet_did::web::HttpOptions {
+                allow_http_loopback: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        let node = start_node_validating(
+            150 + i,
+            &shutdown,
+            true,
+            Validator::new(resolver, limits.clone()),
+        )
+        .await;
+        if let Some(prev) = nodes.last() {
+            node.client.dial(prev.addr.clone()).await.unwrap();
+        }
+        nodes.push(node);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let now = net::unix_now();
+    let signed = card::sign(&sample_card("web agent", "weather"), &key, &kid).unwrap();
+    let ad = advert::sign(
+        Draft {
+            did: did.clone(),
+            kid: kid.clone(),
+            card: signed,
+            peer_id: nodes[0].client.peer_id().to_string(),
+            addrs: vec![],
+            seq: 1,
+            issued_at: now,
+            expires_at: now + 3600,
+        },
+        &key,
+    );
+    nodes[0]
+        .client
+        .publish(serde_json::to_vec(&ad).unwrap())
+        .await
+        .expect("the publishing node resolves and accepts it");
+    let did_s = did.to_string();
+    eventually(
+        &nodes,
+        Duration::from_secs(20),
+        "did:web advert everywhere",
+        |c| {
+            let ok = local_seq(c, &did_s, now) == Some(1);
+            async move { ok }
+        },
+    )
+    .await;
+    let fetched = hits.load(Ordering::SeqCst);
+    assert!(
+        (1..=4).contains(&fetched),
+        "each node fetches the document at most once: {fetched} fetches for 4 nodes"
     );
     shutdown.cancel();
 }
