@@ -106,7 +106,7 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Connection manager: when more than `conn_high` peers are connected, connections to peers
     /// outside the gossip mesh, with no fetch in flight and older than `conn_grace` are closed,
-    /// newest first, until `conn_low` remain.
+    /// newest first, until `conn_low` remain (checked every second).
     pub conn_high: usize,
     /// See [`Config::conn_high`].
     pub conn_low: usize,
@@ -373,9 +373,10 @@ fn pool() -> &'static Pool {
                         Ok(rx) => rx.recv(),
                         Err(_) => return,
                     };
-                    match job {
-                        Ok(job) => job(),
-                        Err(_) => return,
+                    let Ok(job) = job else { return };
+                    // A panicking job loses its reply (the caller gets an error), not the thread.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                        tracing::error!("a validation job panicked");
                     }
                 });
             if let Err(e) = spawned {
@@ -690,7 +691,6 @@ struct Node {
         HashMap<OutboundRequestId, (PeerId, oneshot::Sender<Result<FetchResponse, Error>>)>,
     /// When each connected peer's first connection was established.
     connected_since: HashMap<PeerId, Instant>,
-    last_trim: Instant,
     /// Tag keys to announce, and when.
     provide_queue: std::collections::VecDeque<(RecordKey, Instant)>,
     /// Announcements in flight.
@@ -736,7 +736,6 @@ pub async fn spawn(
         next_pending: 0,
         pending_fetches: HashMap::new(),
         connected_since: HashMap::new(),
-        last_trim: Instant::now(),
         provide_queue: Default::default(),
         providing: HashSet::new(),
         pending_dials: Vec::new(),
@@ -1124,7 +1123,6 @@ impl Node {
 
     /// The connection manager (see [`Config::conn_high`]).
     fn trim_connections(&mut self) {
-        self.last_trim = Instant::now();
         let connected = self.connected_since.len();
         if connected <= self.cfg.conn_high {
             return;
@@ -1370,11 +1368,6 @@ impl Node {
                 self.connected_since
                     .entry(peer_id)
                     .or_insert_with(Instant::now);
-                if self.connected_since.len() > self.cfg.conn_high
-                    && self.last_trim.elapsed() >= Duration::from_secs(1)
-                {
-                    self.trim_connections();
-                }
                 let addr = endpoint.get_remote_address().clone();
                 let mut i = 0;
                 while i < self.pending_dials.len() {

@@ -34,6 +34,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -555,6 +556,14 @@ async fn adversary(
     tally
 }
 
+/// One counter of the nodes' [`net::Stats`], summed.
+fn stat_sum(nodes: &[Arc<SimNode>], counter: fn(&net::Stats) -> &AtomicU64) -> u64 {
+    nodes
+        .iter()
+        .map(|s| counter(s.client.stats()).load(Ordering::Relaxed))
+        .sum()
+}
+
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
@@ -665,21 +674,12 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let warmup = args.warmup;
     let idle_window = warmup.min(Duration::from_secs(2));
     tokio::time::sleep(warmup - idle_window).await;
-    let dials_of = |nodes: &[Arc<SimNode>]| -> u64 {
-        nodes
-            .iter()
-            .map(|s| {
-                s.client
-                    .stats()
-                    .dials
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
-            .sum()
-    };
-    let dials_idle_start = dials_of(&nodes[..n]);
+    let honest = &nodes[..n];
+    let dials_of = |nodes: &[Arc<SimNode>]| stat_sum(nodes, |s| &s.dials);
+    let dials_idle_start = dials_of(honest);
     let idle_cpu_start = process_cpu();
     tokio::time::sleep(idle_window).await;
-    let dials_idle = dials_of(&nodes[..n]) - dials_idle_start;
+    let dials_idle = dials_of(honest) - dials_idle_start;
     let idle_cpu = match (idle_cpu_start, process_cpu()) {
         (Some(a), Some(b)) if !idle_window.is_zero() => {
             Some(100.0 * b.saturating_sub(a).as_secs_f64() / idle_window.as_secs_f64())
@@ -713,7 +713,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let traffic_start: Vec<net::Traffic> =
         nodes.iter().take(n).map(|s| s.client.traffic()).collect();
     let cpu_start = process_cpu();
-    let dials_phase_start = dials_of(&nodes[..n]);
+    let dials_phase_start = dials_of(honest);
     let phase_start = Instant::now();
     let mut spreads: Vec<Spread> = Vec::with_capacity(args.adverts);
     let mut published: Vec<(String, Vec<u8>)> = Vec::new();
@@ -765,7 +765,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         tokio::time::sleep(args.gap).await;
     }
     let phase = phase_start.elapsed();
-    let dials_phase = dials_of(&nodes[..n]) - dials_phase_start;
+    let dials_phase = dials_of(honest) - dials_phase_start;
     let cpu = match (cpu_start, process_cpu()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
@@ -781,17 +781,10 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let published_ok = (args.adverts - publish_errors).max(1) as f64;
     let duplicate_ratio = (unique > 0).then(|| copies as f64 / unique as f64 - 1.0);
     let bytes_per_node_per_advert = bytes_in as f64 / n as f64 / published_ok;
-    let sum = |f: fn(&net::Stats) -> &std::sync::atomic::AtomicU64| -> u64 {
-        nodes
-            .iter()
-            .take(n)
-            .map(|s| f(s.client.stats()).load(std::sync::atomic::Ordering::Relaxed))
-            .sum()
-    };
-    let trimmed = sum(|s| &s.trimmed);
-    let opened = sum(|s| &s.connections_opened);
-    let dials = sum(|s| &s.dials);
-    let bootstraps = sum(|s| &s.bootstraps);
+    let trimmed = stat_sum(honest, |s| &s.trimmed);
+    let opened = stat_sum(honest, |s| &s.connections_opened);
+    let dials = stat_sum(honest, |s| &s.dials);
+    let bootstraps = stat_sum(honest, |s| &s.bootstraps);
 
     // Stop the junk, let in-flight validations finish, then check the honest stores.
     stop_junk.cancel();
@@ -813,9 +806,9 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let junk_dids = Arc::new(junk.junk_dids.clone());
     for node in nodes.iter().take(n) {
         let stats = node.client.stats();
-        accepted += stats.accepted.load(std::sync::atomic::Ordering::Relaxed);
-        ignored += stats.ignored.load(std::sync::atomic::Ordering::Relaxed);
-        throttled += stats.throttled.load(std::sync::atomic::Ordering::Relaxed);
+        accepted += stats.accepted.load(Ordering::Relaxed);
+        ignored += stats.ignored.load(Ordering::Relaxed);
+        throttled += stats.throttled.load(Ordering::Relaxed);
         for (reason, count) in stats.rejected.lock().expect("stats lock poisoned").iter() {
             *refused.entry(reason).or_default() += count;
         }
