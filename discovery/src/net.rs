@@ -570,6 +570,7 @@ impl Client {
 /// Sum the counters [`Traffic`] reports from Prometheus text.
 fn traffic_from_metrics(text: &str) -> Traffic {
     let mut t = Traffic::default();
+    let topic_label = format!("hash=\"{TOPIC}\"");
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((name_labels, value)) = line.rsplit_once(' ') else {
             continue;
@@ -579,7 +580,7 @@ fn traffic_from_metrics(text: &str) -> Traffic {
         };
         let value = value as u64;
         let (name, labels) = name_labels.split_once('{').unwrap_or((name_labels, ""));
-        let on_topic = labels.contains(&format!("hash=\"{TOPIC}\""));
+        let on_topic = labels.contains(&topic_label);
         match name {
             "gossipsub_topic_msg_recv_counts_unfiltered_total" if on_topic => {
                 t.gossip_received += value
