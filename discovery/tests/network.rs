@@ -494,5 +494,12 @@ async fn did_web_advertisement_is_resolved_and_reaches_every_node() {
         (1..=4).contains(&fetched),
         "each node fetches the document at most once: {fetched} fetches for 4 nodes"
     );
+    // The traffic counters (read from the libp2p metrics) saw the gossip that carried it.
+    for n in &nodes[1..] {
+        let t = n.client.traffic();
+        assert!(t.gossip_unique >= 1, "{t:?}");
+        assert!(t.gossip_received >= t.gossip_unique, "{t:?}");
+        assert!(t.bytes_in > 0 && t.bytes_out > 0, "{t:?}");
+    }
     shutdown.cancel();
 }
