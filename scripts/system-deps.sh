@@ -1,8 +1,30 @@
 #!/usr/bin/env bash
 # System packages the build needs, installed when missing (Debian, as root or with sudo):
 # libclang for bindgen in librocksdb-sys.
+#
+# What counts as libclang is what clang-sys (bindgen's loader) can open: `libclang.so*` or
+# `libclang-<version>.so*`. A fresh Debian image ships `libclang-cpp.so.*` (the C++ API, from
+# libclang-cpp14), which is not it: bindgen then panics "Unable to find libclang". Tested by
+# scripts/tests/system-deps.sh in a mount namespace where libclang is hidden.
 set -euo pipefail
-if ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1; then
+
+have_libclang() {
+  local dirs=() d f name
+  [ -n "${LIBCLANG_PATH:-}" ] && dirs+=("$LIBCLANG_PATH")
+  dirs+=(/usr/lib/llvm-*/lib /usr/lib/*-linux-gnu /usr/lib /usr/lib64 /usr/local/lib)
+  for d in "${dirs[@]}"; do
+    [ -d "$d" ] || continue
+    for f in "$d"/libclang.so* "$d"/libclang-[0-9]*.so*; do
+      [ -e "$f" ] || continue
+      name="$(basename "$f")"
+      case "$name" in libclang-cpp*) continue ;; esac
+      return 0
+    done
+  done
+  return 1
+}
+
+if have_libclang; then
   exit 0
 fi
 SUDO=""
@@ -10,3 +32,7 @@ SUDO=""
 echo "scripts/system-deps.sh: installing libclang-dev (needed to build RocksDB bindings)" >&2
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libclang-dev >/dev/null
+if ! have_libclang; then
+  echo "scripts/system-deps.sh: libclang-dev installed but no libclang.so found" >&2
+  exit 1
+fi

@@ -11,6 +11,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 echo "== system packages"
 bash scripts/system-deps.sh
+bash scripts/tests/system-deps.sh
 
 echo "== interop tools (Python venv, node_modules)"
 bash interop/setup.sh

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Test of scripts/system-deps.sh as a fresh machine sees it: inside a private mount namespace,
+# every libclang the machine has is hidden by an overlay (whiteouts) while libclang-cpp stays,
+# and `apt-get` is a fake that records its arguments. The script must ask for libclang-dev.
+# A second case adds a libclang.so.1 to the overlay: then it must not call apt-get at all.
+# Needs root (mount namespaces and overlayfs); prints "N passed, N failed".
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "$(id -u)" -ne 0 ] || ! unshare --mount --propagation private true 2>/dev/null; then
+  echo "system-deps test: needs root and mount namespaces; skipped"
+  echo "0 passed, 0 failed, 1 skipped"
+  exit 0
+fi
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/bin"
+cat >"$WORK/bin/apt-get" <<'FAKE'
+#!/bin/sh
+echo "apt-get $*" >>"$APT_LOG"
+FAKE
+chmod +x "$WORK/bin/apt-get"
+
+# Directories holding a real libclang (as system-deps.sh would find it), plus the multiarch
+# directory, which holds libclang-cpp on a fresh image. Parents before children: an overlay
+# mounted on a parent later would hide the overlays below it.
+DIRS=()
+for d in /usr/lib /usr/lib64 /usr/local/lib /usr/lib/*-linux-gnu /usr/lib/llvm-*/lib; do
+  [ -d "$d" ] || continue
+  for f in "$d"/libclang.so* "$d"/libclang-[0-9]*.so*; do
+    if [ -e "$f" ] || [ -L "$f" ]; then DIRS+=("$d"); break; fi
+  done
+done
+MULTIARCH="$(ls -d /usr/lib/*-linux-gnu | head -n1)"
+case " ${DIRS[*]} " in *" $MULTIARCH "*) ;; *) DIRS+=("$MULTIARCH") ;; esac
+
+# run_case NAME ADD_FAKE_LIBCLANG: runs system-deps.sh in a namespace and leaves the apt log.
+run_case() {
+  local name="$1" add_fake="$2"
+  local dir="$WORK/$name"
+  mkdir -p "$dir"
+  : >"$dir/apt.log"
+  # The inner script runs as root in its own mount namespace: nothing it mounts is seen outside.
+  APT_LOG="$dir/apt.log" MULTIARCH="$MULTIARCH" PATH="$WORK/bin:$PATH" ADD_FAKE="$add_fake" CASE_DIR="$dir" \
+    unshare --mount --propagation private bash -euo pipefail -c '
+      i=0
+      for d in "$@"; do
+        i=$((i+1)); up="$CASE_DIR/up$i"; wk="$CASE_DIR/wk$i"; mkdir -p "$up" "$wk"
+        for f in "$d"/libclang.so* "$d"/libclang-[0-9]*.so*; do
+          [ -e "$f" ] || [ -L "$f" ] || continue
+          case "$(basename "$f")" in libclang-cpp*) continue ;; esac
+          mknod "$up/$(basename "$f")" c 0 0   # overlayfs whiteout: hides the file
+        done
+        mount -t overlay overlay -o "lowerdir=$d,upperdir=$up,workdir=$wk" "$d"
+      done
+      if [ "$ADD_FAKE" = 1 ]; then : >"$MULTIARCH/libclang.so.1"; fi
+      unset LIBCLANG_PATH
+      ls /usr/lib/*-linux-gnu/libclang-cpp.so* >/dev/null   # a fresh image keeps this one
+      bash scripts/system-deps.sh
+    ' _ "${DIRS[@]}" >"$dir/out.txt" 2>&1
+}
+
+passed=0; failed=0
+check() { if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); fi; }
+
+case_hidden() {
+  run_case hidden 0 >/dev/null || true   # the fake apt-get installs nothing, so it exits 1
+  if grep -q 'install.*libclang-dev' "$WORK/hidden/apt.log"; then
+    echo "ok: only libclang-cpp present -> apt-get install libclang-dev"
+  else
+    echo "FAIL: only libclang-cpp present, but apt-get was not asked for libclang-dev:"
+    cat "$WORK/hidden/apt.log" "$WORK/hidden/out.txt"; return 1
+  fi
+}
+case_present() {
+  if run_case present 1 && [ ! -s "$WORK/present/apt.log" ] && ! grep -q 'installing' "$WORK/present/out.txt"; then
+    echo "ok: libclang.so.1 present -> no install"
+  else
+    echo "FAIL: libclang present, but system-deps.sh tried to install:"
+    cat "$WORK/present/apt.log" "$WORK/present/out.txt"; return 1
+  fi
+}
+check case_hidden
+check case_present
+echo "system-deps: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
