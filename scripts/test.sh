@@ -16,14 +16,26 @@ bash scripts/tests/system-deps.sh
 echo "== interop tools (Python venv, node_modules)"
 bash interop/setup.sh
 
+echo "== build: the agentnet binary, exactly as scripts/run.sh builds it"
+cargo build --locked -p agentnet-node --bin agentnet
+
+echo "== build: tests, examples and benchmarks (must reuse RocksDB from the step above)"
+# A second RocksDB build means the test graph resolved a build dependency of librocksdb-sys
+# differently from the binary's graph (it did: criterion 0.5 pulled itertools 0.10, which bindgen
+# uses too; cargo then built bindgen's itertools with the test graph's features and profile, so
+# bindgen, and RocksDB's C++ behind it, were compiled again: about 10 minutes on 2 cores). Fail then.
+BUILD_LOG="$(mktemp)"
+trap 'rm -f "$BUILD_LOG"' EXIT
+cargo test --workspace --lib --bins --tests --examples --benches --no-run --locked 2>&1 | tee "$BUILD_LOG"
+if grep -q 'Compiling librocksdb-sys' "$BUILD_LOG"; then
+  echo "FAIL: the test build compiled librocksdb-sys again after the binary's build;" \
+       "scripts/run.sh and scripts/test.sh no longer share one RocksDB build" >&2
+  exit 1
+fi
+
 echo "== cargo test --workspace"
 cargo test --workspace --lib --bins --tests --examples --locked
 cargo test --workspace --doc --locked
-
-echo "== benchmarks compile (run them with cargo bench; figures in docs/BENCHMARKS.md)"
-# Built as test executables, not run: the same build graph as above, so nothing (RocksDB!) is
-# compiled twice, as `cargo check` would.
-cargo test --workspace --benches --no-run --locked
 
 echo "== cargo test -p agentnet-did --features ssi"
 cargo test -p agentnet-did --features ssi --lib --locked
