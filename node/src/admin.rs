@@ -217,7 +217,7 @@ impl From<PublishError> for ApiError {
                 ..
             } => Self::bad_request(e.to_string()),
             PublishError::Net { source, .. } => from_net_kind(source, e.to_string()),
-            _ => Self::internal(e),
+            _ => Self::internal(&e),
         }
     }
 }
@@ -229,7 +229,7 @@ impl From<AgentKeyError> for ApiError {
             AgentKeyError::Unknown { .. } => {
                 Self::new(StatusCode::BAD_REQUEST, "unknown_agent", e.to_string())
             }
-            _ => Self::internal(e),
+            _ => Self::internal(&e),
         }
     }
 }

@@ -367,7 +367,10 @@ const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
     let dir = data_dir::resolve(node.data_dir.as_deref())?;
     Ok(match &node.node {
-        Some(url) => admin::Client::new(url, crate::auth::Token::read(&dir)?, ADMIN_TIMEOUT)?,
+        Some(url) => {
+            let token = crate::auth::Token::read(&dir).map_err(admin::ClientError::Token)?;
+            admin::Client::new(url, token, ADMIN_TIMEOUT)?
+        }
         None => admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?,
     })
 }

@@ -26,7 +26,7 @@ use crate::auth::{Token, TokenError};
 use crate::data_dir::AgentKeys;
 use crate::http::{self, WellKnown};
 use crate::publisher::Publisher;
-use crate::server::{self, Limits};
+use crate::server::{self, Limits as HttpLimits};
 
 /// File the running daemon writes into its data directory so that other commands find it.
 pub const NODE_FILE: &str = "node.json";
@@ -58,9 +58,9 @@ pub struct Options {
     /// Where the admin listener binds; must be a loopback address.
     pub admin: SocketAddr,
     /// Bounds of the public listener.
-    pub http_limits: Limits,
+    pub http_limits: HttpLimits,
     /// Bounds of the admin listener.
-    pub admin_limits: Limits,
+    pub admin_limits: HttpLimits,
     /// mDNS on the LAN.
     pub mdns: bool,
     /// Print the start banner as one JSON line.
