@@ -1,10 +1,19 @@
 //! The local admin API (`/admin/v1/…`) the `publish`, `discover` and `peers` commands use, and
 //! its client.
 //!
-//! The API has no authentication yet: it answers only clients on a loopback address, with a
-//! loopback `Host` header and no foreign `Origin` (so that a web page cannot reach it through
-//! the browser), and the daemon binds it only where `--http` says. Anyone who can open a
-//! loopback connection on this machine can publish through the node.
+//! It has a listener of its own (`--admin`, loopback only, see [`crate::daemon`]) and every
+//! route requires the credential from the data directory ([`crate::auth`]): `Authorization:
+//! Bearer <token>` with the token of `<data-dir>/admin.token`. In order, a request is refused
+//! - `403 forbidden` if the peer address is not loopback, the `Host` is not a loopback name
+//!   (DNS rebinding), or an `Origin` is present and is not exactly the admin listener's own
+//!   origin (a web page);
+//! - `401 unauthorized` without the right token (compared in constant time);
+//! - `415 unsupported_media_type` if it has a body (any method but `GET`/`HEAD`) whose
+//!   `Content-Type` is not `application/json`: a browser's "simple" cross-site `text/plain` POST
+//!   never reaches a handler.
+//!
+//! Private keys never travel over HTTP: `agentnet publish --key` installs the agent's key into
+//! `<data-dir>/agents/` ([`AgentKeys`]) and the request names the agent's DID.
 //!
 //! | route | body / query | answer |
 //! |---|---|---|
@@ -16,7 +25,11 @@
 //! | `GET /admin/v1/metrics` | | libp2p metrics (gossipsub, bandwidth) in the Prometheus text format |
 //!
 //! Errors are [`ApiError`] bodies: `{"error": "...", "reason": "..."}`, where `reason` is the
-//! validator's short reason (`stale_seq`, `bad_card`, …) when it refused an advertisement.
+//! validator's short reason (`stale_seq`, `bad_card`, …) when it refused an advertisement, and
+//! otherwise one of `bad_request` (400: bad input), `unknown_agent` (400: no key for that DID),
+//! `unauthorized` (401), `forbidden` (403), `not_found` (404), `unsupported_media_type` (415),
+//! `too_many` (429), `internal` (500: the node's own failure) or `unavailable` (503: the network
+//! is stopped or unreachable).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -25,14 +38,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentnet_did::key::Jwk;
 use agentnet_did::SecretKey;
 use agentnet_discovery::advert::Advertisement;
 use agentnet_discovery::net::{self, unix_now};
-use agentnet_discovery::store::StoredAdvert;
+use agentnet_discovery::store::{StoreError, StoredAdvert};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path as UrlPath, RawQuery, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -40,6 +52,8 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::auth::{Token, TokenError};
+use crate::data_dir::{AgentKeyError, AgentKeys};
 use crate::publisher::{PublishError, Published, Publisher};
 
 /// Default lifetime of a publication, seconds.
@@ -53,7 +67,7 @@ pub const MAX_BODY: usize = 256 * 1024;
 /// Largest admin response the client reads.
 pub const MAX_RESPONSE: usize = 8 * 1024 * 1024;
 
-/// `POST /admin/v1/publish`.
+/// `POST /admin/v1/publish`. Unknown members are refused, a private `key` included.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PublishRequest {
@@ -62,9 +76,10 @@ pub struct PublishRequest {
     /// Lifetime of each advertisement, seconds; re-announced at 2/3 of it.
     #[serde(default = "default_ttl")]
     pub ttl_secs: u64,
-    /// The agent's private Ed25519 JWK; default: the node's key.
+    /// The agent's did:key, whose private key is installed in `<data-dir>/agents/`; default:
+    /// the node's own DID and key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<Jwk>,
+    pub did: Option<String>,
 }
 
 fn default_ttl() -> u64 {
@@ -152,24 +167,44 @@ impl ApiError {
     fn bad_request(error: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", error)
     }
+
+    fn internal(error: impl std::fmt::Display) -> Self {
+        tracing::warn!(%error, "admin request failed");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+    }
+
+    fn forbidden(error: &str) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", error)
+    }
+
+    fn rejected(r: &agentnet_discovery::advert::Reject, error: String) -> Self {
+        let status = if r.penalize() {
+            StatusCode::UNPROCESSABLE_ENTITY
+        } else {
+            StatusCode::CONFLICT
+        };
+        Self::new(status, r.reason(), error)
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self)).into_response()
+        let mut resp = (status, Json(self)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        resp
     }
 }
 
 impl From<PublishError> for ApiError {
     fn from(e: PublishError) -> Self {
         if let Some(r) = e.reject() {
-            let status = if r.penalize() {
-                StatusCode::UNPROCESSABLE_ENTITY
-            } else {
-                StatusCode::CONFLICT
-            };
-            return Self::new(status, r.reason(), e.to_string());
+            return Self::rejected(r, e.to_string());
         }
         match &e {
             PublishError::Card(_) => Self::new(StatusCode::BAD_REQUEST, "bad_card", e.to_string()),
@@ -177,27 +212,42 @@ impl From<PublishError> for ApiError {
             PublishError::TooMany => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many", e.to_string())
             }
-            _ => from_net_context(e.to_string()),
+            PublishError::Seq {
+                source: StoreError::InvalidInput { .. },
+                ..
+            } => Self::bad_request(e.to_string()),
+            PublishError::Net { source, .. } => from_net_kind(source, e.to_string()),
+            _ => Self::internal(&e),
         }
+    }
+}
+
+impl From<AgentKeyError> for ApiError {
+    fn from(e: AgentKeyError) -> Self {
+        match &e {
+            AgentKeyError::NotDidKey(_) => Self::bad_request(e.to_string()),
+            AgentKeyError::Unknown { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "unknown_agent", e.to_string())
+            }
+            _ => Self::internal(&e),
+        }
+    }
+}
+
+/// The status of a network-layer failure: the validator's refusal is the caller's, a stopped
+/// or unreachable network is 503, a store failure is ours.
+fn from_net_kind(e: &net::Error, error: String) -> ApiError {
+    match e {
+        net::Error::Rejected(r) => ApiError::rejected(r, error),
+        net::Error::Stopped | net::Error::Network(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", error)
+        }
+        _ => ApiError::internal(error),
     }
 }
 
 fn from_net(e: net::Error) -> ApiError {
-    match &e {
-        net::Error::Rejected(r) => {
-            let status = if r.penalize() {
-                StatusCode::UNPROCESSABLE_ENTITY
-            } else {
-                StatusCode::CONFLICT
-            };
-            ApiError::new(status, r.reason(), e.to_string())
-        }
-        _ => from_net_context(e.to_string()),
-    }
-}
-
-fn from_net_context(error: String) -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", error)
+    from_net_kind(&e, e.to_string())
 }
 
 /// What the admin handlers share.
@@ -209,10 +259,31 @@ pub struct AdminState {
     pub publisher: Arc<Publisher>,
     /// The node's key seed (the default publishing key).
     pub node_seed: Arc<[u8; 32]>,
+    /// The agents' keys in the data directory.
+    pub agent_keys: AgentKeys,
 }
 
-/// The `/admin/v1` routes, loopback clients only.
-pub fn router(state: AdminState) -> Router {
+/// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
+#[derive(Clone, Debug)]
+pub struct Guard {
+    /// The credential.
+    pub token: Token,
+    /// The only `Origin` accepted when one is sent.
+    pub origin: String,
+}
+
+impl Guard {
+    /// The guard of an admin listener bound at `addr`.
+    pub fn new(token: Token, addr: SocketAddr) -> Self {
+        Self {
+            token,
+            origin: format!("http://{addr}"),
+        }
+    }
+}
+
+/// The `/admin/v1` routes, behind [`Guard`].
+pub fn router(state: AdminState, guard: Guard) -> Router {
     Router::new()
         .route("/admin/v1/publish", post(publish))
         .route("/admin/v1/discover", get(discover))
@@ -221,50 +292,79 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/v1/adverts/{did}", get(advert))
         .route("/admin/v1/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .layer(middleware::from_fn(local_only))
         .with_state(state)
+        // Outside the routes: unknown paths and methods are refused the same way, so that an
+        // unauthenticated caller learns nothing about the routes.
+        .layer(middleware::from_fn_with_state(guard, check))
 }
 
-/// Refuse anything that does not come from this machine: the peer address must be loopback,
-/// the `Host` a loopback name, and an `Origin` (sent by browsers) absent or loopback too.
-async fn local_only(
+/// The checks of the module documentation, in that order.
+async fn check(
+    State(guard): State<Guard>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
     req: Request,
     next: Next,
 ) -> Response {
-    if !remote.ip().is_loopback() {
-        tracing::warn!(%remote, "refused admin request from a non-loopback address");
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "the admin API answers loopback clients only",
-        )
-        .into_response();
-    }
-    let headers = req.headers();
-    let host_ok = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(is_loopback_authority);
-    let origin_ok = headers
-        .get(header::ORIGIN)
-        .map(|o| {
-            o.to_str()
-                .ok()
-                .and_then(|o| url::Url::parse(o).ok())
-                .and_then(|u| u.host_str().map(is_loopback_host))
-                .unwrap_or(false)
-        })
-        .unwrap_or(true);
-    if !host_ok || !origin_ok {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "the admin API answers requests for a loopback host only",
-        )
-        .into_response();
+    if let Err(e) = guard.admit(remote, &req) {
+        return e.into_response();
     }
     next.run(req).await
+}
+
+impl Guard {
+    fn admit(&self, remote: SocketAddr, req: &Request) -> Result<(), ApiError> {
+        if !remote.ip().is_loopback() {
+            tracing::warn!(%remote, "refused admin request from a non-loopback address");
+            return Err(ApiError::forbidden(
+                "the admin API answers loopback clients only",
+            ));
+        }
+        let headers = req.headers();
+        let host_ok = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(is_loopback_authority);
+        if !host_ok {
+            return Err(ApiError::forbidden(
+                "the admin API answers requests for a loopback host only",
+            ));
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            if origin.as_bytes() != self.origin.as_bytes() {
+                tracing::warn!(?origin, "refused admin request from a web origin");
+                return Err(ApiError::forbidden(
+                    "the admin API does not answer web pages of other origins",
+                ));
+            }
+        }
+        let authorized = headers
+            .get(header::AUTHORIZATION)
+            .is_some_and(|h| self.token.accepts(h.as_bytes()));
+        if !authorized {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the admin API needs `Authorization: Bearer <token>` with the token in the node's admin.token",
+            ));
+        }
+        if req.method() != Method::GET && req.method() != Method::HEAD && !is_json(req) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the admin API takes request bodies as Content-Type: application/json only",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `Content-Type: application/json`, parameters (`; charset=utf-8`) allowed.
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
 fn is_loopback_host(host: &str) -> bool {
@@ -288,11 +388,15 @@ async fn publish(
     body: Result<Json<PublishRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Published>, ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let key = match &req.key {
-        Some(jwk) => {
-            SecretKey::from_jwk(jwk).map_err(|e| ApiError::bad_request(format!("key: {e}")))?
+    let node_key = SecretKey::from_seed(&state.node_seed);
+    let key = match req.did {
+        Some(did) if did != node_key.did_key().as_str() => {
+            let keys = state.agent_keys.clone();
+            tokio::task::spawn_blocking(move || keys.load(&did))
+                .await
+                .map_err(ApiError::internal)??
         }
-        None => SecretKey::from_seed(&state.node_seed),
+        _ => node_key,
     };
     let published = state
         .publisher
@@ -310,6 +414,15 @@ fn parse_discover_query(query: &str) -> Result<(Vec<String>, usize), ApiError> {
             "skill" => {
                 if skills.len() >= agentnet_discovery::tags::MAX_TAGS {
                     return Err(ApiError::bad_request("too many skills"));
+                }
+                // The network would drop an unusable tag and search for the others only: a
+                // broader search than asked for. Refuse it instead.
+                if agentnet_discovery::tags::normalize(&v).is_none() {
+                    let shown: String = v.chars().take(80).collect();
+                    return Err(ApiError::bad_request(format!(
+                        "skill {shown:?} is not a usable tag (1 to {} bytes, no control characters)",
+                        agentnet_discovery::tags::MAX_TAG_LEN
+                    )));
                 }
                 skills.push(v.into_owned());
             }
@@ -427,8 +540,11 @@ async fn advert(
     let d = did.clone();
     let stored = tokio::task::spawn_blocking(move || store.get(&d, unix_now()))
         .await
-        .map_err(|e| from_net_context(format!("store task failed: {e}")))?
-        .map_err(|e| ApiError::bad_request(format!("{did}: {e}")))?;
+        .map_err(ApiError::internal)?
+        .map_err(|e| match e {
+            StoreError::InvalidInput { .. } => ApiError::bad_request(e.to_string()),
+            e => ApiError::internal(e),
+        })?;
     match stored {
         Some(a) => Ok(([(header::CONTENT_TYPE, "application/json")], a.bytes).into_response()),
         None => Err(ApiError::new(
@@ -446,6 +562,17 @@ pub enum ClientError {
     /// Nothing answers where the node should be.
     #[error("no running node found at {0}: start one with `agentnet up`")]
     NotRunning(String),
+    /// The credential could not be read from the data directory.
+    #[error("{0} (is a node running with this data directory? `agentnet up` writes it)")]
+    Token(#[from] TokenError),
+    /// The node URL is not usable.
+    #[error("the node URL {url:?} {reason}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The node answered with an error.
     #[error("{error}")]
     Refused {
@@ -456,14 +583,38 @@ pub enum ClientError {
         /// The node's message.
         error: String,
     },
-    /// Transport trouble other than "nothing listens", or an answer we cannot read.
-    #[error("talking to the node at {url}: {detail}")]
-    Http {
+    /// Transport trouble other than "nothing listens".
+    #[error("talking to the node at {url}: {source}")]
+    Transport {
         /// The node's URL.
         url: String,
         /// What happened.
-        detail: String,
+        source: reqwest::Error,
     },
+    /// The answer is larger than [`MAX_RESPONSE`].
+    #[error("the node at {url} answered more than {MAX_RESPONSE} bytes")]
+    TooLarge {
+        /// The node's URL.
+        url: String,
+    },
+    /// The answer is not what the API documents.
+    #[error("unreadable answer from the node at {url}: {source}")]
+    Unreadable {
+        /// The node's URL.
+        url: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status of a refusal.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
 }
 
 /// A client of a running node's admin API.
@@ -471,18 +622,19 @@ pub enum ClientError {
 pub struct Client {
     base: url::Url,
     http: reqwest::Client,
+    token: Token,
 }
 
 impl Client {
-    /// A client of the node at `base` (`http://127.0.0.1:7878`).
-    pub fn new(base: &str, timeout: Duration) -> Result<Self, ClientError> {
-        let http_err = |detail: String| ClientError::Http {
+    /// A client of the admin API at `base` (`http://127.0.0.1:PORT`) with credential `token`.
+    pub fn new(base: &str, token: Token, timeout: Duration) -> Result<Self, ClientError> {
+        let bad = |reason: String| ClientError::BadUrl {
             url: base.to_owned(),
-            detail,
+            reason,
         };
-        let base = url::Url::parse(base).map_err(|e| http_err(format!("bad URL: {e}")))?;
+        let base = url::Url::parse(base).map_err(|e| bad(format!("is not a URL: {e}")))?;
         if base.scheme() != "http" && base.scheme() != "https" {
-            return Err(http_err("the node URL must be http or https".into()));
+            return Err(bad("must be http or https".into()));
         }
         let http = reqwest::Client::builder()
             .timeout(timeout)
@@ -490,15 +642,20 @@ impl Client {
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| http_err(e.to_string()))?;
-        Ok(Self { base, http })
+            .map_err(|source| ClientError::Transport {
+                url: base.to_string(),
+                source,
+            })?;
+        Ok(Self { base, http, token })
     }
 
-    /// The client of the node recorded in `<data-dir>/node.json`.
+    /// The client of the node recorded in `<data-dir>/node.json`, with the token of
+    /// `<data-dir>/admin.token`.
     pub fn from_data_dir(dir: &Path, timeout: Duration) -> Result<Self, ClientError> {
         let not_running = || ClientError::NotRunning(dir.display().to_string());
         let info = crate::daemon::NodeFile::read(dir).map_err(|_| not_running())?;
-        Self::new(&format!("http://{}", info.http), timeout)
+        let token = Token::read(dir)?;
+        Self::new(&format!("http://{}", info.admin), token, timeout)
     }
 
     /// The node's URL.
@@ -511,27 +668,26 @@ impl Client {
         req: reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {
         let url = self.base.to_string();
-        let mut resp = req.send().await.map_err(|e| {
-            if e.is_connect() {
-                ClientError::NotRunning(url.clone())
-            } else {
-                ClientError::Http {
-                    url: url.clone(),
-                    detail: e.to_string(),
+        let transport = |source: reqwest::Error| ClientError::Transport {
+            url: url.clone(),
+            source,
+        };
+        let mut resp = req
+            .bearer_auth(self.token.as_str())
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_connect() {
+                    ClientError::NotRunning(url.clone())
+                } else {
+                    transport(e)
                 }
-            }
-        })?;
+            })?;
         let status = resp.status();
         let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| ClientError::Http {
-            url: url.clone(),
-            detail: format!("reading the answer: {e}"),
-        })? {
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
             if body.len() + chunk.len() > MAX_RESPONSE {
-                return Err(ClientError::Http {
-                    url,
-                    detail: format!("answer larger than {MAX_RESPONSE} bytes"),
-                });
+                return Err(ClientError::TooLarge { url });
             }
             body.extend_from_slice(&chunk);
         }
@@ -552,10 +708,7 @@ impl Client {
                 error,
             });
         }
-        serde_json::from_slice(&body).map_err(|e| ClientError::Http {
-            url,
-            detail: format!("unreadable answer: {e}"),
-        })
+        serde_json::from_slice(&body).map_err(|source| ClientError::Unreadable { url, source })
     }
 
     fn url(&self, path: &str) -> url::Url {
@@ -597,9 +750,9 @@ impl Client {
     pub async fn advert(&self, did: &str) -> Result<Option<Value>, ClientError> {
         let mut u = self.url("/admin/v1/adverts/");
         u.path_segments_mut()
-            .map_err(|()| ClientError::Http {
+            .map_err(|()| ClientError::BadUrl {
                 url: self.base.to_string(),
-                detail: "the node URL cannot take a path".into(),
+                reason: "cannot take a path".into(),
             })?
             .pop_if_empty()
             .push(did);
@@ -611,7 +764,7 @@ impl Client {
     }
 }
 
-/// Check the `Host`/`Origin` rules without a server.
+/// The guard's rules and the query parsing, without a server.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,6 +792,81 @@ mod tests {
         }
     }
 
+    fn guard() -> (Guard, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let token = Token::create(dir.path()).unwrap();
+        let bearer = format!("Bearer {}", token.as_str());
+        (Guard::new(token, "127.0.0.1:7879".parse().unwrap()), bearer)
+    }
+
+    fn req(method: &str, headers: &[(&str, &str)]) -> Request {
+        let mut b = axum::http::Request::builder()
+            .method(method)
+            .uri("/admin/v1/publish");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(axum::body::Body::empty()).unwrap()
+    }
+
+    fn status(r: Result<(), ApiError>) -> u16 {
+        r.map(|()| 200).unwrap_or_else(|e| e.status)
+    }
+
+    #[test]
+    fn guard_refuses_missing_wrong_and_cross_site() {
+        let (g, bearer) = guard();
+        let local: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+        let host = ("Host", "127.0.0.1:7879");
+        let auth = ("Authorization", bearer.as_str());
+        let json = ("Content-Type", "application/json");
+        // The CLI's request.
+        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, json]))), 200);
+        assert_eq!(status(g.admit(local, &req("GET", &[host, auth]))), 200);
+        // No or wrong credentials.
+        assert_eq!(status(g.admit(local, &req("GET", &[host]))), 401);
+        for wrong in [
+            "Bearer ",
+            "Bearer AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            "Basic dXNlcjpwYXNz",
+            &bearer[7..],
+        ] {
+            let r = req("GET", &[host, ("Authorization", wrong)]);
+            assert_eq!(status(g.admit(local, &r)), 401, "{wrong}");
+        }
+        // A web page's "simple" cross-site POST: text/plain, its own Origin. Refused for the
+        // Origin even if it somehow had the token, and for the media type even without Origin.
+        let page = ("Origin", "http://localhost:3000");
+        let text = ("Content-Type", "text/plain");
+        assert_eq!(status(g.admit(local, &req("POST", &[host, page, text]))), 403);
+        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, page, text]))), 403);
+        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, text]))), 415);
+        assert_eq!(status(g.admit(local, &req("POST", &[host, auth]))), 415);
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, ("Content-Type", "application/json; charset=utf-8")]))),
+            200
+        );
+        // Only the listener's own origin passes.
+        let own = ("Origin", "http://127.0.0.1:7879");
+        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, own, json]))), 200);
+        let null = ("Origin", "null");
+        assert_eq!(status(g.admit(local, &req("GET", &[host, auth, null]))), 403);
+        // DNS rebinding and remote peers.
+        let evil = ("Host", "attacker.example");
+        assert_eq!(status(g.admit(local, &req("GET", &[evil, auth]))), 403);
+        let remote: SocketAddr = "192.0.2.7:50000".parse().unwrap();
+        assert_eq!(status(g.admit(remote, &req("GET", &[host, auth]))), 403);
+    }
+
+    #[test]
+    fn publish_requests_carry_no_private_key() {
+        let with_key = serde_json::json!({
+            "card": {}, "key": {"kty": "OKP", "crv": "Ed25519", "x": "a", "d": "b"}
+        });
+        let e = serde_json::from_value::<PublishRequest>(with_key).unwrap_err();
+        assert!(e.to_string().contains("unknown field `key`"), "{e}");
+    }
+
     #[test]
     fn discover_query() {
         let (s, l) = parse_discover_query("skill=a&skill=b%20c&limit=5").unwrap();
@@ -648,5 +876,11 @@ mod tests {
         assert!(parse_discover_query("skill=a&limit=0").is_err());
         assert!(parse_discover_query("skill=a&limit=101").is_err());
         assert!(parse_discover_query("skill=a&x=1").is_err());
+        // An unusable tag is a 400, not silently dropped from the search.
+        let long = format!("skill=a&skill={}", "x".repeat(65));
+        for bad in ["skill=a&skill=", "skill=%20", "skill=a%01b", &long] {
+            let e = parse_discover_query(bad).unwrap_err();
+            assert_eq!(e.status, 400, "{bad}");
+        }
     }
 }

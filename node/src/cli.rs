@@ -59,8 +59,8 @@ enum Command {
         #[command(subcommand)]
         command: CardCommand,
     },
-    /// Run the node: the libp2p network, the store, and the HTTP server (well-known files and
-    /// the local admin API the other commands use).
+    /// Run the node: the libp2p network, the store, the public HTTP listener (well-known files)
+    /// and the loopback admin listener the other commands use.
     Up(UpArgs),
     /// Publish an Agent Card through the running node, re-announced until the node stops.
     Publish {
@@ -70,7 +70,9 @@ enum Command {
         /// Lifetime of each advertisement, seconds (re-announced at 2/3 of it).
         #[arg(long, default_value_t = admin::DEFAULT_TTL)]
         ttl: u64,
-        /// The agent's key (a private Ed25519 JWK file); default: the node's key.
+        /// The agent's key (a private Ed25519 JWK file); default: the node's key. It is
+        /// installed into <data-dir>/agents/<did>.jwk (mode 0600) for the node to sign with;
+        /// the key itself is never sent over HTTP.
         #[arg(long)]
         key: Option<PathBuf>,
         #[command(flatten)]
@@ -135,10 +137,14 @@ struct UpArgs {
     /// Peer to dial at start, e.g. /ip4/203.0.113.7/tcp/4001/p2p/12D3Koo… (repeatable).
     #[arg(long, value_name = "MULTIADDR")]
     bootstrap: Vec<String>,
-    /// Address of the HTTP server; port 0 picks a free one. The admin API answers loopback
-    /// clients only and has no other authentication.
+    /// Address of the public HTTP listener (well-known files); port 0 picks a free one.
     #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_HTTP)]
     http: String,
+    /// Address of the admin API listener: a loopback address only; port 0 (the default) picks a
+    /// free one. The commands find it in <data-dir>/node.json and authenticate with the token
+    /// in <data-dir>/admin.token, written anew at every start.
+    #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_ADMIN)]
+    admin: String,
     /// Do not look for peers on the LAN with mDNS.
     #[arg(long)]
     no_mdns: bool,
@@ -150,12 +156,12 @@ struct UpArgs {
 /// Which running node a command talks to.
 #[derive(Debug, Args)]
 struct NodeArg {
-    /// The node's HTTP URL (e.g. http://127.0.0.1:7878); default: the one recorded in
-    /// `<data-dir>/node.json`.
+    /// The node's admin API URL (e.g. http://127.0.0.1:7879); default: the one recorded in
+    /// <data-dir>/node.json. The token always comes from <data-dir>/admin.token.
     #[arg(long, value_name = "URL")]
     node: Option<String>,
     /// The node's data directory.
-    #[arg(long, env = "AGENTNET_DATA_DIR", conflicts_with = "node")]
+    #[arg(long, env = "AGENTNET_DATA_DIR")]
     data_dir: Option<PathBuf>,
 }
 
@@ -332,17 +338,21 @@ fn parse_multiaddrs(flag: &str, addrs: &[String]) -> anyhow::Result<Vec<libp2p::
         .collect()
 }
 
+fn parse_addr(flag: &str, value: &str) -> anyhow::Result<std::net::SocketAddr> {
+    value.parse().map_err(|e| {
+        anyhow::anyhow!("--{flag} {value:?} is not an address such as 127.0.0.1:7878: {e}")
+    })
+}
+
 async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let opts = daemon::Options {
         data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
         listen: parse_multiaddrs("listen", &args.listen)?,
         bootstrap: parse_multiaddrs("bootstrap", &args.bootstrap)?,
-        http: args.http.parse().map_err(|e| {
-            anyhow::anyhow!(
-                "--http {:?} is not an address such as 127.0.0.1:7878: {e}",
-                args.http
-            )
-        })?,
+        http: parse_addr("http", &args.http)?,
+        admin: parse_addr("admin", &args.admin)?,
+        http_limits: crate::server::Limits::PUBLIC,
+        admin_limits: crate::server::Limits::ADMIN,
         mdns: !args.no_mdns,
         json: args.json,
         quiet: false,
@@ -355,12 +365,13 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
 const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
+    let dir = data_dir::resolve(node.data_dir.as_deref())?;
     Ok(match &node.node {
-        Some(url) => admin::Client::new(url, ADMIN_TIMEOUT)?,
-        None => {
-            let dir = data_dir::resolve(node.data_dir.as_deref())?;
-            admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?
+        Some(url) => {
+            let token = crate::auth::Token::read(&dir).map_err(admin::ClientError::Token)?;
+            admin::Client::new(url, token, ADMIN_TIMEOUT)?
         }
+        None => admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?,
     })
 }
 
@@ -375,19 +386,22 @@ async fn publish(
     // The node checks all of this too; checking here first names the file.
     crate::publisher::check_card(&card)
         .map_err(|e| anyhow::anyhow!("{}: {e}", card_path.display()))?;
-    let key = match key {
-        Some(p) => Some(
-            SecretKey::load(p)
-                .with_context(|| format!("loading the agent key {}", p.display()))?
-                .to_jwk(),
-        ),
+    let client = admin_client(node)?;
+    // The key stays on this machine: it goes into the node's data directory, and the request
+    // names the agent's DID.
+    let did = match key {
+        Some(p) => {
+            let key = SecretKey::load(p)
+                .with_context(|| format!("loading the agent key {}", p.display()))?;
+            let dir = data_dir::resolve(node.data_dir.as_deref())?;
+            Some(data_dir::AgentKeys::new(&dir).install(&key)?)
+        }
         None => None,
     };
-    let client = admin_client(node)?;
     let req = PublishRequest {
         card,
         ttl_secs: ttl,
-        key,
+        did,
     };
     let published = client.publish(&req).await.map_err(|e| match &e {
         admin::ClientError::Refused { reason, .. } if !reason.is_empty() => {

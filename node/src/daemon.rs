@@ -1,5 +1,10 @@
 //! `agentnet up`: the node daemon. It owns the node key, the RocksDB store, the libp2p network,
-//! the publisher and the HTTP server, and tears them down in a fixed order.
+//! the publisher and the two HTTP listeners, and tears them down in a fixed order.
+//!
+//! The two listeners (DESIGN.md section 3): the public one (`--http`) serves the well-known
+//! files; the admin API has its own (`--admin`), which must be a loopback address and by default
+//! takes a free port on 127.0.0.1. `node.json` names both, and `admin.token` holds the admin
+//! credential, written anew at every start ([`crate::auth`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,16 +21,22 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::AdminState;
+use crate::admin::{AdminState, Guard};
+use crate::auth::{Token, TokenError};
+use crate::data_dir::AgentKeys;
 use crate::http::{self, WellKnown};
 use crate::publisher::Publisher;
+use crate::server::{self, Limits as HttpLimits};
 
 /// File the running daemon writes into its data directory so that other commands find it.
 pub const NODE_FILE: &str = "node.json";
 /// Store directory inside the data directory.
 pub const STORE_DIR: &str = "store";
-/// Default HTTP address.
+/// Default address of the public HTTP listener.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:7878";
+/// Default address of the admin listener: loopback, a free port (the commands find it in
+/// `node.json`, so several nodes on one machine never collide).
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
 /// How long the HTTP server may take to finish in-flight requests at shutdown.
 const HTTP_DRAIN: Duration = Duration::from_secs(5);
 /// How long the network task may take to stop.
@@ -42,8 +53,14 @@ pub struct Options {
     pub listen: Vec<Multiaddr>,
     /// Peers to dial at start.
     pub bootstrap: Vec<Multiaddr>,
-    /// Where the HTTP server (well-known files and admin API) binds.
+    /// Where the public HTTP listener (well-known files) binds.
     pub http: SocketAddr,
+    /// Where the admin listener binds; must be a loopback address.
+    pub admin: SocketAddr,
+    /// Bounds of the public listener.
+    pub http_limits: HttpLimits,
+    /// Bounds of the admin listener.
+    pub admin_limits: HttpLimits,
     /// mDNS on the LAN.
     pub mdns: bool,
     /// Print the start banner as one JSON line.
@@ -58,8 +75,10 @@ pub struct Options {
 pub struct NodeFile {
     /// The daemon's process id.
     pub pid: u32,
-    /// The HTTP server's bound address.
+    /// The public HTTP listener's bound address.
     pub http: SocketAddr,
+    /// The admin listener's bound address (loopback).
+    pub admin: SocketAddr,
     /// The libp2p PeerId.
     pub peer_id: String,
     /// The node's did:key.
@@ -122,15 +141,29 @@ pub enum Error {
     },
     /// The store could not be opened.
     #[error("opening the store: {0}")]
-    Store(String),
+    Store(#[from] agentnet_discovery::store::StoreError),
+    /// A blocking task failed (panicked).
+    #[error("{what}: {source}")]
+    Task {
+        /// What it was doing.
+        what: &'static str,
+        /// Why.
+        source: tokio::task::JoinError,
+    },
     /// The DID resolver could not be built.
     #[error("DID resolver: {0}")]
     Resolver(String),
     /// The network did not start.
     #[error(transparent)]
     Net(#[from] net::Error),
+    /// `--admin` is not a loopback address.
+    #[error("the admin API must listen on a loopback address (such as {DEFAULT_ADMIN}), not {0}")]
+    AdminNotLoopback(SocketAddr),
+    /// The admin token could not be written.
+    #[error(transparent)]
+    Token(#[from] TokenError),
     /// The HTTP address could not be bound.
-    #[error("binding the HTTP server to {addr}: {source}")]
+    #[error("binding an HTTP listener to {addr}: {source}")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -182,6 +215,14 @@ pub(crate) async fn terminated() -> Result<(), Error> {
     }
 }
 
+/// Bind `addr`; the bound address (the port, if `addr` asked for port 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let err = |source| Error::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(err)?;
+    let bound = listener.local_addr().map_err(err)?;
+    Ok((listener, bound))
+}
+
 /// Run the node until Ctrl-C or SIGTERM.
 pub async fn run(opts: Options) -> Result<(), Error> {
     let started = start(opts).await?;
@@ -203,6 +244,7 @@ pub struct Running {
     pid: u32,
     http_stop: CancellationToken,
     http_task: tokio::task::JoinHandle<std::io::Result<()>>,
+    admin_task: tokio::task::JoinHandle<std::io::Result<()>>,
     publisher_stop: CancellationToken,
     publisher_task: tokio::task::JoinHandle<()>,
     net_stop: CancellationToken,
@@ -220,6 +262,9 @@ impl std::fmt::Debug for Running {
 
 /// Start everything, write `node.json` and print the banner.
 pub async fn start(opts: Options) -> Result<Running, Error> {
+    if !opts.admin.ip().is_loopback() {
+        return Err(Error::AdminNotLoopback(opts.admin));
+    }
     std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::NodeFile {
         path: opts.data_dir.clone(),
         source,
@@ -237,8 +282,10 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let store_path = opts.data_dir.join(STORE_DIR);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path))
         .await
-        .map_err(|e| Error::Store(e.to_string()))?
-        .map_err(|e| Error::Store(e.to_string()))?;
+        .map_err(|source| Error::Task {
+            what: "opening the store",
+            source,
+        })??;
     let resolver = Resolver::new(Default::default()).map_err(Error::Resolver)?;
     let limits = Limits::default();
     let max_ttl = limits.max_ttl;
@@ -267,29 +314,27 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         tokio::spawn(async move { p.run(stop).await })
     };
 
-    let listener = TcpListener::bind(opts.http)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: opts.http,
-            source,
-        })?;
-    let http_addr = listener.local_addr().map_err(|source| Error::Bind {
-        addr: opts.http,
-        source,
-    })?;
-    if !http_addr.ip().is_loopback() {
-        tracing::warn!(%http_addr, "HTTP is bound beyond loopback; the admin API still answers loopback clients only");
-    }
-    let well_known = WellKnown::new(&key, &format!("http://{http_addr}"))?;
+    let (listener, http_addr) = bind(opts.http).await?;
+    let (admin_listener, admin_addr) = bind(opts.admin).await?;
+    let token = Token::create(&opts.data_dir)?;
+    let well_known = WellKnown::new(&key)?;
     let admin = AdminState {
         client: client.clone(),
         publisher,
         node_seed: Arc::new(key.seed()),
+        agent_keys: AgentKeys::new(&opts.data_dir),
     };
     let http_stop = CancellationToken::new();
-    let http_task = tokio::spawn(http::serve(
+    let http_task = tokio::spawn(server::serve(
         listener,
-        http::router(well_known, admin),
+        http::router(well_known),
+        opts.http_limits,
+        http_stop.clone(),
+    ));
+    let admin_task = tokio::spawn(server::serve(
+        admin_listener,
+        crate::admin::router(admin, Guard::new(token, admin_addr)),
+        opts.admin_limits,
         http_stop.clone(),
     ));
 
@@ -311,6 +356,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let info = NodeFile {
         pid,
         http: http_addr,
+        admin: admin_addr,
         peer_id: peer_id.to_string(),
         did: did.to_string(),
         listen,
@@ -325,18 +371,23 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     } else if !opts.quiet {
         println!("did: {did}");
         println!("peer id: {peer_id}");
-        println!("listening on http://{http_addr} (well-known files, admin API)");
+        println!("listening on http://{http_addr} (well-known files)");
+        println!(
+            "admin API on http://{admin_addr} (token in {})",
+            crate::auth::token_file(&opts.data_dir).display()
+        );
         for a in &info.listen {
             println!("listening on {a}");
         }
     }
-    tracing::info!(%did, %peer_id, %http_addr, "node started");
+    tracing::info!(%did, %peer_id, %http_addr, %admin_addr, "node started");
 
     Ok(Running {
         data_dir: opts.data_dir,
         pid,
         http_stop,
         http_task,
+        admin_task,
         publisher_stop,
         publisher_task,
         net_stop,
@@ -347,11 +398,11 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
 }
 
 impl Running {
-    /// Resolves if the HTTP server stops by itself (it only should at shutdown).
+    /// Resolves if an HTTP listener stops by itself (they only should at shutdown).
     async fn http_task_failed(&self) -> Result<(), Error> {
-        // Poll the task's completion without consuming the handle.
+        // Poll the tasks' completion without consuming the handles.
         loop {
-            if self.http_task.is_finished() {
+            if self.http_task.is_finished() || self.admin_task.is_finished() {
                 return Err(Error::Http(std::io::Error::other(
                     "the HTTP server stopped unexpectedly",
                 )));
@@ -365,10 +416,17 @@ impl Running {
         // 1. Stop taking requests: the HTTP server first, so that nothing new reaches the
         //    publisher or the network while they stop. In-flight requests get HTTP_DRAIN.
         self.http_stop.cancel();
-        match tokio::time::timeout(HTTP_DRAIN, self.http_task).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(error))) => tracing::warn!(%error, "HTTP server"),
-            Ok(Err(error)) => tracing::warn!(%error, "HTTP server task"),
+        let both = async { tokio::join!(self.http_task, self.admin_task) };
+        match tokio::time::timeout(HTTP_DRAIN, both).await {
+            Ok((a, b)) => {
+                for r in [a, b] {
+                    match r {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => tracing::warn!(%error, "HTTP server"),
+                        Err(error) => tracing::warn!(%error, "HTTP server task"),
+                    }
+                }
+            }
             Err(_) => tracing::warn!("HTTP server did not drain in time"),
         }
         // 2. Stop re-announcing: it uses the network.

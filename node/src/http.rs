@@ -1,10 +1,9 @@
-//! The node's HTTP server: the well-known files and the admin API.
+//! The node's public HTTP surface (the `--http` listener): the well-known files, and nothing
+//! else yet (A2A comes here). The admin API has a listener of its own ([`crate::admin`]), so no
+//! route of this router can ever expose it.
 //!
 //! - `GET /.well-known/did.json`: the node's did:key document.
 //! - `GET /.well-known/agent-card.json`: the node's own A2A Agent Card, signed by the node key.
-//! - `/admin/v1/…`: see [`crate::admin`].
-
-use std::net::SocketAddr;
 
 use agentnet_did::{card, didkey, SecretKey};
 use axum::http::header;
@@ -12,23 +11,19 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-
-use crate::admin::{self, AdminState};
 
 /// The skill id and tag of the node's own card.
 pub const NODE_SKILL: &str = "agentnet-node";
 
-/// The node's own Agent Card, unsigned: it describes the node and points at `url`.
-pub fn node_card(url: &str) -> Value {
+/// The node's own Agent Card, unsigned. It advertises only what exists: the node serves no A2A
+/// interface yet, so `supportedInterfaces` is empty (a client finds no binding to call instead
+/// of one that answers 404); the A2A interfaces are listed here when the node serves them.
+pub fn node_card() -> Value {
     json!({
         "name": "agentnet node",
         "description": "A peer node of agentnet, the open network of AI agents: it publishes and discovers signed Agent Cards.",
         "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": [
-            {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
-        ],
+        "supportedInterfaces": [],
         "capabilities": {},
         "defaultInputModes": ["application/json"],
         "defaultOutputModes": ["application/json"],
@@ -49,12 +44,12 @@ pub struct WellKnown {
 }
 
 impl WellKnown {
-    /// The documents of the node with `key`, reachable at `url`.
-    pub fn new(key: &SecretKey, url: &str) -> Result<Self, card::CardSignatureError> {
+    /// The documents of the node with `key`.
+    pub fn new(key: &SecretKey) -> Result<Self, card::CardSignatureError> {
         let did = key.did_key();
         let doc = didkey::document(&key.public(), Default::default()).to_json();
         let signed = card::sign(
-            &node_card(url),
+            &node_card(),
             key,
             &did.with_fragment(did.method_specific_id()),
         )?;
@@ -63,10 +58,15 @@ impl WellKnown {
             card_json: signed.to_string(),
         })
     }
+
+    /// The signed node card, as served.
+    pub fn card_json(&self) -> &str {
+        &self.card_json
+    }
 }
 
-/// The whole HTTP surface.
-pub fn router(well_known: WellKnown, admin: AdminState) -> Router {
+/// The public HTTP surface: the well-known files.
+pub fn router(well_known: WellKnown) -> Router {
     let did_json = well_known.did_json;
     let card_json = well_known.card_json;
     Router::new()
@@ -82,19 +82,4 @@ pub fn router(well_known: WellKnown, admin: AdminState) -> Router {
                 ([(header::CONTENT_TYPE, "application/json")], card_json).into_response()
             }),
         )
-        .merge(admin::router(admin))
-}
-
-/// Serve `router` on the already bound `listener` until `shutdown`; in-flight requests finish.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
 }

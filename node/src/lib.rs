@@ -1,7 +1,8 @@
 //! The agentnet node: the `agentnet` daemon and command line.
 //!
 //! `agentnet up` runs the node; `publish`, `discover` and `peers` talk to it through its local
-//! admin API, found through `<data-dir>/node.json`:
+//! admin API, found through `<data-dir>/node.json` and authenticated with the token in
+//! `<data-dir>/admin.token`:
 //!
 //! ```text
 //! agentnet up --data-dir /tmp/a --listen /ip4/127.0.0.1/tcp/4001 --http 127.0.0.1:7878
@@ -13,16 +14,20 @@
 //! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
 //!   `publish`, `discover`, `peers`, `testnet`).
 //! - [`daemon`]: `agentnet up`: start, `node.json`, shutdown order.
-//! - [`http`]: the HTTP server: well-known files, mounting the admin API.
-//! - [`admin`]: the loopback-only admin API and its client.
+//! - [`http`]: the public HTTP surface: the well-known files.
+//! - [`admin`]: the admin API (its own loopback listener, bearer token) and its client.
+//! - [`auth`]: the admin token in the data directory.
+//! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
 //! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
-//! - [`data_dir`]: where the node keeps its key and state.
+//! - [`data_dir`]: where the node keeps its key, the agents' keys and its state.
 //! - [`testnet`]: `agentnet testnet`: several nodes in one process, discovery end to end.
 
 pub mod admin;
+pub mod auth;
 pub mod cli;
 pub mod daemon;
 pub mod data_dir;
 pub mod http;
 pub mod publisher;
+pub mod server;
 pub mod testnet;

@@ -20,6 +20,8 @@ use tokio::time::Instant;
 
 use crate::admin::{self, PublishRequest};
 use crate::daemon::{self, Running};
+use crate::data_dir::AgentKeys;
+use crate::server::Limits;
 
 /// Default number of nodes.
 pub const DEFAULT_NODES: u8 = 4;
@@ -143,8 +145,12 @@ pub struct NodeReport {
     pub did: String,
     /// Its libp2p PeerId.
     pub peer_id: String,
-    /// Its HTTP server (well-known files, admin API).
+    /// Its public HTTP listener (well-known files).
     pub http: String,
+    /// Its admin listener.
+    pub admin: String,
+    /// Its data directory (`admin.token`, `node.json`).
+    pub data_dir: PathBuf,
     /// Its libp2p addresses.
     pub listen: Vec<String>,
     /// Connected peers when the report was made.
@@ -228,11 +234,8 @@ fn ms(d: Duration) -> u64 {
     d.as_millis().try_into().unwrap_or(u64::MAX)
 }
 
-fn admin_client(http: SocketAddr) -> anyhow::Result<admin::Client> {
-    Ok(admin::Client::new(
-        &format!("http://{http}"),
-        ADMIN_TIMEOUT,
-    )?)
+fn admin_client(data_dir: &Path) -> anyhow::Result<admin::Client> {
+    Ok(admin::Client::from_data_dir(data_dir, ADMIN_TIMEOUT)?)
 }
 
 /// Run the testnet: exit code 0 if the last node found every sample agent, 1 otherwise.
@@ -273,12 +276,12 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
         let last = report
             .nodes
             .last()
-            .map(|n| n.http.clone())
+            .map(|n| n.data_dir.display().to_string())
             .unwrap_or_default();
         progress.line(format!(
             "\nthe testnet keeps running; press Ctrl-C to stop it. Try, from another terminal:\n  \
-             agentnet discover --node http://{last} --skill translation\n  \
-             agentnet peers --node http://{last}"
+             agentnet discover --data-dir {last} --skill translation\n  \
+             agentnet peers --data-dir {last}"
         ));
         if let Err(error) = daemon::terminated().await {
             progress.line(format!("error: {error}; stopping"));
@@ -328,6 +331,9 @@ async fn exercise(
             listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr")],
             bootstrap,
             http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            http_limits: Limits::PUBLIC,
+            admin_limits: Limits::ADMIN,
             mdns: false,
             json: false,
             quiet: true,
@@ -349,9 +355,12 @@ async fn exercise(
         ));
         nodes.push(running);
     }
-    let clients: Vec<admin::Client> = nodes
+    let dirs: Vec<PathBuf> = (0..n)
+        .map(|i| base.join(format!("node-{}", i + 1)))
+        .collect();
+    let clients: Vec<admin::Client> = dirs
         .iter()
-        .map(|r| admin_client(r.info.http))
+        .map(|d| admin_client(d))
         .collect::<anyhow::Result<_>>()?;
 
     // Every node bootstrapped from node 1; wait until each has a connection. (Node 1 may not
@@ -394,12 +403,17 @@ async fn exercise(
             &did.with_fragment(did.method_specific_id()),
         )
         .with_context(|| format!("signing the {} card", sample.name))?;
+        // As `agentnet publish --key` does: the key goes into the node's data directory, the
+        // request names the DID.
+        let agent = AgentKeys::new(&dirs[node])
+            .install(&key)
+            .with_context(|| format!("installing the {} key", sample.name))?;
         let started = Instant::now();
         let p = clients[node]
             .publish(&PublishRequest {
                 card: signed,
                 ttl_secs: SAMPLE_TTL,
-                key: Some(key.to_jwk()),
+                did: Some(agent),
             })
             .await
             .with_context(|| format!("publishing {} from node {}", sample.name, node + 1))?;
@@ -472,6 +486,8 @@ async fn exercise(
             did: r.info.did.clone(),
             peer_id: r.info.peer_id.clone(),
             http: r.info.http.to_string(),
+            admin: r.info.admin.to_string(),
+            data_dir: dirs[i].clone(),
             listen: r.info.listen.clone(),
             peers: c.peers().await?.peers.len(),
             start_ms: start_ms[i],

@@ -85,8 +85,19 @@ impl Node {
         p(&self.dir)
     }
 
+    /// The public listener.
     fn http(&self) -> String {
         format!("http://{}", self.info["http"].as_str().unwrap())
+    }
+
+    /// The admin listener.
+    fn admin(&self) -> String {
+        format!("http://{}", self.info["admin"].as_str().unwrap())
+    }
+
+    /// The admin token of this run.
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.dir.join("admin.token")).unwrap()
     }
 
     fn did(&self) -> &str {
@@ -221,6 +232,18 @@ fn a_card_published_on_one_node_is_discovered_on_another() {
     ]);
     assert_eq!(published["did"], agent_did.as_str());
     assert_eq!(published["tags"], json!(["french", "translation"]));
+    // The key went into the node's data directory, not over HTTP, and stays the owner's.
+    let installed = a.dir.join("agents").join(format!("{agent_did}.jwk"));
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(agent.join("node.key")).unwrap()
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&installed).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
 
     let found = eventually("C to discover the agent", || {
         let v = json_of(&[
@@ -268,9 +291,10 @@ fn a_card_published_on_one_node_is_discovered_on_another() {
 }
 
 #[test]
-fn well_known_files_and_admin_guard() {
+fn well_known_files_on_the_public_listener_and_nothing_else() {
     let tmp = tempfile::tempdir().unwrap();
     let a = Node::start(&tmp.path().join("a"), &[]);
+    assert_ne!(a.http(), a.admin());
     let http = http_client();
     rt().block_on(async {
         let doc: Value = http
@@ -296,7 +320,8 @@ fn well_known_files_and_admin_guard() {
             .await
             .unwrap();
         assert_eq!(card["name"], "agentnet node");
-        assert_eq!(card["supportedInterfaces"][0]["url"], a.http());
+        // No A2A interface exists yet, so none is advertised.
+        assert_eq!(card["supportedInterfaces"], json!([]), "{card}");
         assert_eq!(card["skills"][0]["tags"], json!(["agentnet"]));
         let resolver = agentnet_did::Resolver::new(Default::default()).unwrap();
         let sigs = agentnet_did::card::verify(&card, agentnet_did::card::KeySource::Did(&resolver))
@@ -312,31 +337,133 @@ fn well_known_files_and_admin_guard() {
         .await
         .is_err());
 
-        // A request naming another host (DNS rebinding from a browser) is refused.
+        // The admin API is not on the public listener, token or not; the well-known files are
+        // not on the admin listener.
+        for path in ["/admin/v1/peers", "/admin/v1/metrics"] {
+            let r = http
+                .get(format!("{}{path}", a.http()))
+                .bearer_auth(a.token())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 404, "{path}");
+        }
         let r = http
-            .get(format!("{}/admin/v1/peers", a.http()))
-            .header("Host", "attacker.example")
+            .get(format!("{}/.well-known/did.json", a.admin()))
+            .bearer_auth(a.token())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+    });
+}
+
+#[test]
+fn the_admin_api_authenticates_its_callers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Node::start(&tmp.path().join("a"), &[]);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(a.dir.join("admin.token"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "admin.token is the owner's only");
+    }
+    let token = a.token();
+    let http = http_client();
+    let peers = format!("{}/admin/v1/peers", a.admin());
+    let publish = format!("{}/admin/v1/publish", a.admin());
+    let body = serde_json::to_vec(&json!({"card": card(&["translation"]), "ttl_secs": 60})).unwrap();
+    rt().block_on(async {
+        // No credentials, wrong credentials, a credential in the wrong scheme: 401, on every
+        // route, before anything runs.
+        let r = http.get(&peers).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        assert_eq!(r.headers()["www-authenticate"], "Bearer");
+        let body401: Value = r.json().await.unwrap();
+        assert_eq!(body401["reason"], "unauthorized");
+        let r = http.get(&peers).bearer_auth("x".repeat(43)).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let r = http
+            .get(&peers)
+            .header("Authorization", format!("Basic {token}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+        let r = http
+            .post(&publish)
+            .header("Content-Type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+        let r = http
+            .get(format!("{}/admin/v1/nothing-here", a.admin()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "unknown routes do not tell a stranger anything");
+
+        // A web page's cross-site "simple" POST (text/plain, its own Origin, no token).
+        let r = http
+            .post(&publish)
+            .header("Origin", "http://localhost:8080")
+            .header("Content-Type", "text/plain")
+            .body(body.clone())
             .send()
             .await
             .unwrap();
         assert_eq!(r.status(), 403);
+        // Even with the token, text/plain and foreign origins are refused.
         let r = http
-            .get(format!("{}/admin/v1/peers", a.http()))
+            .post(&publish)
+            .bearer_auth(&token)
+            .header("Content-Type", "text/plain")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 415);
+        let r = http
+            .get(&peers)
+            .bearer_auth(&token)
             .header("Origin", "https://attacker.example")
             .send()
             .await
             .unwrap();
         assert_eq!(r.status(), 403);
+        // DNS rebinding: a request naming another host.
         let r = http
-            .get(format!("{}/admin/v1/peers", a.http()))
+            .get(&peers)
+            .bearer_auth(&token)
+            .header("Host", "attacker.example")
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 200);
+        assert_eq!(r.status(), 403);
+        // None of that published anything.
+        let v: Value = http
+            .get(format!("{}/admin/v1/adverts/{}", a.admin(), a.did()))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["reason"], "not_found", "{v}");
 
+        // The right token works.
+        let r = http.get(&peers).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(r.status(), 200);
         // Prometheus metrics: gossipsub's and the transports' byte counters.
         let r = http
-            .get(format!("{}/admin/v1/metrics", a.http()))
+            .get(format!("{}/admin/v1/metrics", a.admin()))
+            .bearer_auth(&token)
             .send()
             .await
             .unwrap();
@@ -351,7 +478,65 @@ fn well_known_files_and_admin_guard() {
             "{text}"
         );
         assert!(text.contains("libp2p_bandwidth"), "{text}");
+
+        // Bad input is a 400 with a reason: an agent whose key is not installed, a private key
+        // in the request, a skill that is no tag.
+        let unknown = agentnet_did::SecretKey::generate().did_key().to_string();
+        for (req, reason) in [
+            (json!({"card": card(&["translation"]), "did": unknown}), "unknown_agent"),
+            (json!({"card": card(&["translation"]), "did": "../node.key"}), "bad_request"),
+            (
+                json!({"card": card(&["translation"]), "key": {"kty": "OKP", "crv": "Ed25519", "x": "AA", "d": "AA"}}),
+                "bad_request",
+            ),
+        ] {
+            let r = http
+                .post(&publish)
+                .bearer_auth(&token)
+                .json(&req)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{req}");
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["reason"], reason, "{v}");
+        }
+        let r = http
+            .get(format!("{}/admin/v1/discover?skill=a&skill=%01", a.admin()))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
     });
+}
+
+#[test]
+fn a_non_loopback_admin_address_is_refused_at_startup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a");
+    for addr in ["0.0.0.0:0", "192.0.2.1:7879", "[::]:0"] {
+        let o = agentnet(&[
+            "up",
+            "--data-dir",
+            p(&dir),
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--http",
+            "127.0.0.1:0",
+            "--admin",
+            addr,
+            "--no-mdns",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{addr}");
+        assert!(
+            stderr(&o).contains("loopback") && stderr(&o).contains(addr),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!dir.join("node.json").exists());
+        assert!(!dir.join("admin.token").exists());
+    }
 }
 
 #[cfg(unix)]
@@ -383,13 +568,39 @@ fn clear_errors_for_bad_input() {
         "{}",
         stderr(&o)
     );
-    let o = agentnet(&["discover", "--skill", "x", "--node", "http://127.0.0.1:9"]);
+    // --node names the URL; the token still comes from the data directory.
+    let o = agentnet(&[
+        "discover",
+        "--skill",
+        "x",
+        "--node",
+        "http://127.0.0.1:9",
+        "--data-dir",
+        p(&empty),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("admin.token") && stderr(&o).contains("agentnet up"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(empty.join("admin.token"), "dGVzdA").unwrap();
+    let o = agentnet(&[
+        "discover",
+        "--skill",
+        "x",
+        "--node",
+        "http://127.0.0.1:9",
+        "--data-dir",
+        p(&empty),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("no running node found at http://127.0.0.1:9"),
         "{}",
         stderr(&o)
     );
+    std::fs::remove_file(empty.join("admin.token")).unwrap();
 
     // Cards the network would refuse are refused before anything is sent.
     let mut no_tags = card(&[]);
@@ -399,6 +610,8 @@ fn clear_errors_for_bad_input() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no skill tags"), "{}", stderr(&o));
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    let o = agentnet(&["discover", "--skill", "", "--data-dir", p(&empty)]);
+    assert_eq!(o.status.code(), Some(1));
 
     let no_skills = write_card(tmp.path(), "no-skills.json", &json!({"name": "x"}));
     let o = agentnet(&["publish", "--card", p(&no_skills), "--data-dir", p(&empty)]);
@@ -457,9 +670,15 @@ fn a_restarted_node_answers_from_its_store_and_refuses_replays() {
     assert_eq!(first["did"], a.did());
     assert_eq!(first["seq"], 1);
     let http = http_client();
-    let advert_url = format!("{}/admin/v1/adverts/{}", a.http(), a.did());
+    let advert_url = format!("{}/admin/v1/adverts/{}", a.admin(), a.did());
+    let old_token = a.token();
     let old_advert = rt().block_on(async {
-        let r = http.get(&advert_url).send().await.unwrap();
+        let r = http
+            .get(&advert_url)
+            .bearer_auth(&old_token)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         r.bytes().await.unwrap()
     });
@@ -491,10 +710,23 @@ fn a_restarted_node_answers_from_its_store_and_refuses_replays() {
     assert_eq!(dids(&found), [did.as_str()]);
     assert_eq!(found[0]["seq"], 2);
 
+    // A new token at every start: the old one is refused.
+    assert_ne!(a.token(), old_token);
+    rt().block_on(async {
+        let r = http
+            .get(format!("{}/admin/v1/peers", a.admin()))
+            .bearer_auth(&old_token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+    });
+
     // Replaying the first advertisement, validly signed but older, is refused.
     rt().block_on(async {
         let r = http
-            .post(format!("{}/admin/v1/adverts", a.http()))
+            .post(format!("{}/admin/v1/adverts", a.admin()))
+            .bearer_auth(a.token())
             .header("Content-Type", "application/json")
             .body(old_advert)
             .send()

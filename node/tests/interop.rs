@@ -328,6 +328,31 @@ fn a2a_card_signed_by_agentnet_verifies_in_both_sdks() {
     assert_eq!(out.json()["ok"], json!(false), "{}", out.stdout);
 }
 
+/// The node's own card advertises no interface (none exists yet): it must still be an A2A 1.0
+/// card both SDKs parse and verify.
+#[test]
+fn the_node_card_without_interfaces_verifies_in_both_sdks() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::from_seed(&[7; 32]);
+    let did = key.did_key().to_string();
+    let kid = format!("{did}#{}", &did["did:key:".len()..]);
+    let served = agentnet_node::http::WellKnown::new(&key).unwrap();
+    let card: Value = serde_json::from_str(served.card_json()).unwrap();
+    assert_eq!(card["supportedInterfaces"], json!([]), "{card}");
+    let good = write_temp_json(dir.path(), "node-card.json", &card);
+    let bad = write_temp_json(dir.path(), "tampered.json", &tampered(&card));
+    for sdk in Sdk::ALL {
+        let out = sdk
+            .a2a_card(&["verify".as_ref(), good.as_os_str()])
+            .expect(0);
+        assert_sdk_verdict(&out, true, &kid);
+        let out = sdk
+            .a2a_card(&["verify".as_ref(), bad.as_os_str()])
+            .expect(1);
+        assert_sdk_verdict(&out, false, &kid);
+    }
+}
+
 #[test]
 fn a2a_cards_signed_by_both_sdks_verify_in_agentnet() {
     let dir = tempfile::tempdir().unwrap();
