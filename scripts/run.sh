@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/agentnet/target}"
 bash scripts/system-deps.sh
 if [ "$#" -eq 0 ]; then set -- testnet; fi
-exec cargo run --locked -q -p agentnet-node --bin agentnet -- "$@"
+exec cargo run --locked -q -p agentnet --bin agentnet -- "$@"

@@ -17,7 +17,7 @@ echo "== interop tools (Python venv, node_modules)"
 bash interop/setup.sh
 
 echo "== build: the agentnet binary, exactly as scripts/run.sh builds it"
-cargo build --locked -p agentnet-node --bin agentnet
+cargo build --locked -p agentnet --bin agentnet
 
 echo "== build: tests, examples and benchmarks (must reuse RocksDB from the step above)"
 # A second RocksDB build means the test graph resolved a build dependency of librocksdb-sys

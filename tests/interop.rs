@@ -35,7 +35,7 @@ struct Tools {
 fn tools() -> &'static Tools {
     static TOOLS: OnceLock<Tools> = OnceLock::new();
     TOOLS.get_or_init(|| {
-        let interop = Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop");
+        let interop = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
         let interop = interop
             .canonicalize()
             .unwrap_or_else(|e| panic!("{}: {e}; {SETUP_HINT}", interop.display()));
