@@ -2519,7 +2519,7 @@ mod tests {
         let db = &store.inner.db;
         let mut it = db.raw_iterator_cf(store.cf(CF_USAGE).unwrap());
         it.seek([USAGE_PEER_PREFIX]);
-        while let Some((key, value)) = it.item() {
+        while let Some((key, value)) = it.item().filter(|(k, _)| k[0] == USAGE_PEER_PREFIX) {
             let peer = std::str::from_utf8(&key[1..]).unwrap().to_owned();
             stored.insert(peer, decode_usage(value).unwrap());
             it.next();
