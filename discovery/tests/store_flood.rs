@@ -109,7 +109,14 @@ impl Agent {
     }
 
     /// A signed advert with a large card, published by `peer_id`.
-    fn advert(&self, peer_id: &str, seq: u64, issued_at: u64, ttl: u64, desc_bytes: usize) -> Vec<u8> {
+    fn advert(
+        &self,
+        peer_id: &str,
+        seq: u64,
+        issued_at: u64,
+        ttl: u64,
+        desc_bytes: usize,
+    ) -> Vec<u8> {
         let card = json!({
             "name": "Flood", "description": "x".repeat(desc_bytes), "version": "1.0.0",
             "supportedInterfaces": [{"url": "https://agents.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
@@ -203,7 +210,8 @@ fn flood(dir: &Path) {
                 (first..FLOOD_ADVERTS)
                     .step_by(2)
                     .map(|i| {
-                        let bytes = Agent::new(i).advert(&peer(i), 1, now, FLOOD_TTL, DESCRIPTION_BYTES);
+                        let bytes =
+                            Agent::new(i).advert(&peer(i), 1, now, FLOOD_TTL, DESCRIPTION_BYTES);
                         let v = validate(&bytes, now);
                         (bytes, v)
                     })
@@ -220,7 +228,9 @@ fn flood(dir: &Path) {
     for (i, (_, v)) in (0..).zip(&flooded) {
         match store.put(v) {
             Ok(PutOutcome::Inserted) => accepted += 1,
-            Err(StoreError::Refused { reason, .. }) => *refused.entry(reason.reason()).or_default() += 1,
+            Err(StoreError::Refused { reason, .. }) => {
+                *refused.entry(reason.reason()).or_default() += 1
+            }
             // A write failing with ENOSPC, or anything else, ends the test here.
             other => panic!("flood advert {i}: {other:?}"),
         }
@@ -240,8 +250,12 @@ fn flood(dir: &Path) {
         store.usage(),
         free_bytes(dir)
     );
-    assert!(refused.get(Refusal::StoreFull.reason()).is_some_and(|&n| n > 0));
-    assert!(refused.get(Refusal::PeerQuota.reason()).is_some_and(|&n| n > 0));
+    assert!(refused
+        .get(Refusal::StoreFull.reason())
+        .is_some_and(|&n| n > 0));
+    assert!(refused
+        .get(Refusal::PeerQuota.reason())
+        .is_some_and(|&n| n > 0));
     assert!(heavy_bytes <= PEER_QUOTA);
     assert!(accepted > 0);
     let usage = store.usage();
@@ -284,11 +298,16 @@ fn flood(dir: &Path) {
     assert!(after.bytes < CAP / 4, "{after:?} after the sweep");
     let fresh = Agent::new(1_000_000).advert("12D3KooWNewcomer", 1, later, 3600, DESCRIPTION_BYTES);
     assert_eq!(
-        store.put(&validate(&fresh, later)).expect("accepted after the sweep"),
+        store
+            .put(&validate(&fresh, later))
+            .expect("accepted after the sweep"),
         PutOutcome::Inserted
     );
     let replay = validate(&flooded[0].0, now);
-    assert!(matches!(store.put(&replay), Ok(PutOutcome::Stale { stored_seq: 1 })));
+    assert!(matches!(
+        store.put(&replay),
+        Ok(PutOutcome::Stale { stored_seq: 1 })
+    ));
     publish_own(later);
 
     // Past the replay window no seq of the flood is kept: the usage is what is live.
