@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use agentnet_did::{card, Resolver, SecretKey};
 use agentnet_discovery::advert::{self, Draft, Limits, Validated, Validator};
 use agentnet_discovery::net::unix_now;
-use agentnet_discovery::store::Store;
+use agentnet_discovery::store::{self, Store};
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
 
@@ -211,7 +211,14 @@ fn validation(c: &mut Criterion) {
 
 /// A store of [`STORE_ADVERTS`] adverts, written straight with `Store::put`.
 fn filled_store(dir: &std::path::Path, zipf: &Zipf) -> Store {
-    let store = Store::open(&dir.join("store")).unwrap();
+    // Every advert names the same publishing peer: lift the per-peer quota to the total (the
+    // default total of 512 MiB holds the 100 000 adverts, ~190 MiB).
+    let limits = store::Limits {
+        max_peer_bytes: store::Limits::default().max_total_bytes,
+        min_free_bytes: 0,
+        ..store::Limits::default()
+    };
+    let store = Store::open_with(&dir.join("store"), limits).unwrap();
     let mut rng = Rng(0x5eed_1234_abcd_ef01);
     let now = unix_now();
     // ~1.5 KiB, the size of a real advertisement with a 1 KiB card; find returns these bytes.

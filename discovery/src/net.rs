@@ -455,7 +455,16 @@ impl Client {
 
     /// Validate, store and announce an advertisement (gossip + DHT provider records).
     pub async fn publish(&self, bytes: Vec<u8>) -> Result<Validated, Error> {
-        let validated = self.accept(bytes).await?;
+        // Our own publishing: the store's caps and disk watermark do not apply.
+        let validated = accept(
+            &self.store,
+            &self.validator,
+            &self.stats,
+            &self.accepted,
+            bytes,
+            true,
+        )
+        .await?;
         self.call(|reply| Command::Publish {
             validated: validated.clone(),
             reply,
@@ -473,6 +482,7 @@ impl Client {
             &self.stats,
             &self.accepted,
             bytes,
+            false,
         )
         .await
     }
@@ -621,6 +631,7 @@ async fn accept(
     stats: &Stats,
     events: &tokio::sync::broadcast::Sender<Accepted>,
     bytes: Vec<u8>,
+    own: bool,
 ) -> Result<Validated, Error> {
     let now = unix_now();
     let pre = validator
@@ -643,7 +654,7 @@ async fn accept(
             Ok(v) => v,
             Err(r) => return Ok(Err(r)),
         };
-        let put = s.put(&v)?;
+        let put = if own { s.put_own(&v)? } else { s.put(&v)? };
         Ok(Ok((v, put)))
     })
     .await?;
@@ -1196,7 +1207,7 @@ impl Node {
             self.internal_tx.clone(),
         );
         tokio::spawn(async move {
-            let acceptance = match accept(&store, &validator, &stats, &events, data).await {
+            let acceptance = match accept(&store, &validator, &stats, &events, data, false).await {
                 Ok(v) => {
                     tracing::debug!(did = %v.did, seq = v.seq, peer = %source, "accepted advertisement");
                     MessageAcceptance::Accept
