@@ -233,3 +233,23 @@ fn card_commands_give_clear_errors_on_bad_input() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("larger than"), "{}", stderr(&o));
 }
+
+#[test]
+fn up_refuses_a_store_cap_that_overflows_before_it_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = agentnet(&[
+        "up",
+        "--data-dir",
+        p(tmp.path()),
+        "--no-mdns",
+        "--store-max-mib",
+        "18446744073709551615",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--store-max-mib") && stderr(&o).contains("too large"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!tmp.path().join("store").exists(), "nothing was started");
+}

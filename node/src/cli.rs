@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::admin::{self, PublishRequest};
 use crate::{daemon, data_dir, testnet};
+use agentnet_discovery::store::Limits as StoreLimits;
 
 /// Largest card, DID document or JWK file we read.
 const MAX_INPUT: u64 = 1024 * 1024;
@@ -148,6 +149,17 @@ struct UpArgs {
     /// Do not look for peers on the LAN with mDNS.
     #[arg(long)]
     no_mdns: bool,
+    /// Most MiB of other nodes' adverts (with their index and replay records) the store keeps;
+    /// past it, new agents from others are refused until expired ones are swept.
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_total_bytes >> 20)]
+    store_max_mib: u64,
+    /// Most MiB of adverts naming one publishing peer.
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_peer_bytes >> 20)]
+    store_peer_mib: u64,
+    /// Refuse other nodes' adverts while the store's disk has less than this many MiB free
+    /// (the node's own publishing goes on).
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().min_free_bytes >> 20)]
+    store_min_free_mib: u64,
     /// Print the start banner as one JSON line.
     #[arg(long)]
     json: bool,
@@ -344,6 +356,12 @@ fn parse_addr(flag: &str, value: &str) -> anyhow::Result<std::net::SocketAddr> {
     })
 }
 
+/// `n` MiB in bytes, refused when it overflows.
+fn mib(flag: &str, n: u64) -> anyhow::Result<u64> {
+    n.checked_mul(1 << 20)
+        .ok_or_else(|| anyhow::anyhow!("--{flag} {n}: too large"))
+}
+
 async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let opts = daemon::Options {
         data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
@@ -353,6 +371,12 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         admin: parse_addr("admin", &args.admin)?,
         http_limits: crate::server::Limits::PUBLIC,
         admin_limits: crate::server::Limits::ADMIN,
+        store_limits: StoreLimits {
+            max_total_bytes: mib("store-max-mib", args.store_max_mib)?,
+            max_peer_bytes: mib("store-peer-mib", args.store_peer_mib)?,
+            min_free_bytes: mib("store-min-free-mib", args.store_min_free_mib)?,
+            ..StoreLimits::default()
+        },
         mdns: !args.no_mdns,
         json: args.json,
         quiet: false,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use agentnet_did::{Resolver, SecretKey};
 use agentnet_discovery::advert::{Limits, Validator};
 use agentnet_discovery::net::{self, TransportKind};
-use agentnet_discovery::store::Store;
+use agentnet_discovery::store::{Limits as StoreLimits, Store};
 use libp2p::multiaddr::Protocol;
 use libp2p::Multiaddr;
 use serde::{Deserialize, Serialize};
@@ -61,6 +61,8 @@ pub struct Options {
     pub http_limits: HttpLimits,
     /// Bounds of the admin listener.
     pub admin_limits: HttpLimits,
+    /// What the advert store accepts from other nodes (byte caps, free-disk watermark).
+    pub store_limits: StoreLimits,
     /// mDNS on the LAN.
     pub mdns: bool,
     /// Print the start banner as one JSON line.
@@ -280,7 +282,8 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let did = key.did_key();
 
     let store_path = opts.data_dir.join(STORE_DIR);
-    let store = tokio::task::spawn_blocking(move || Store::open(&store_path))
+    let store_limits = opts.store_limits.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open_with(&store_path, store_limits))
         .await
         .map_err(|source| Error::Task {
             what: "opening the store",

@@ -334,6 +334,7 @@ async fn exercise(
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             http_limits: Limits::PUBLIC,
             admin_limits: Limits::ADMIN,
+            store_limits: Default::default(),
             mdns: false,
             json: false,
             quiet: true,
