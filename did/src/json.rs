@@ -92,7 +92,11 @@ pub fn check(bytes: &[u8], limits: Limits) -> Result<Stats, JsonError> {
         failure: None,
     });
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let walked = Walk { state: &state, depth: 0 }.deserialize(&mut de);
+    let walked = Walk {
+        state: &state,
+        depth: 0,
+    }
+    .deserialize(&mut de);
     let walked = walked.and_then(|()| de.end());
     let state = state.into_inner();
     match (walked, state.failure) {
@@ -299,7 +303,10 @@ mod tests {
     #[test]
     fn syntax_errors_and_trailing_bytes_are_syntax() {
         for bad in [&b"{"[..], b"{\"a\":1} x", b"\xff", b""] {
-            assert!(matches!(check(bad, L), Err(JsonError::Syntax(_))), "{bad:?}");
+            assert!(
+                matches!(check(bad, L), Err(JsonError::Syntax(_))),
+                "{bad:?}"
+            );
         }
     }
 

@@ -239,7 +239,8 @@ impl Resolver {
         let cache = moka::future::Cache::builder()
             .max_capacity(opts.cache_bytes)
             .weigher(|k: &String, v: &CacheEntry| {
-                v.weight.saturating_add(u32::try_from(k.len()).unwrap_or(u32::MAX))
+                v.weight
+                    .saturating_add(u32::try_from(k.len()).unwrap_or(u32::MAX))
             })
             .expire_after(EntryTtl {
                 ttl: opts.ttl,
@@ -271,7 +272,12 @@ impl Resolver {
     /// share one resolution (one fetch for did:web and did:wba).
     pub async fn resolve(&self, did: &Did) -> Result<Arc<Document>, ResolveError> {
         if did.method() != &Method::Key {
-            if let Some(doc) = self.pinned.lock().expect("pinned lock poisoned").get(did.as_str()) {
+            if let Some(doc) = self
+                .pinned
+                .lock()
+                .expect("pinned lock poisoned")
+                .get(did.as_str())
+            {
                 return Ok(doc.clone());
             }
         }

@@ -440,8 +440,8 @@ impl WebBudget {
 
     /// The key an unknown DID's fetches are counted under: its document URL's host.
     pub fn host_key(did: &Did) -> Result<String, Reject> {
-        let url = agentnet_did::web::document_url(did)
-            .map_err(|e| Reject::Malformed(e.to_string()))?;
+        let url =
+            agentnet_did::web::document_url(did).map_err(|e| Reject::Malformed(e.to_string()))?;
         url.host_str()
             .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
             .ok_or_else(|| Reject::Malformed(format!("{did} names no host")))
@@ -518,8 +518,10 @@ impl Validator {
         if bytes.len() > l.max_bytes {
             return Err(Reject::TooLarge(bytes.len()));
         }
-        let ad: Advertisement =
-            json::from_slice_as(bytes, AD_JSON).map_err(|e| Reject::Malformed(e.to_string()))?;
+        // Parser messages can quote input (an unknown member's name): printable only.
+        let ad: Advertisement = json::from_slice_as(bytes, AD_JSON).map_err(|e| {
+            Reject::Malformed(agentnet_did::text::sanitize(&e.to_string()).into_owned())
+        })?;
         if ad.v != VERSION {
             return Err(Reject::Malformed(format!(
                 "version {} is not {VERSION}",
@@ -743,10 +745,7 @@ pub fn card_tags(card: &Value) -> Result<Vec<String>, Reject> {
         {
             let t = t.as_str().and_then(tags::normalize).ok_or_else(|| {
                 let shown: String = t.to_string().chars().take(80).collect();
-                Reject::BadCard(format!(
-                    "bad tag {}",
-                    agentnet_did::text::sanitize(&shown)
-                ))
+                Reject::BadCard(format!("bad tag {}", agentnet_did::text::sanitize(&shown)))
             })?;
             out.push(t);
             if out.len() > 4 * tags::MAX_TAGS {
