@@ -132,7 +132,7 @@ fn header_of(sig: &Value) -> Option<Value> {
     if p.len() > MAX_PART {
         return None;
     }
-    serde_json::from_slice(&B64URL.decode(p).ok()?).ok()
+    crate::json::from_slice(&B64URL.decode(p).ok()?, crate::json::JWS_HEADER).ok()
 }
 
 /// Where verification keys come from.
@@ -319,8 +319,9 @@ fn parse_sig(index: usize, sig: &Value) -> Result<ParsedSig, CardSignatureError>
     let header_bytes = B64URL
         .decode(protected)
         .map_err(|_| malformed("protected header is not base64url"))?;
-    let header: Value = serde_json::from_slice(&header_bytes)
-        .map_err(|_| malformed("protected header is not JSON"))?;
+    // Strict: a header naming `alg` or `kid` twice means different things to different parsers.
+    let header: Value = crate::json::from_slice(&header_bytes, crate::json::JWS_HEADER)
+        .map_err(|e| malformed(&format!("protected header: {e}")))?;
     let sig = B64URL
         .decode(signature)
         .map_err(|_| malformed("signature is not base64url"))?;

@@ -9,6 +9,11 @@ use crate::{Did, DidUrl};
 
 /// Largest nesting depth we accept in a DID document's JSON.
 pub const MAX_JSON_DEPTH: usize = 32;
+/// Most JSON values (scalars, arrays, objects) in a DID document. A real document has a few
+/// dozen to a few hundred; the bound keeps a 256 KiB body of one-digit numbers from parsing into
+/// megabytes (every value is 32 bytes parsed, and the document is held twice: as typed fields
+/// and as its source JSON).
+pub const MAX_JSON_VALUES: usize = 4096;
 /// Most verification methods (embedded or referenced, all relationships together) we look at.
 pub const MAX_VERIFICATION_METHODS: usize = 64;
 
@@ -256,15 +261,31 @@ pub enum DocumentError {
 
 impl Document {
     /// Parse a document from JSON bytes, with the depth bound applied first.
+    /// Refused too: more than [`MAX_JSON_VALUES`] values, and a member name repeated in one
+    /// object (see [`crate::json`]).
     pub fn from_json(bytes: &[u8]) -> Result<Self, DocumentError> {
-        check_json_depth(bytes, MAX_JSON_DEPTH)
-            .map_err(|e| DocumentError::Invalid(e.to_string()))?;
+        Self::from_json_weighed(bytes).map(|(doc, _)| doc)
+    }
+
+    /// [`from_json`](Self::from_json), with the estimated heap bytes the parsed document holds
+    /// (its source JSON and its typed fields), for caches that budget memory.
+    pub fn from_json_weighed(bytes: &[u8]) -> Result<(Self, usize), DocumentError> {
+        let limits = crate::json::Limits {
+            max_depth: MAX_JSON_DEPTH,
+            max_values: MAX_JSON_VALUES,
+        };
+        let stats = crate::json::check(bytes, limits).map_err(|e| match e {
+            crate::json::JsonError::Syntax(e) => DocumentError::Invalid(format!("not JSON: {e}")),
+            e => DocumentError::Invalid(e.to_string()),
+        })?;
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| DocumentError::Invalid(format!("not JSON: {e}")))?;
         let mut doc: Document = serde_json::from_value(value.clone())
             .map_err(|e| DocumentError::Invalid(format!("not a DID document: {e}")))?;
         doc.source = Some(value);
-        Ok(doc)
+        // The source `Value` and the typed fields, which hold about as much again.
+        let weight = stats.estimated_heap().saturating_mul(2);
+        Ok((doc, weight))
     }
 
     /// The document as JSON: the source it was parsed from if any, else its serialization.

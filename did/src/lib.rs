@@ -25,6 +25,8 @@
 //! - [`document`]: DID documents, their checks, key lookup by verification relationship.
 //! - [`didkey`], [`web`], [`wba`]: the three methods we implement; [`resolver`] ties them together
 //!   with a cache.
+//! - [`json`]: strict JSON intake (depth, size, no duplicate member names).
+//! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
 
 pub mod a2a;
 pub mod card;
@@ -33,10 +35,12 @@ pub mod document;
 pub mod httpsig;
 pub mod id;
 pub mod jcs;
+pub mod json;
 pub mod key;
 pub mod resolver;
 #[cfg(feature = "ssi")]
 pub mod ssi_bridge;
+pub mod text;
 pub mod wba;
 pub mod web;
 

@@ -1,7 +1,11 @@
 //! DID resolution: did:key locally, did:web and did:wba over HTTPS, other methods through `ssi`
 //! when that feature is on; results cached with a TTL, failures cached briefly.
+//!
+//! The cache is `moka`'s: bounded by the estimated bytes of the parsed documents (not by their
+//! count, since one 256 KiB document can cost more than a thousand small ones), each entry with
+//! its own lifetime (a failure is kept for [`Options::negative_ttl`]), and concurrent lookups of
+//! one DID share one fetch.
 
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -111,15 +115,16 @@ impl ResolveError {
     }
 }
 
-/// Parse `bytes` as the document of `did` and check that it describes `did`.
-pub(crate) fn checked_document(did: &Did, bytes: &[u8]) -> Result<Document, ResolveError> {
+/// Parse `bytes` as the document of `did` and check that it describes `did`; with the estimated
+/// heap bytes it holds.
+pub(crate) fn checked_document(did: &Did, bytes: &[u8]) -> Result<(Document, usize), ResolveError> {
     let invalid = |source| ResolveError::InvalidDocument {
         did: did.to_string(),
         source,
     };
-    let doc = Document::from_json(bytes).map_err(invalid)?;
+    let (doc, weight) = Document::from_json_weighed(bytes).map_err(invalid)?;
     doc.check_belongs_to(did).map_err(invalid)?;
-    Ok(doc)
+    Ok((doc, weight))
 }
 
 impl From<crate::id::InvalidDid> for ResolveError {
@@ -142,8 +147,9 @@ pub struct Options {
     pub ttl: Duration,
     /// How long a failure is remembered before the DID is fetched again.
     pub negative_ttl: Duration,
-    /// Most cache entries.
-    pub cache_entries: usize,
+    /// Most bytes the cached documents may hold, by their estimated parsed size (see
+    /// [`crate::json::Stats::estimated_heap`]).
+    pub cache_bytes: u64,
     /// Most HTTP resolutions in flight at once.
     pub max_concurrent_fetches: usize,
 }
@@ -155,20 +161,62 @@ impl Default for Options {
             did_key: didkey::Options::default(),
             ttl: Duration::from_secs(300),
             negative_ttl: Duration::from_secs(30),
-            cache_entries: 4096,
+            // A typical document weighs 5-20 KB parsed, the largest accepted about 1 MiB: room
+            // for a few thousand agents' documents, or 32 of the largest.
+            cache_bytes: 32 * 1024 * 1024,
             max_concurrent_fetches: 16,
         }
     }
 }
 
-type CacheEntry = (Instant, Result<Arc<Document>, ResolveError>);
+/// A cached resolution and its weight in bytes.
+#[derive(Clone)]
+struct CacheEntry {
+    result: Result<Arc<Document>, ResolveError>,
+    weight: u32,
+}
+
+/// Weight of a document that was not parsed from JSON (did:key, ssi): about what a small
+/// parsed document costs.
+const BUILT_DOCUMENT_WEIGHT: usize = 4096;
+/// Weight of a remembered failure, besides its message.
+const FAILURE_WEIGHT: usize = 256;
+
+impl CacheEntry {
+    fn new(result: Result<(Arc<Document>, usize), ResolveError>) -> Self {
+        let weight = match &result {
+            Ok((_, w)) => *w,
+            Err(e) => FAILURE_WEIGHT + e.to_string().len(),
+        };
+        Self {
+            result: result.map(|(doc, _)| doc),
+            weight: u32::try_from(weight).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// Each entry lives for the TTL of its kind: documents `ttl`, failures `negative_ttl`.
+struct EntryTtl {
+    ttl: Duration,
+    negative_ttl: Duration,
+}
+
+impl moka::Expiry<String, CacheEntry> for EntryTtl {
+    fn expire_after_create(&self, _: &String, v: &CacheEntry, _: Instant) -> Option<Duration> {
+        Some(if v.result.is_ok() {
+            self.ttl
+        } else {
+            self.negative_ttl
+        })
+    }
+}
 
 /// Resolves DIDs to checked documents.
 #[derive(Clone)]
 pub struct Resolver {
     opts: Options,
     http: HttpFetcher,
-    cache: Arc<Mutex<lru::LruCache<String, CacheEntry>>>,
+    cache: moka::future::Cache<String, CacheEntry>,
     fetches: Arc<tokio::sync::Semaphore>,
     pinned: Arc<Mutex<std::collections::HashMap<String, Arc<Document>>>>,
 }
@@ -188,10 +236,20 @@ impl Resolver {
     /// A resolver with these options. Fails only on a bad extra root certificate.
     pub fn new(opts: Options) -> Result<Self, String> {
         let http = HttpFetcher::new(opts.http.clone())?;
-        let entries = NonZeroUsize::new(opts.cache_entries.max(1)).expect("max(1) is non-zero");
+        let cache = moka::future::Cache::builder()
+            .max_capacity(opts.cache_bytes)
+            .weigher(|k: &String, v: &CacheEntry| {
+                v.weight
+                    .saturating_add(u32::try_from(k.len()).unwrap_or(u32::MAX))
+            })
+            .expire_after(EntryTtl {
+                ttl: opts.ttl,
+                negative_ttl: opts.negative_ttl,
+            })
+            .build();
         Ok(Self {
             http,
-            cache: Arc::new(Mutex::new(lru::LruCache::new(entries))),
+            cache,
             fetches: Arc::new(tokio::sync::Semaphore::new(
                 opts.max_concurrent_fetches.max(1),
             )),
@@ -210,44 +268,47 @@ impl Resolver {
         self.resolve(&Did::parse(did)?).await
     }
 
-    /// Resolve a DID to its document, checked to belong to it.
+    /// Resolve a DID to its document, checked to belong to it. Concurrent calls for one DID
+    /// share one resolution (one fetch for did:web and did:wba).
     pub async fn resolve(&self, did: &Did) -> Result<Arc<Document>, ResolveError> {
-        let key = did.as_str().to_owned();
+        if did.method() != &Method::Key {
+            if let Some(doc) = self
+                .pinned
+                .lock()
+                .expect("pinned lock poisoned")
+                .get(did.as_str())
+            {
+                return Ok(doc.clone());
+            }
+        }
+        // did:key is local and deterministic, but cached all the same: the cached document keeps
+        // its decoded key, which makes repeated verifications by one agent cheaper.
+        let fresh = async { CacheEntry::new(self.resolve_fresh(did).await) };
+        self.cache
+            .get_with(did.as_str().to_owned(), fresh)
+            .await
+            .result
+    }
+
+    async fn resolve_fresh(&self, did: &Did) -> Result<(Arc<Document>, usize), ResolveError> {
         if did.method() == &Method::Key {
-            // Local and deterministic, but cached all the same: the cached document keeps its
-            // decoded key, which makes repeated verifications by one agent cheaper.
-            if let Some(hit) = self.cached(&key, Instant::now()) {
-                return hit;
-            }
-            let result = didkey::resolve(did, self.opts.did_key).map(Arc::new);
-            if result.is_ok() {
-                let mut cache = self.cache.lock().expect("cache lock poisoned");
-                cache.put(key, (Instant::now(), result.clone()));
-            }
-            return result;
+            return didkey::resolve(did, self.opts.did_key)
+                .map(|doc| (Arc::new(doc), BUILT_DOCUMENT_WEIGHT));
         }
-        if let Some(doc) = self.pinned.lock().expect("pinned lock poisoned").get(&key) {
-            return Ok(doc.clone());
-        }
-        let now = Instant::now();
-        if let Some(hit) = self.cached(&key, now) {
-            return hit;
-        }
-        let result = {
-            let _permit = self
-                .fetches
-                .acquire()
-                .await
-                .expect("the semaphore is never closed");
-            // Another task may have filled the cache while we waited.
-            if let Some(hit) = self.cached(&key, Instant::now()) {
-                return hit;
-            }
-            self.resolve_uncached(did).await.map(Arc::new)
-        };
-        let mut cache = self.cache.lock().expect("cache lock poisoned");
-        cache.put(key, (Instant::now(), result.clone()));
-        result
+        let _permit = self
+            .fetches
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        self.resolve_uncached(did)
+            .await
+            .map(|(doc, weight)| (Arc::new(doc), weight))
+    }
+
+    /// The estimated bytes the cache holds now (after its pending evictions ran).
+    pub async fn cache_weight(&self) -> u64 {
+        self.cache.run_pending_tasks().await;
+        self.cache.weighted_size()
     }
 
     /// Serve `doc` for its DID without fetching: the node's own DID, or a document obtained out
@@ -282,40 +343,29 @@ impl Resolver {
                 .lock()
                 .expect("pinned lock poisoned")
                 .contains_key(did.as_str())
-            || self.cached(did.as_str(), Instant::now()).is_some()
+            || self.cache.contains_key(did.as_str())
     }
 
-    fn cached(&self, key: &str, now: Instant) -> Option<Result<Arc<Document>, ResolveError>> {
-        let mut cache = self.cache.lock().expect("cache lock poisoned");
-        let (at, result) = cache.get(key)?;
-        let ttl = if result.is_ok() {
-            self.opts.ttl
-        } else {
-            self.opts.negative_ttl
-        };
-        if now.duration_since(*at) < ttl {
-            Some(result.clone())
-        } else {
-            cache.pop(key);
-            None
-        }
-    }
-
-    async fn resolve_uncached(&self, did: &Did) -> Result<Document, ResolveError> {
+    async fn resolve_uncached(&self, did: &Did) -> Result<(Document, usize), ResolveError> {
         match did.method() {
             Method::Web => self.http.fetch(did).await,
             Method::Wba => {
-                let doc = self.http.fetch(did).await?;
+                let (doc, weight) = self.http.fetch(did).await?;
                 crate::wba::check_document(did, &doc).map_err(|source| {
                     ResolveError::InvalidDocument {
                         did: did.to_string(),
                         source,
                     }
                 })?;
-                Ok(doc)
+                Ok((doc, weight))
             }
-            Method::Key => didkey::resolve(did, self.opts.did_key),
-            Method::Other(method) => self.resolve_other(did, method).await,
+            Method::Key => {
+                didkey::resolve(did, self.opts.did_key).map(|d| (d, BUILT_DOCUMENT_WEIGHT))
+            }
+            Method::Other(method) => self
+                .resolve_other(did, method)
+                .await
+                .map(|d| (d, BUILT_DOCUMENT_WEIGHT)),
         }
     }
 

@@ -344,8 +344,9 @@ impl HttpFetcher {
         &self.opts
     }
 
-    /// Fetch and check the document of a did:web or did:wba DID.
-    pub async fn fetch(&self, did: &Did) -> Result<Document, ResolveError> {
+    /// Fetch and check the document of a did:web or did:wba DID; with the estimated heap bytes
+    /// the parsed document holds.
+    pub async fn fetch(&self, did: &Did) -> Result<(Document, usize), ResolveError> {
         let mut url = document_url(did)?;
         let http_err = |reason: String| ResolveError::Http {
             did: did.to_string(),

@@ -34,6 +34,8 @@ enum Reply {
     Redirect(String),
     /// Sleep this long, then answer 200 `{}`.
     Slow(Duration),
+    /// Sleep this long, then answer 200 with this body.
+    SlowBody(Duration, Vec<u8>),
     /// Send the headers and a first chunk, then never finish the body.
     Stall,
 }
@@ -117,6 +119,10 @@ async fn handle(State(shared): State<Shared>, uri: Uri) -> Response {
             (json, Body::from_stream(stream::iter(chunks))).into_response()
         }
         Some(Reply::Redirect(to)) => (StatusCode::FOUND, [(header::LOCATION, to)]).into_response(),
+        Some(Reply::SlowBody(delay, body)) => {
+            tokio::time::sleep(delay).await;
+            (json, body).into_response()
+        }
         Some(Reply::Slow(delay)) => {
             tokio::time::sleep(delay).await;
             (json, "{}").into_response()
@@ -512,5 +518,130 @@ async fn deeply_nested_json_is_refused() {
             }
         ),
         "{err:?}"
+    );
+}
+
+/// Attack: many gossiped advertisements of one uncached did:web DID arrive at once; each
+/// validation resolves it, and without single flight each one fetches (up to the concurrency
+/// limit), multiplying the load on the DID's server.
+#[tokio::test]
+async fn concurrent_resolutions_of_one_did_make_one_fetch() {
+    let server = Server::https().await;
+    let did = server.did("web", "");
+    // The answer is slow, so that every resolution starts while the first fetch is in flight.
+    server.route(
+        WELL_KNOWN,
+        Reply::SlowBody(Duration::from_millis(300), good_doc(&did)),
+    );
+    let r = Resolver::new(options()).unwrap();
+    let all: Vec<_> = (0..32)
+        .map(|_| {
+            let (r, did) = (r.clone(), did.clone());
+            tokio::spawn(async move { resolve(&r, &did).await })
+        })
+        .collect();
+    let mut docs = Vec::new();
+    for t in all {
+        docs.push(t.await.unwrap().unwrap());
+    }
+    assert_eq!(server.hits(), 1, "32 concurrent resolutions, one fetch");
+    assert!(docs.iter().all(|d| Arc::ptr_eq(d, &docs[0])));
+
+    // Failures are shared too.
+    let missing = server.did("web", ":missing");
+    let all: Vec<_> = (0..8)
+        .map(|_| {
+            let (r, did) = (r.clone(), missing.clone());
+            tokio::spawn(async move { resolve(&r, &did).await })
+        })
+        .collect();
+    for t in all {
+        expect_err(t.await.unwrap(), "notFound", &[]);
+    }
+    assert_eq!(server.hits(), 2);
+}
+
+/// A document near the limits: `n` services with 60-byte endpoints, about `n * 4` values.
+fn big_doc(did: &str, n: usize) -> Vec<u8> {
+    let mut v = good_doc_value(did);
+    v["service"] = (0..n)
+        .map(|i| {
+            serde_json::json!({"id": format!("#s{i}"), "type": "X",
+                "serviceEndpoint": format!("https://example.com/{}", "e".repeat(40))})
+        })
+        .collect();
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// Attack: fill the resolver cache with large documents. It is bounded by their estimated parsed
+/// bytes, not by their count.
+#[tokio::test]
+async fn the_cache_stays_under_its_byte_cap() {
+    let server = Server::https().await;
+    let cap = 2 * 1024 * 1024;
+    let r = Resolver::new(Options {
+        cache_bytes: cap,
+        ..options()
+    })
+    .unwrap();
+    let mut body_bytes = 0;
+    for i in 0..12 {
+        let did = server.did("web", &format!(":u{i}"));
+        let body = big_doc(&did, 900);
+        body_bytes += body.len();
+        server.route(&format!("/u{i}/did.json"), Reply::Body(body));
+        resolve(&r, &did).await.unwrap();
+    }
+    let weight = r.cache_weight().await;
+    assert!(weight <= cap, "cache holds {weight} bytes, cap {cap}");
+    assert!(weight > 0);
+    // Twelve such documents are estimated well above the cap (so some were evicted), though
+    // their bodies alone would fit.
+    assert!(body_bytes < cap as usize, "{body_bytes}");
+
+    // A small document still resolves and is cached.
+    let did = server.did("web", ":small");
+    server.route("/small/did.json", Reply::Body(good_doc(&did)));
+    resolve(&r, &did).await.unwrap();
+    let hits = server.hits();
+    resolve(&r, &did).await.unwrap();
+    assert_eq!(server.hits(), hits);
+}
+
+/// Attack: a document under the body cap made of tiny values (a 256 KiB array of one-digit
+/// numbers parses into megabytes, held twice).
+#[tokio::test]
+async fn a_document_of_many_tiny_values_is_refused() {
+    let server = Server::https().await;
+    let did = server.did("web", "");
+    let mut v = good_doc_value(&did);
+    v["x"] = serde_json::Value::Array(vec![0.into(); 100_000]);
+    let body = serde_json::to_vec(&v).unwrap();
+    assert!(body.len() < HttpOptions::default().max_body);
+    server.route(WELL_KNOWN, Reply::Body(body));
+    let r = Resolver::new(options()).unwrap();
+    expect_err(
+        resolve(&r, &did).await,
+        "invalidDidDocument",
+        &[&did, "more than 4096 values"],
+    );
+}
+
+/// Attack: a document naming `id` (or a key) twice, read differently by different parsers.
+#[tokio::test]
+async fn a_document_with_a_repeated_member_is_refused() {
+    let server = Server::https().await;
+    let did = server.did("web", "");
+    let body = String::from_utf8(good_doc(&did)).unwrap().replacen(
+        "\"id\":",
+        "\"id\":\"did:web:evil.example\",\"id\":",
+        1,
+    );
+    server.route(WELL_KNOWN, Reply::Body(body.into_bytes()));
+    let r = Resolver::new(options()).unwrap();
+    expect_err(
+        resolve(&r, &did).await,
+        "invalidDidDocument",
+        &["duplicate member name \"id\""],
     );
 }

@@ -64,13 +64,36 @@ pub struct Validated {
     pub bytes: Vec<u8>,
 }
 
+impl Validated {
+    /// Whether the domain the DID names was checked: false for a did:wba `e1_` DID, whose
+    /// advertisement verifies offline against the key its fingerprint names, so that anyone can
+    /// make one under any domain. Show such agents as "domain not verified". Computed from the
+    /// DID, so it needs no storage and holds for stored advertisements too.
+    pub fn domain_verified(&self) -> bool {
+        domain_verified(&self.did)
+    }
+}
+
+/// [`Validated::domain_verified`] for a DID as stored: false only for a did:wba DID whose last
+/// segment is an `e1_` key fingerprint (verified offline, the domain never asked). did:key names
+/// no domain and did:web / other did:wba DIDs were resolved from their domain: true.
+pub fn domain_verified(did: &str) -> bool {
+    match Did::parse(did) {
+        Ok(d) => !(d.method() == &Method::Wba && e1_fingerprint(&d).is_some()),
+        // Not a DID we would have accepted; claim nothing for it.
+        Err(_) => false,
+    }
+}
+
+use std::collections::HashMap;
+use std::str::FromStr as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentnet_did::card::{self, CardSignatureError};
-use agentnet_did::document::{check_json_depth, Relationship};
+use agentnet_did::document::Relationship;
 use agentnet_did::key::PublicKey;
-use agentnet_did::{jcs, wba, Did, DidUrl, Method, Resolver, SecretKey};
+use agentnet_did::{jcs, json, wba, Did, DidUrl, Method, Resolver, SecretKey};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine as _;
 
@@ -78,6 +101,16 @@ use crate::tags;
 
 /// Protected header type of the envelope signature.
 pub const JWS_TYP: &str = "agentnet-ad+jws";
+
+/// JSON limits of an advertisement: 64 levels (cards nest a few), 8192 values. A real
+/// advertisement with a 1 KiB card has about 60 values; a 64 KiB one of one-digit numbers would
+/// have 32K values and parse into a megabyte. 8192 values parse into well under 1 MiB.
+pub const AD_JSON: json::Limits = json::Limits {
+    max_depth: 64,
+    max_values: 8192,
+};
+/// Longest listen address, bytes (a multiaddr with a DNS name and a /p2p/ id is about 120).
+pub const MAX_ADDR_LEN: usize = 256;
 
 /// Validation limits.
 #[derive(Debug, Clone)]
@@ -90,7 +123,8 @@ pub struct Limits {
     pub max_ttl: u64,
     /// Most listen addresses.
     pub max_addrs: usize,
-    /// did:web fetches allowed per domain per window.
+    /// did:web and did:wba fetches allowed per host per window, for DIDs we hold no
+    /// advertisement of; each DID we hold one of has a budget of the same size of its own.
     pub web_fetches_per_domain: u32,
     /// The window for `web_fetches_per_domain`.
     pub web_window: Duration,
@@ -373,10 +407,72 @@ pub fn verify(
     })
 }
 
-/// Per-domain budget for did:web fetches triggered by gossip.
-#[derive(Debug, Default)]
-struct WebBudget {
-    domains: std::collections::HashMap<String, (Instant, u32)>,
+/// The fetch budget for did:web and did:wba documents that gossip makes us resolve: a policy
+/// that takes `now` and answers, with no I/O.
+///
+/// Unknown DIDs spend the budget of their host, canonical as the URL we would fetch has it
+/// (percent-decoded, lowercased by the URL parser), and the port left out: every port of a host
+/// is the same machine, so `victim.com%3A443`, `VICTIM.com`, `%76ictim.com` and
+/// `victim.com%3A8443` all spend `victim.com`'s budget. A DID we hold an advertisement of spends
+/// a budget of its own, keyed by the DID, so junk naming other DIDs of its domain cannot block
+/// its updates. Both maps are bounded; when one is full of live windows, a new key waits.
+#[derive(Debug)]
+pub struct WebBudget {
+    per_window: u32,
+    window: Duration,
+    max_keys: usize,
+    hosts: HashMap<String, (Instant, u32)>,
+    known: HashMap<String, (Instant, u32)>,
+}
+
+impl WebBudget {
+    /// `per_window` fetches per host (and per known DID) per `window`, at most `max_keys` hosts
+    /// and `max_keys` known DIDs tracked.
+    pub fn new(per_window: u32, window: Duration, max_keys: usize) -> Self {
+        Self {
+            per_window,
+            window,
+            max_keys,
+            hosts: HashMap::new(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// The key an unknown DID's fetches are counted under: its document URL's host.
+    pub fn host_key(did: &Did) -> Result<String, Reject> {
+        let url =
+            agentnet_did::web::document_url(did).map_err(|e| Reject::Malformed(e.to_string()))?;
+        url.host_str()
+            .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+            .ok_or_else(|| Reject::Malformed(format!("{did} names no host")))
+    }
+
+    /// Take one fetch for `did` at `now`, from its own budget if it is `known`, else from its
+    /// host's.
+    pub fn spend(&mut self, did: &Did, known: bool, now: Instant) -> Result<(), Reject> {
+        let host = Self::host_key(did)?;
+        let (map, key) = if known {
+            (&mut self.known, did.as_str().to_owned())
+        } else {
+            (&mut self.hosts, host.clone())
+        };
+        let window = self.window;
+        if map.len() >= self.max_keys && !map.contains_key(&key) {
+            map.retain(|_, (start, _)| now.saturating_duration_since(*start) < window);
+            if map.len() >= self.max_keys {
+                return Err(Reject::Throttled(host));
+            }
+        }
+        let entry = map.entry(key).or_insert((now, 0));
+        if now.saturating_duration_since(entry.0) >= window {
+            *entry = (now, 0);
+        }
+        if entry.1 >= self.per_window {
+            return Err(Reject::Throttled(host));
+        }
+        entry.1 += 1;
+        Ok(())
+    }
 }
 
 /// Validates advertisements: the rules of `docs/PROTOCOL.md`, in order of cost.
@@ -387,7 +483,8 @@ pub struct Validator {
     budget: Arc<Mutex<WebBudget>>,
 }
 
-/// Most domains the did:web budget tracks; past that, new domains wait for old windows to end.
+/// Most hosts, and most known DIDs, the did:web budget tracks; past that, new ones wait for old
+/// windows to end. 10 000 entries are about a megabyte.
 const MAX_BUDGET_DOMAINS: usize = 10_000;
 
 impl Validator {
@@ -395,8 +492,12 @@ impl Validator {
     pub fn new(resolver: Resolver, limits: Limits) -> Self {
         Self {
             resolver,
+            budget: Arc::new(Mutex::new(WebBudget::new(
+                limits.web_fetches_per_domain,
+                limits.web_window,
+                MAX_BUDGET_DOMAINS,
+            ))),
             limits,
-            budget: Default::default(),
         }
     }
 
@@ -417,9 +518,10 @@ impl Validator {
         if bytes.len() > l.max_bytes {
             return Err(Reject::TooLarge(bytes.len()));
         }
-        check_json_depth(bytes, 64).map_err(Reject::Malformed)?;
-        let ad: Advertisement =
-            serde_json::from_slice(bytes).map_err(|e| Reject::Malformed(e.to_string()))?;
+        // Parser messages can quote input (an unknown member's name): printable only.
+        let ad: Advertisement = json::from_slice_as(bytes, AD_JSON).map_err(|e| {
+            Reject::Malformed(agentnet_did::text::sanitize(&e.to_string()).into_owned())
+        })?;
         if ad.v != VERSION {
             return Err(Reject::Malformed(format!(
                 "version {} is not {VERSION}",
@@ -439,12 +541,7 @@ impl Validator {
             )));
         }
         check_seq(&ad, stored_seq)?;
-        if ad.addrs.len() > l.max_addrs || ad.addrs.iter().any(|a| a.len() > 256) {
-            return Err(Reject::Malformed("too many or too long addresses".into()));
-        }
-        if ad.peer_id.len() > 128 {
-            return Err(Reject::Malformed("peer id too long".into()));
-        }
+        check_peer(&ad, l.max_addrs)?;
         Ok(ad)
     }
 
@@ -456,7 +553,11 @@ impl Validator {
         now: u64,
     ) -> Result<Validated, Reject> {
         let ad = self.precheck(bytes, stored_seq, now)?;
-        self.validate_prechecked(ad, bytes).await
+        let keys = self.keys_after(&ad, stored_seq).await?;
+        let bytes = bytes.to_vec();
+        tokio::task::spawn_blocking(move || verify(ad, &keys, bytes))
+            .await
+            .map_err(|e| Reject::Malformed(format!("validation task failed: {e}")))?
     }
 
     /// The rest of [`validate`](Self::validate) for an advertisement that passed
@@ -489,8 +590,22 @@ impl Validator {
     }
 
     /// The keys that may have signed `ad`: offline for did:key and did:wba `e1_` (no await
-    /// point is reached), through the resolver (budgeted per domain) otherwise.
+    /// point is reached), through the resolver (budgeted per host) otherwise. Treats the DID as
+    /// one we hold no advertisement of; prefer [`keys_after`](Self::keys_after) when the stored
+    /// sequence is known.
     pub async fn keys(&self, ad: &Advertisement) -> Result<AdvertKeys, Reject> {
+        self.keys_after(ad, None).await
+    }
+
+    /// [`keys`](Self::keys) for a DID whose stored sequence number is `stored_seq` (checked
+    /// first, so a replay never costs a fetch). A DID with a stored sequence spends its own
+    /// fetch budget, so adverts naming other DIDs of its domain cannot starve it.
+    pub async fn keys_after(
+        &self,
+        ad: &Advertisement,
+        stored_seq: Option<u64>,
+    ) -> Result<AdvertKeys, Reject> {
+        check_seq(ad, stored_seq)?;
         let did = Did::parse(&ad.did).map_err(|e| Reject::Malformed(e.to_string()))?;
         let keys = match did.method() {
             Method::Key => {
@@ -518,7 +633,7 @@ impl Validator {
                 // The cheap checks first: a malformed advertisement never costs a fetch.
                 card_tags(&ad.card)?;
                 proof_kid(ad, &did)?;
-                self.spend_web_budget(&did).await?;
+                self.spend_web_budget(&did, stored_seq.is_some()).await?;
                 let doc = self.resolver.resolve(&did).await.map_err(|e| {
                     if e.is_transient() {
                         Reject::Unresolvable(e.to_string())
@@ -536,38 +651,17 @@ impl Validator {
         })
     }
 
-    /// Take one did:web fetch from the domain's budget (only when the document is not cached),
-    /// after a random delay.
-    async fn spend_web_budget(&self, did: &Did) -> Result<(), Reject> {
-        let domain = did
-            .method_specific_id()
-            .split(':')
-            .next()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+    /// Take one fetch from the budget of the DID's host, or of the DID itself when it is
+    /// `known` (we hold an advertisement of it), unless the document is cached; then wait a
+    /// random delay.
+    async fn spend_web_budget(&self, did: &Did, known: bool) -> Result<(), Reject> {
         if self.resolver.is_cached(did) {
             return Ok(());
         }
-        {
-            let mut b = self.budget.lock().expect("budget lock poisoned");
-            let now = Instant::now();
-            let window = self.limits.web_window;
-            if b.domains.len() >= MAX_BUDGET_DOMAINS {
-                b.domains
-                    .retain(|_, (start, _)| now.duration_since(*start) < window);
-            }
-            if b.domains.len() >= MAX_BUDGET_DOMAINS && !b.domains.contains_key(&domain) {
-                return Err(Reject::Throttled(domain));
-            }
-            let entry = b.domains.entry(domain.clone()).or_insert((now, 0));
-            if now.duration_since(entry.0) >= window {
-                *entry = (now, 0);
-            }
-            if entry.1 >= self.limits.web_fetches_per_domain {
-                return Err(Reject::Throttled(domain));
-            }
-            entry.1 += 1;
-        }
+        self.budget
+            .lock()
+            .expect("budget lock poisoned")
+            .spend(did, known, Instant::now())?;
         let jitter = self.limits.web_jitter.as_millis() as u64;
         if jitter > 0 {
             let mut b = [0u8; 8];
@@ -593,6 +687,47 @@ fn rand_fill(buf: &mut [u8]) {
     buf[..n].copy_from_slice(&h[..n]);
 }
 
+/// The publisher's `peerId` must be a libp2p PeerId and every `addrs` entry a multiaddr, at
+/// most `max_addrs` of them and [`MAX_ADDR_LEN`] bytes each; an address that names a peer
+/// (`/p2p/...`) must name the publisher. These strings are dialed and shown to people.
+fn check_peer(ad: &Advertisement, max_addrs: usize) -> Result<(), Reject> {
+    use libp2p::multiaddr::Protocol;
+    if ad.peer_id.len() > 128 {
+        return Err(Reject::Malformed("peer id too long".into()));
+    }
+    let peer = libp2p::PeerId::from_str(&ad.peer_id)
+        .map_err(|e| Reject::Malformed(format!("peerId is not a libp2p peer id: {e}")))?;
+    if ad.addrs.len() > max_addrs {
+        return Err(Reject::Malformed(format!(
+            "{} addresses, more than {max_addrs}",
+            ad.addrs.len()
+        )));
+    }
+    for a in &ad.addrs {
+        if a.len() > MAX_ADDR_LEN {
+            return Err(Reject::Malformed(format!(
+                "address longer than {MAX_ADDR_LEN} bytes"
+            )));
+        }
+        let addr = libp2p::Multiaddr::from_str(a).map_err(|e| {
+            let shown: String = a.chars().take(64).collect();
+            Reject::Malformed(format!(
+                "address {:?} is not a multiaddr: {e}",
+                agentnet_did::text::sanitize(&shown)
+            ))
+        })?;
+        if addr
+            .iter()
+            .any(|p| matches!(p, Protocol::P2p(id) if id != peer))
+        {
+            return Err(Reject::Malformed(
+                "an address names another peer than peerId".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The normalized, deduplicated, sorted skill tags of a card; at least one, at most
 /// [`tags::MAX_TAGS`].
 pub fn card_tags(card: &Value) -> Result<Vec<String>, Reject> {
@@ -608,10 +743,10 @@ pub fn card_tags(card: &Value) -> Result<Vec<String>, Reject> {
             .into_iter()
             .flatten()
         {
-            let t = t
-                .as_str()
-                .and_then(tags::normalize)
-                .ok_or_else(|| Reject::BadCard(format!("bad tag {t}")))?;
+            let t = t.as_str().and_then(tags::normalize).ok_or_else(|| {
+                let shown: String = t.to_string().chars().take(80).collect();
+                Reject::BadCard(format!("bad tag {}", agentnet_did::text::sanitize(&shown)))
+            })?;
             out.push(t);
             if out.len() > 4 * tags::MAX_TAGS {
                 return Err(Reject::BadCard("too many tags".into()));
@@ -638,6 +773,7 @@ mod tests {
     use serde_json::json;
 
     const NOW: u64 = 1_800_000_000;
+    const PEER: &str = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN";
 
     fn card(desc: &str) -> Value {
         json!({"name": "T", "description": desc, "version": "1",
@@ -653,7 +789,7 @@ mod tests {
                 did,
                 kid,
                 card: signed,
-                peer_id: "12D3KooW".into(),
+                peer_id: PEER.into(),
                 addrs: vec![],
                 seq,
                 issued_at,
@@ -769,7 +905,7 @@ mod tests {
                 did: did.clone(),
                 kid: did.with_fragment(did.method_specific_id()),
                 card: foreign_card,
-                peer_id: "p".into(),
+                peer_id: PEER.into(),
                 addrs: vec![],
                 seq: 1,
                 issued_at: NOW,
@@ -792,7 +928,7 @@ mod tests {
                 did: did.clone(),
                 kid,
                 card: c,
-                peer_id: "p".into(),
+                peer_id: PEER.into(),
                 addrs: vec![],
                 seq: 1,
                 issued_at: NOW,
@@ -816,7 +952,7 @@ mod tests {
             did: did.clone(),
             kid,
             card: c,
-            peer_id: "p".into(),
+            peer_id: PEER.into(),
             addrs: vec![],
             seq: 1,
             issued_at: NOW,
@@ -824,10 +960,12 @@ mod tests {
         };
         let a = sign(draft.clone(), &key);
         assert!(a.public_key_multibase.is_some());
-        validator()
+        let v = validator()
             .validate(&serde_json::to_vec(&a).unwrap(), None, NOW)
             .await
             .unwrap();
+        // Anyone can make an e1_ DID under any domain: it is marked as such.
+        assert!(!v.domain_verified());
         // Same DID, another key: the fingerprint in the DID does not match.
         let mallory = SecretKey::from_seed(&[4; 32]);
         let forged = sign(draft, &mallory);
@@ -835,6 +973,223 @@ mod tests {
             reason(&serde_json::to_vec(&forged).unwrap(), None).await,
             "key_not_authorized"
         );
+    }
+
+    #[tokio::test]
+    async fn only_did_wba_e1_is_domain_unverified() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let v = validator()
+            .validate(&ad(&key, 3, NOW, 3600), None, NOW)
+            .await
+            .unwrap();
+        assert!(v.domain_verified(), "did:key names no domain");
+        assert!(domain_verified("did:web:example.com:alice"));
+        assert!(domain_verified("did:wba:example.com:user:alice"));
+        assert!(!domain_verified("did:wba:example.com:user:e1_abc"));
+        assert!(!domain_verified("not a did"));
+    }
+
+    fn did(s: &str) -> Did {
+        Did::parse(s).unwrap()
+    }
+
+    /// Attack: spell one host many ways (port 443 explicit, percent-encoded letters, upper case,
+    /// other ports) so that each spelling gets a fresh budget and the host is fetched from
+    /// without bound.
+    #[test]
+    fn every_spelling_and_port_of_a_host_shares_one_budget() {
+        let t0 = Instant::now();
+        let mut b = WebBudget::new(4, Duration::from_secs(600), 100);
+        for d in [
+            "did:web:victim.com:a",
+            "did:web:victim.com%3A443:b",
+            "did:web:%76ictim.com:c",
+            "did:web:VICTIM.com:d",
+        ] {
+            b.spend(&did(d), false, t0)
+                .unwrap_or_else(|e| panic!("{d}: {e}"));
+        }
+        for d in [
+            "did:web:victim.com%3A8443:e",
+            "did:web:Victim.Com%3A443",
+            "did:wba:victim.com:user:f",
+            "did:web:%56ICTIM.com%3A1",
+        ] {
+            assert_eq!(
+                b.spend(&did(d), false, t0),
+                Err(Reject::Throttled("victim.com".into())),
+                "{d}"
+            );
+        }
+        // Another host has its own budget; the window ends and the host gets its budget back.
+        b.spend(&did("did:web:other.com"), false, t0).unwrap();
+        let later = t0 + Duration::from_secs(600);
+        b.spend(&did("did:web:victim.com%3A8443:e"), false, later)
+            .unwrap();
+        assert_eq!(
+            WebBudget::host_key(&did("did:web:%76ICTIM.com%3A443:x")).unwrap(),
+            "victim.com"
+        );
+    }
+
+    /// Attack: four junk adverts naming DIDs under a domain use its budget up, and the real
+    /// agent of that domain (whose advertisement we hold) can no longer be updated.
+    #[test]
+    fn junk_naming_a_domain_does_not_starve_its_known_agent() {
+        let t0 = Instant::now();
+        let mut b = WebBudget::new(4, Duration::from_secs(600), 100);
+        for i in 0..4 {
+            b.spend(&did(&format!("did:web:victim.com:junk{i}")), false, t0)
+                .unwrap();
+        }
+        assert!(b.spend(&did("did:web:victim.com:real"), false, t0).is_err());
+        // Known: its own budget, of the same size.
+        for _ in 0..4 {
+            b.spend(&did("did:web:victim.com:real"), true, t0).unwrap();
+        }
+        assert!(b.spend(&did("did:web:victim.com:real"), true, t0).is_err());
+        // The bound on tracked entries holds for known DIDs too, and frees with time.
+        let mut b = WebBudget::new(4, Duration::from_secs(600), 2);
+        b.spend(&did("did:web:a.com:x"), true, t0).unwrap();
+        b.spend(&did("did:web:a.com:y"), true, t0).unwrap();
+        assert!(b.spend(&did("did:web:a.com:z"), true, t0).is_err());
+        b.spend(&did("did:web:a.com:z"), true, t0 + Duration::from_secs(600))
+            .unwrap();
+    }
+
+    /// The validator passes "known" from the stored sequence through to the budget.
+    #[tokio::test]
+    async fn a_stored_sequence_gives_the_did_its_own_budget_in_the_validator() {
+        let limits = Limits {
+            web_fetches_per_domain: 1,
+            web_jitter: Duration::ZERO,
+            ..Default::default()
+        };
+        let v = Validator::new(Resolver::new(Default::default()).unwrap(), limits);
+        v.spend_web_budget(&did("did:web:victim.example:junk"), false)
+            .await
+            .unwrap();
+        let real = did("did:web:victim.example:real");
+        assert!(v.spend_web_budget(&real, false).await.is_err());
+        v.spend_web_budget(&real, true).await.unwrap();
+    }
+
+    fn signed(key: &SecretKey, card_json: Value, peer_id: &str, addrs: Vec<String>) -> Vec<u8> {
+        let did = key.did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        let c = card::sign(&card_json, key, &kid).unwrap();
+        let a = sign(
+            Draft {
+                did,
+                kid,
+                card: c,
+                peer_id: peer_id.into(),
+                addrs,
+                seq: 1,
+                issued_at: NOW,
+                expires_at: NOW + 60,
+            },
+            key,
+        );
+        serde_json::to_vec(&a).unwrap()
+    }
+
+    /// Attack: a peerId or an address that is not one (terminal escapes, another node's id),
+    /// shown to people and dialed.
+    #[tokio::test]
+    async fn peer_id_and_addresses_must_be_real() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let good = "/ip4/203.0.113.7/tcp/4001".to_string();
+        let own = format!("/ip4/203.0.113.7/tcp/4001/p2p/{PEER}");
+        let v = validator();
+        v.validate(
+            &signed(&key, card("d"), PEER, vec![good.clone(), own]),
+            None,
+            NOW,
+        )
+        .await
+        .unwrap();
+        let other = "12D3KooWRBhwfeP2Y4TCx1SM6s9rUoHhR5STiGwxBhgFRcw3UERE";
+        for (peer, addrs) in [
+            ("p", vec![]),
+            ("12D3KooW\u{1b}[2J", vec![]),
+            (PEER, vec!["not a multiaddr".to_string()]),
+            (PEER, vec!["/ip4/1.2.3.4/tcp/1\u{202e}".to_string()]),
+            (PEER, vec![format!("/ip4/203.0.113.7/tcp/4001/p2p/{other}")]),
+            (PEER, vec![good.clone(); 17]),
+            (PEER, vec![format!("/dns4/{}.com/tcp/1", "a".repeat(250))]),
+        ] {
+            let r = v
+                .validate(&signed(&key, card("d"), peer, addrs.clone()), None, NOW)
+                .await
+                .unwrap_err();
+            assert_eq!(r.reason(), "malformed", "{peer:?} {addrs:?}: {r}");
+        }
+    }
+
+    /// Attack: a card member written twice. serde_json keeps the last one, which is what the
+    /// signature was checked over; a reader of the stored bytes that keeps the first sees
+    /// another description than the one that was verified.
+    #[tokio::test]
+    async fn a_member_name_twice_anywhere_is_refused() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let good = String::from_utf8(ad(&key, 3, NOW, 3600)).unwrap();
+        assert!(good.contains(r#""description":"d""#));
+        let twice = good.replacen(
+            r#""description":"d""#,
+            r#""description":"pay me at evil.example","description":"d""#,
+            1,
+        );
+        let r = validator()
+            .validate(twice.as_bytes(), None, NOW)
+            .await
+            .unwrap_err();
+        assert_eq!(r.reason(), "malformed", "{r}");
+        assert!(r.to_string().contains("duplicate"), "{r}");
+        // In the envelope too.
+        let twice = good.replacen(r#""seq":3"#, r#""seq":3,"seq":3"#, 1);
+        assert_eq!(reason(twice.as_bytes(), None).await, "malformed");
+    }
+
+    /// Attack: an advertisement under the byte cap made of tiny values, which parses into
+    /// megabytes.
+    #[tokio::test]
+    async fn many_tiny_values_are_refused_before_parsing() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let mut c = card("d");
+        c["x"] = Value::Array(vec![Value::from(0); 20_000]);
+        let bytes = signed(&key, c, PEER, vec![]);
+        assert!(bytes.len() < Limits::default().max_bytes);
+        let r = validator().precheck(&bytes, None, NOW).unwrap_err();
+        assert!(r.to_string().contains("8192 values"), "{r}");
+    }
+
+    /// Attack: a tag with a bidi override or a zero-width character, which displays as another
+    /// tag (or reverses the text after it).
+    #[tokio::test]
+    async fn a_hidden_character_in_a_tag_refuses_the_advertisement() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        for tag in ["trans\u{200b}lation", "\u{202e}noitalsnart", "a\u{2066}b"] {
+            let mut c = card("d");
+            c["skills"][0]["tags"] = json!(["ok", tag]);
+            let r = validator()
+                .validate(&signed(&key, c, PEER, vec![]), None, NOW)
+                .await
+                .unwrap_err();
+            assert_eq!(r.reason(), "bad_card", "{tag:?}");
+            assert!(
+                !r.to_string().chars().any(agentnet_did::text::is_hidden),
+                "{r}"
+            );
+        }
+        // Decomposed and composed forms index as one tag.
+        let mut c = card("d");
+        c["skills"][0]["tags"] = json!(["cafe\u{301}", "caf\u{e9}"]);
+        let v = validator()
+            .validate(&signed(&key, c, PEER, vec![]), None, NOW)
+            .await
+            .unwrap();
+        assert_eq!(v.tags, vec!["caf\u{e9}"]);
     }
 
     #[tokio::test]
@@ -847,15 +1202,15 @@ mod tests {
         let v = Validator::new(Resolver::new(Default::default()).unwrap(), limits);
         for i in 0..2 {
             let did = Did::parse(&format!("did:web:victim.example:a{i}")).unwrap();
-            v.spend_web_budget(&did).await.unwrap();
+            v.spend_web_budget(&did, false).await.unwrap();
         }
         let did = Did::parse("did:web:victim.example:a9").unwrap();
         assert_eq!(
-            v.spend_web_budget(&did).await.unwrap_err().reason(),
+            v.spend_web_budget(&did, false).await.unwrap_err().reason(),
             "throttled"
         );
         let other = Did::parse("did:web:other.example").unwrap();
-        v.spend_web_budget(&other).await.unwrap();
+        v.spend_web_budget(&other, false).await.unwrap();
     }
 
     proptest::proptest! {

@@ -637,13 +637,17 @@ async fn accept(
     let pre = validator
         .precheck(&bytes, None, now)
         .map_err(|r| refuse(stats, r))?;
+    let mut stored = None;
     if validator.needs_resolution(&pre) {
         let s = store.clone();
         let did = pre.did.clone();
-        let stored = blocking(move || s.seq(&did)).await?;
-        crate::advert::check_seq(&pre, stored).map_err(|r| refuse(stats, r))?;
+        stored = blocking(move || s.seq(&did)).await?;
     }
-    let keys = validator.keys(&pre).await.map_err(|r| refuse(stats, r))?;
+    // A DID with a stored sequence spends its own fetch budget, not its domain's.
+    let keys = validator
+        .keys_after(&pre, stored)
+        .await
+        .map_err(|r| refuse(stats, r))?;
     let s = store.clone();
     let outcome = on_pool(move || {
         let stored = s.seq(&pre.did)?;

@@ -10,10 +10,16 @@ pub const MAX_TAGS: usize = 32;
 /// providers per shard for popular tags (Kademlia keeps K = 20 per key).
 pub const SHARDS: u32 = 4;
 
-/// Normalize a tag: trimmed, lowercased. `None` if empty or longer than [`MAX_TAG_LEN`].
+/// Normalize a tag: trimmed, lowercased, Unicode NFC (so that `é` typed as one code point or as
+/// `e` + combining accent is one tag). `None` if empty, longer than [`MAX_TAG_LEN`], or holding a
+/// character that is invisible or reorders text ([`agentnet_did::text::is_hidden`]: controls,
+/// bidi overrides and isolates, zero-width characters, BOM, line separators): tags are shown to
+/// people and matched by their bytes, and two tags that look the same must be the same tag.
 pub fn normalize(tag: &str) -> Option<String> {
-    let t = tag.trim().to_lowercase();
-    (!t.is_empty() && t.len() <= MAX_TAG_LEN && !t.chars().any(char::is_control)).then_some(t)
+    let lower = tag.trim().to_lowercase();
+    let t = agentnet_did::text::nfc(&lower).into_owned();
+    (!t.is_empty() && t.len() <= MAX_TAG_LEN && !t.chars().any(agentnet_did::text::is_hidden))
+        .then_some(t)
 }
 
 /// The DHT key of one shard of a normalized tag: `sha256("agentnet/skill/" + tag)` for shard 0,
@@ -45,6 +51,29 @@ mod tests {
         assert_eq!(normalize("   "), None);
         assert_eq!(normalize(&"x".repeat(65)), None);
         assert_eq!(normalize("a\nb"), None);
+    }
+
+    #[test]
+    fn lookalike_tags_are_one_tag_or_refused() {
+        // Composed and decomposed é are one tag.
+        assert_eq!(normalize("caf\u{e9}"), normalize("cafe\u{301}"));
+        assert_eq!(normalize("CAFE\u{301}").as_deref(), Some("caf\u{e9}"));
+        // Invisible and reordering characters would make a tag that looks like another.
+        for bad in [
+            "trans\u{200b}lation",
+            "trans\u{200c}lation",
+            "trans\u{200d}lation",
+            "\u{feff}translation",
+            "trans\u{2060}lation",
+            "\u{202e}noitalsnart",
+            "\u{2066}translation\u{2069}",
+            "trans\u{ad}lation",
+            "trans\u{2028}lation",
+            "tr\u{1b}[31mans",
+            "tr\u{85}ans",
+        ] {
+            assert_eq!(normalize(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
