@@ -97,6 +97,10 @@ pub struct Found {
     pub tags: Vec<String>,
     /// The node that published it.
     pub peer_id: String,
+    /// Whether the DID's domain vouched for the key: false for a did:wba `e1_` DID, whose key
+    /// is bound by its fingerprint alone and whose domain was never asked (anyone can name any
+    /// domain that way); true for did:key (no domain) and did:web.
+    pub domain_verified: bool,
     /// Unix seconds.
     pub expires_at: u64,
     /// The signed Agent Card.
@@ -453,6 +457,7 @@ fn found(a: StoredAdvert) -> Found {
         .map(|ad| ad.card)
         .unwrap_or(Value::Null);
     Found {
+        domain_verified: agentnet_discovery::advert::domain_verified(&a.did),
         did: a.did,
         seq: a.seq,
         tags: a.tags,

@@ -9,7 +9,7 @@ use agentnet_did::didkey::{self, KeyFormat};
 use agentnet_did::key::Jwk;
 use agentnet_did::resolver::Options as ResolverOptions;
 use agentnet_did::web::HttpOptions;
-use agentnet_did::{DidUrl, Resolver, SecretKey};
+use agentnet_did::{json, text, DidUrl, Resolver, SecretKey};
 use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
@@ -259,7 +259,7 @@ pub fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", text::sanitize(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -434,7 +434,7 @@ async fn publish(
         _ => e.into(),
     })?;
     if json_out {
-        println!("{}", serde_json::to_string(&published)?);
+        println!("{}", json_line(&published)?);
     } else {
         println!(
             "published {} (seq {}, tags {}, expires at {})",
@@ -458,7 +458,7 @@ async fn discover(
     }
     let found = admin_client(node)?.discover(skills, limit).await?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&found)?);
+        println!("{}", json_text(&found)?);
         return Ok(ExitCode::SUCCESS);
     }
     if found.is_empty() {
@@ -467,7 +467,14 @@ async fn discover(
     }
     let rows: Vec<[String; 3]> = found
         .iter()
-        .map(|f| [f.did.clone(), f.tags.join(","), f.peer_id.clone()])
+        .map(|f| {
+            let did = if f.domain_verified {
+                f.did.clone()
+            } else {
+                format!("{} (domain not verified)", f.did)
+            };
+            [did, f.tags.join(","), f.peer_id.clone()]
+        })
         .collect();
     print_table(["DID", "TAGS", "PEER"], &rows);
     Ok(ExitCode::SUCCESS)
@@ -480,6 +487,12 @@ fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
             *w = (*w).max(c.chars().count());
         }
     }
+    // Cells come from the network (DIDs, tags, addresses): escape what a terminal would obey.
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|r| std::array::from_fn(|i| text::sanitize(&r[i]).into_owned()))
+        .collect();
+    let rows = &rows[..];
     let line = |cells: [&str; N]| {
         let mut out = String::new();
         for (i, c) in cells.iter().enumerate() {
@@ -500,7 +513,7 @@ fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
 async fn peers(node: &NodeArg, json_out: bool) -> anyhow::Result<ExitCode> {
     let p = admin_client(node)?.peers().await?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&p)?);
+        println!("{}", json_text(&p)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!("peer id: {}", p.peer_id);
@@ -564,11 +577,50 @@ fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// A JSON file read strictly: bounded size, depth and values, no member named twice (a card
+/// with a repeated member could be read one way here and another way by a verifier).
 fn read_json(path: &Path) -> anyhow::Result<Value> {
     let bytes = read_bounded(path)?;
-    agentnet_did::document::check_json_depth(&bytes, 128)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", path.display()))
+    json::from_slice(&bytes, FILE_JSON).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Bounds of JSON files given on the command line (cards, DID documents).
+const FILE_JSON: json::Limits = json::Limits {
+    max_depth: 128,
+    max_values: 1 << 20,
+};
+
+/// `value` as JSON for standard output, with every character a terminal would act on or hide
+/// (controls, bidi overrides, zero-width characters: [`text::is_hidden`]) written as a `\u`
+/// escape. serde_json escapes only C0 controls; the value read back is the same.
+fn json_text<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    escape_hidden(serde_json::to_string_pretty(value)?)
+}
+
+/// [`json_text`] on one line.
+fn json_line<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    escape_hidden(serde_json::to_string(value)?)
+}
+
+fn escape_hidden(raw: String) -> anyhow::Result<String> {
+    // serde_json escapes every C0 control inside strings, so a raw newline or tab in its output
+    // is layout between tokens, and stays.
+    let hidden = |c: char| !matches!(c, '\n' | '\t' | '\r') && text::is_hidden(c);
+    if !raw.chars().any(hidden) {
+        return Ok(raw);
+    }
+    let mut out = String::with_capacity(raw.len() + 16);
+    for c in raw.chars() {
+        if hidden(c) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
 }
 
 fn init(dir: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
@@ -603,9 +655,9 @@ async fn resolve(did: &str, json_out: bool, opts: ResolverOptions) -> anyhow::Re
                     "didResolutionMetadata": {"contentType": "application/did+json"},
                     "didDocumentMetadata": {}
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                println!("{}", json_text(&out)?);
             } else {
-                println!("{}", serde_json::to_string_pretty(&doc)?);
+                println!("{}", json_text(&doc)?);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -616,9 +668,9 @@ async fn resolve(did: &str, json_out: bool, opts: ResolverOptions) -> anyhow::Re
                     "didResolutionMetadata": {"error": e.code(), "errorMessage": e.to_string()},
                     "didDocumentMetadata": {}
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                println!("{}", json_text(&out)?);
             }
-            eprintln!("error: {e}");
+            eprintln!("error: {}", text::sanitize(&e.to_string()));
             Ok(ExitCode::FAILURE)
         }
     }
@@ -651,7 +703,7 @@ fn sign_card(
         eprintln!("warning: {path} is not part of the A2A 1.0 Agent Card; the signature does not cover it");
     }
     let signed = card::sign(&card, &key, &kid)?;
-    println!("{}", serde_json::to_string_pretty(&signed)?);
+    println!("{}", json_text(&signed)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -681,7 +733,7 @@ async fn verify_card(
                     .iter()
                     .map(|s| json!({"kid": s.kid, "alg": s.alg}))
                     .collect();
-                println!("{}", json!({"ok": true, "signatures": list}));
+                println!("{}", json_line(&json!({"ok": true, "signatures": list}))?);
             } else {
                 for s in &sigs {
                     println!("ok: {} signature by {}", s.alg, s.kid);
@@ -691,10 +743,35 @@ async fn verify_card(
         }
         Err(e) => {
             if json_out {
-                println!("{}", json!({"ok": false, "error": e.to_string()}));
+                println!("{}", json_line(&json!({"ok": false, "error": e.to_string()}))?);
             }
-            eprintln!("error: {e}");
+            eprintln!("error: {}", text::sanitize(&e.to_string()));
             Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+#[cfg(test)]
+mod output_tests {
+    use super::*;
+
+    #[test]
+    fn json_output_escapes_what_a_terminal_would_obey_and_reads_back_the_same() {
+        // An Agent Card from the network may carry terminal escapes, a right-to-left override,
+        // zero-width and tag characters (U+E0001 is outside the BMP: a surrogate pair).
+        let v = json!({
+            "name": "pay\u{1b}[2J\u{202e}lapyap\u{200b}\u{e0001}\u{85}\u{2028}",
+            "ok": "plain é 漢字 ✓"
+        });
+        for out in [json_text(&v).unwrap(), json_line(&v).unwrap()] {
+            assert!(
+                !out.chars().any(|c| c != '\n' && text::is_hidden(c)),
+                "{out:?}"
+            );
+            assert!(out.contains("\\u202e") && out.contains("\\udb40\\udc01"), "{out}");
+            assert!(out.contains("plain é 漢字 ✓"), "visible text is left alone: {out}");
+            let back: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(back, v);
         }
     }
 }
