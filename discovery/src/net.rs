@@ -16,19 +16,29 @@ use futures::StreamExt;
 use libp2p::core::transport::MemoryTransport;
 use libp2p::core::upgrade::Version;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity, MessageId};
+use libp2p::kad::store::RecordStore as _;
 use libp2p::kad::{self, GetProvidersOk, QueryId, QueryResult, RecordKey};
 use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::ConnectionId;
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{identify, mdns, noise, ping, tcp, yamux, StreamProtocol, Swarm, Transport as _};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
 
 use crate::advert::{Reject, Validated, Validator};
 use crate::store::{PutOutcome, Store, StoredAdvert};
 use crate::tags;
+
+mod dht;
+mod limits;
+
+use dht::{Admission, ProviderQuota, ProviderStore};
+use limits::{FetchLimiter, ResolveSlots};
 
 use libp2p::metrics::Registry;
 pub use libp2p::{Multiaddr, PeerId};
@@ -48,6 +58,36 @@ const MAX_PROVIDE_QUEUE: usize = 4096;
 const MAX_PROVIDING: usize = 2;
 /// Most advertisements one fetch returns.
 pub const MAX_FETCH: u32 = 50;
+/// Most bytes of advertisements one fetch answer carries (the advertisements' own bytes; the
+/// answer stops before the one that would pass it). 50 advertisements of up to 64 KiB were
+/// 3.2 MiB an answer; a discover needs a few cards per provider, not megabytes.
+pub const MAX_FETCH_BYTES: usize = 512 * 1024;
+/// Largest fetch answer accepted on the wire: [`MAX_FETCH_BYTES`] and the CBOR framing of 50
+/// byte strings, with room to spare.
+const MAX_FETCH_RESPONSE: u64 = 2 * MAX_FETCH_BYTES as u64;
+/// Fetch request streams open at once on one connection (libp2p's default is 100; a peer has
+/// at most two connections, and our own per-peer limit is lower still, see
+/// [`Config::fetch_in_flight_per_peer`]).
+const FETCH_STREAMS_PER_CONNECTION: usize = 8;
+/// `discover` asks at most this many providers of a tag...
+pub const DISCOVER_PROVIDERS: usize = 16;
+/// ...this many at a time (a provider that does not answer costs one request timeout, not
+/// the whole discover)...
+pub const DISCOVER_BATCH: usize = 4;
+/// ...and stops asking after this long. Sybil providers that accept a request and never answer
+/// cost at most this, not one 10 s timeout each in turn.
+pub const DISCOVER_DEADLINE: Duration = Duration::from_secs(15);
+/// Most providers collected for one tag (of its four shards).
+const MAX_PROVIDERS_FOUND: usize = 64;
+/// Most `Client::dial` calls waiting for their connection.
+const MAX_PENDING_DIALS: usize = 256;
+/// `Client::dial` gives up after this long, whatever the transport does (a TCP connect to an
+/// address that drops packets can take minutes).
+const DIAL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Peer addresses waiting to be written to the store; more are dropped (they are dial hints).
+const PEER_WRITE_QUEUE: usize = 64;
+/// How often expired inbound provider records are removed.
+const PROVIDER_EXPIRY_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Ask a provider for its advertisements matching all `tags`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -86,7 +126,34 @@ pub struct Config {
     /// Transports.
     pub transport: TransportKind,
     /// Most validations in flight; gossip arriving beyond it is ignored (not forwarded).
+    /// A validation that must fetch a DID document gives its permit back and waits in the
+    /// resolution pool instead ([`Config::max_concurrent_resolutions`]).
     pub max_concurrent_validations: usize,
+    /// Most validations waiting for a DID document fetch (did:web not cached), over all peers.
+    /// Gossip needing one beyond it is ignored (not forwarded, not penalized): a fetch may take
+    /// the resolver's whole timeout, and before this pool one peer sending two did:web
+    /// advertisements a second for unresolvable domains held every validation permit.
+    pub max_concurrent_resolutions: usize,
+    /// Most of those on behalf of one peer (the peer that gossiped it, or the provider a
+    /// discover fetched it from).
+    pub resolutions_per_peer: usize,
+    /// Inbound fetch requests answered at once, over all peers; the excess is refused (the
+    /// stream is dropped) before any store read.
+    pub fetch_in_flight_total: usize,
+    /// Inbound fetch requests answered at once for one peer.
+    pub fetch_in_flight_per_peer: usize,
+    /// Inbound fetch requests one peer may make per [`Config::rate_window`].
+    pub fetch_per_peer: u32,
+    /// Kademlia provider records other peers may store with us: most keys per providing peer.
+    pub provider_keys_per_peer: usize,
+    /// The same, over all peers. Our own provider records are kept apart and never count.
+    pub provider_keys_total: usize,
+    /// How long an inbound provider record is kept (the record's own expiry if sooner); the
+    /// provider re-announces before it ends.
+    pub provider_record_ttl: Duration,
+    /// At start, dial this many peers from the store's `peers` (most recently seen first), so
+    /// that a restarted node finds the network without bootstrap.
+    pub redial_peers: usize,
     /// Most advertisements accepted from one peer per [`Config::rate_window`].
     pub per_peer_messages: u32,
     /// The window of `per_peer_messages`.
@@ -134,6 +201,23 @@ impl Default for Config {
             mdns: false,
             transport: TransportKind::Network,
             max_concurrent_validations: 64,
+            // A handful of slow fetches at once is plenty for honest did:web agents (documents
+            // are cached after the first); 2 per peer lets one relay pass on a burst slowly.
+            max_concurrent_resolutions: 8,
+            resolutions_per_peer: 2,
+            // An answer is at most MAX_FETCH_BYTES: 32 in flight is at most 16 MiB.
+            fetch_in_flight_total: 32,
+            fetch_in_flight_per_peer: 4,
+            // One discover asks a provider once; 20 in 10 s is a busy client, not a flood.
+            fetch_per_peer: 20,
+            // 512 keys: 16 agents of 32 tags. 16384 keys of at most 4 short addresses each
+            // stay under ~10 MiB.
+            provider_keys_per_peer: 512,
+            provider_keys_total: 16384,
+            // Kademlia republishes provider records every 12 h by default; 24 h survives one
+            // missed republish.
+            provider_record_ttl: Duration::from_secs(24 * 3600),
+            redial_peers: 16,
             per_peer_messages: 100,
             rate_window: Duration::from_secs(10),
             heartbeat: Duration::from_millis(700),
@@ -168,6 +252,9 @@ pub enum Error {
     /// A dial or request failed.
     #[error("{0}")]
     Network(String),
+    /// Refused for now by a bound (a pool or a per-peer limit is full); try later.
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 /// Counters, for logs, `peers --json` and the simulation.
@@ -191,6 +278,17 @@ pub struct Stats {
     pub dials: AtomicU64,
     /// Kademlia bootstraps completed.
     pub bootstraps: AtomicU64,
+    /// Gossip ignored because the resolution pool or the sender's share of it was full.
+    pub resolutions_refused: AtomicU64,
+    /// Inbound fetch requests answered.
+    pub fetches_served: AtomicU64,
+    /// Inbound fetch requests refused by [`Config::fetch_in_flight_total`],
+    /// [`Config::fetch_in_flight_per_peer`] or [`Config::fetch_per_peer`].
+    pub fetches_refused: AtomicU64,
+    /// Inbound provider records stored (new or refreshed).
+    pub provider_records_admitted: AtomicU64,
+    /// Inbound provider records refused by the quotas.
+    pub provider_records_refused: AtomicU64,
 }
 
 impl Stats {
@@ -233,7 +331,7 @@ pub struct PeerInfo {
 struct Behaviour {
     limits: libp2p::connection_limits::Behaviour,
     gossipsub: gossipsub::Behaviour,
-    kad: kad::Behaviour<kad::store::MemoryStore>,
+    kad: kad::Behaviour<ProviderStore>,
     identify: identify::Behaviour,
     ping: ping::Behaviour,
     fetch: request_response::cbor::Behaviour<FetchRequest, FetchResponse>,
@@ -278,6 +376,7 @@ enum Internal {
         acceptance: MessageAcceptance,
     },
     Respond {
+        peer: PeerId,
         channel: ResponseChannel<FetchResponse>,
         response: FetchResponse,
     },
@@ -304,6 +403,11 @@ pub struct Client {
     stats: Arc<Stats>,
     accepted: tokio::sync::broadcast::Sender<Accepted>,
     metrics: Arc<Mutex<Registry>>,
+    /// The node's token: cancelled by the caller's shutdown token, or when the last client
+    /// goes (`_stop_on_drop`).
+    cancel: CancellationToken,
+    slots: ResolveSlots,
+    _stop_on_drop: Arc<DropGuard>,
 }
 
 /// Traffic counters read from the node's libp2p metrics.
@@ -465,21 +569,45 @@ impl Client {
     }
 
     /// Validate and store one advertisement (from anywhere), exactly as gossip is validated.
-    /// Returns it if it is new; `Reject::StaleSeq` if we have it or a newer one.
+    /// Returns it if it is new; `Reject::StaleSeq` if we have it or a newer one. The caller's
+    /// own advertisements: a DID document fetch it needs does not wait for the resolution pool.
     pub async fn accept(&self, bytes: Vec<u8>) -> Result<Validated, Error> {
+        self.accept_from(bytes, Gate::Local).await
+    }
+
+    async fn accept_from(&self, bytes: Vec<u8>, gate: Gate) -> Result<Validated, Error> {
         accept(
-            &self.store,
-            &self.validator,
-            &self.stats,
-            &self.accepted,
+            &Ctx {
+                store: &self.store,
+                validator: &self.validator,
+                stats: &self.stats,
+                events: &self.accepted,
+                cancel: &self.cancel,
+            },
             bytes,
+            gate,
         )
         .await
+    }
+
+    /// Ask `peer` for its advertisements matching `request` (the fetch protocol); the answer is
+    /// not validated (see [`Client::discover`], which does).
+    pub async fn fetch(&self, peer: PeerId, request: FetchRequest) -> Result<FetchResponse, Error> {
+        self.call(|reply| Command::Fetch {
+            peer,
+            request,
+            reply,
+        })
+        .await?
     }
 
     /// Find agents whose cards carry all `tags`: the local index first, then providers found
     /// through the DHT; every network result is validated like gossip. Ranked by freshness,
     /// one per DID, at most `limit`.
+    ///
+    /// Bounded: at most [`DISCOVER_PROVIDERS`] providers are asked, [`DISCOVER_BATCH`] at a
+    /// time, until `limit` are found or [`DISCOVER_DEADLINE`] passes; what was validated by
+    /// then is returned.
     pub async fn discover(
         &self,
         tags: &[String],
@@ -508,29 +636,54 @@ impl Client {
             tags: tags.clone(),
             limit: (limit as u32).min(MAX_FETCH),
         };
-        let fetches = providers
+        let providers: Vec<PeerId> = providers
             .into_iter()
             .filter(|p| *p != self.peer_id)
-            .take(8)
-            .map(|peer| {
-                let request = request.clone();
-                async move {
-                    self.call(|reply| Command::Fetch {
-                        peer,
-                        request,
-                        reply,
-                    })
-                    .await
-                    .and_then(|r| r)
+            .take(DISCOVER_PROVIDERS)
+            .collect();
+        let deadline = tokio::time::Instant::now() + DISCOVER_DEADLINE;
+        let work = async {
+            for batch in providers.chunks(DISCOVER_BATCH) {
+                let fetches = batch.iter().map(|peer| {
+                    let request = request.clone();
+                    async move { (*peer, self.fetch(*peer, request).await) }
+                });
+                for (peer, answer) in futures::future::join_all(fetches).await {
+                    let answer = match answer {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::debug!(%peer, error = %e, "fetch from a provider failed");
+                            continue;
+                        }
+                    };
+                    for ad in answer.adverts.into_iter().take(MAX_FETCH as usize) {
+                        match self
+                            .accept_from(ad.into_vec(), Gate::Peer(peer, self.slots.clone()))
+                            .await
+                        {
+                            Ok(_) | Err(Error::Rejected(Reject::StaleSeq { .. })) => {}
+                            Err(e) => {
+                                tracing::debug!(%peer, error = %e, "fetched advertisement refused")
+                            }
+                        }
+                    }
                 }
-            });
-        for answer in futures::future::join_all(fetches).await {
-            let Ok(answer) = answer else { continue };
-            for ad in answer.adverts.into_iter().take(MAX_FETCH as usize) {
-                match self.accept(ad.into_vec()).await {
-                    Ok(_) | Err(Error::Rejected(Reject::StaleSeq { .. })) => {}
-                    Err(e) => tracing::debug!(error = %e, "fetched advertisement refused"),
+                let store = self.store.clone();
+                let t = tags.clone();
+                if blocking(move || store.find(&t, limit, unix_now()))
+                    .await?
+                    .len()
+                    >= limit
+                {
+                    break;
                 }
+            }
+            Ok::<(), Error>(())
+        };
+        match tokio::time::timeout_at(deadline, work).await {
+            Ok(r) => r?,
+            Err(_) => {
+                tracing::debug!(tags = ?tags, "discover deadline passed; answering with what was found")
             }
         }
         let store = self.store.clone();
@@ -543,9 +696,22 @@ impl Client {
         self.call(|reply| Command::Providers { tag, reply }).await
     }
 
-    /// Dial an address.
+    /// Dial an address and wait for the connection (with or without a `/p2p/` component; the
+    /// dial is tracked by its connection id). Ok at once if the address names a peer we are
+    /// connected to. Fails if the dial fails, or after 30 s.
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), Error> {
-        self.call(|reply| Command::Dial { addr, reply }).await?
+        let shown = addr.to_string();
+        match tokio::time::timeout(
+            DIAL_TIMEOUT,
+            self.call(|reply| Command::Dial { addr, reply }),
+        )
+        .await
+        {
+            Ok(r) => r?,
+            Err(_) => Err(Error::Network(format!(
+                "dialing {shown}: no connection after {DIAL_TIMEOUT:?}"
+            ))),
+        }
     }
 
     /// Connected peers.
@@ -609,45 +775,101 @@ fn refuse(stats: &Stats, r: Reject) -> Error {
     Error::Rejected(r)
 }
 
+/// Where an advertisement being accepted came from, for the resolution pool.
+enum Gate {
+    /// This node's own caller: no pool.
+    Local,
+    /// A peer (a fetch provider): a DID document fetch takes one of its slots.
+    Peer(PeerId, ResolveSlots),
+    /// Gossip: as `Peer`, and the validation permit is given back while the fetch waits.
+    Gossip(PeerId, ResolveSlots, Option<OwnedSemaphorePermit>),
+}
+
+/// What [`accept`] works with.
+struct Ctx<'a> {
+    store: &'a Store,
+    validator: &'a Validator,
+    stats: &'a Stats,
+    events: &'a tokio::sync::broadcast::Sender<Accepted>,
+    /// The node's: a validation waiting for a DID document stops at shutdown, and none writes
+    /// once it is cancelled.
+    cancel: &'a CancellationToken,
+}
+
 /// Validate against the stored sequence, then store: the one path every advertisement takes.
 ///
 /// The cheap checks run here; the stored-sequence read, both signatures and the write run in one
 /// blocking task (one thread hop, not three: at gossip rates the hops cost as much as a
 /// signature). A did:web advertisement whose document is not cached reads the sequence first, so
-/// that a replay never costs a fetch.
-async fn accept(
-    store: &Store,
-    validator: &Validator,
-    stats: &Stats,
-    events: &tokio::sync::broadcast::Sender<Accepted>,
-    bytes: Vec<u8>,
-) -> Result<Validated, Error> {
+/// that a replay never costs a fetch, and then waits for its document in the resolution pool.
+async fn accept(ctx: &Ctx<'_>, bytes: Vec<u8>, gate: Gate) -> Result<Validated, Error> {
+    let Ctx {
+        store,
+        validator,
+        stats,
+        events,
+        cancel,
+    } = *ctx;
     let now = unix_now();
     let pre = validator
         .precheck(&bytes, None, now)
         .map_err(|r| refuse(stats, r))?;
+    let mut _slot = None;
     if validator.needs_resolution(&pre) {
         let s = store.clone();
         let did = pre.did.clone();
         let stored = blocking(move || s.seq(&did)).await?;
         crate::advert::check_seq(&pre, stored).map_err(|r| refuse(stats, r))?;
+        let pool = match &gate {
+            Gate::Local => None,
+            Gate::Peer(p, pool) | Gate::Gossip(p, pool, _) => Some((*p, pool)),
+        };
+        if let Some((peer, pool)) = pool {
+            match pool.try_take(peer) {
+                Some(slot) => _slot = Some(slot),
+                None => {
+                    stats.resolutions_refused.fetch_add(1, Ordering::Relaxed);
+                    return Err(Error::Busy(format!(
+                        "no resolution slot for {} from {peer}",
+                        pre.did
+                    )));
+                }
+            }
+        }
+        if let Gate::Gossip(_, _, permit) = gate {
+            // The fetch may take the resolver's timeout; the validation permit is for work.
+            drop(permit);
+        }
     }
-    let keys = validator.keys(&pre).await.map_err(|r| refuse(stats, r))?;
+    let keys = tokio::select! {
+        k = validator.keys(&pre) => k.map_err(|r| refuse(stats, r))?,
+        _ = cancel.cancelled() => return Err(Error::Stopped),
+    };
+    drop(_slot);
     let s = store.clone();
+    let stop = cancel.clone();
     let outcome = on_pool(move || {
         let stored = s.seq(&pre.did)?;
         if let Err(r) = crate::advert::check_seq(&pre, stored) {
-            return Ok(Err(r));
+            return Ok(Err(Some(r)));
         }
         let v = match crate::advert::verify(pre, &keys, bytes) {
             Ok(v) => v,
-            Err(r) => return Ok(Err(r)),
+            Err(r) => return Ok(Err(Some(r))),
         };
+        // Nothing is written once the node stops: the store may be flushing.
+        if stop.is_cancelled() {
+            return Ok(Err(None));
+        }
         let put = s.put(&v)?;
         Ok(Ok((v, put)))
     })
     .await?;
-    let (validated, put) = outcome.map_err(|r| refuse(stats, r))?;
+    let (validated, put) = match outcome {
+        Ok(done) => done,
+        Err(Some(r)) => return Err(refuse(stats, r)),
+        Err(None) => return Err(Error::Stopped),
+    };
     match put {
         PutOutcome::Stale { stored_seq } => Err(refuse(
             stats,
@@ -696,9 +918,26 @@ struct Node {
     provide_queue: std::collections::VecDeque<(RecordKey, Instant)>,
     /// Announcements in flight.
     providing: HashSet<QueryId>,
-    pending_dials: Vec<(Multiaddr, oneshot::Sender<Result<(), Error>>)>,
+    /// `Client::dial` calls, by the connection id of their dial (at most
+    /// [`MAX_PENDING_DIALS`]).
+    pending_dials: HashMap<ConnectionId, (Multiaddr, oneshot::Sender<Result<(), Error>>)>,
     peer_addrs: HashMap<PeerId, Vec<Multiaddr>>,
     bootstrapped: bool,
+    /// The node's token (see [`Client`]); helper tasks stop on it.
+    cancel: CancellationToken,
+    /// Every helper task (validations, fetch answers, sweeps, peer writes): `run` waits for all
+    /// of them before it returns.
+    tasks: TaskTracker,
+    /// The resolution pool (validations waiting for a DID document).
+    slots: ResolveSlots,
+    /// Inbound fetch requests.
+    fetch_limiter: FetchLimiter,
+    /// Inbound provider records.
+    provider_quota: ProviderQuota,
+    /// Addresses of peers we dialed, to the store writer (bounded; full drops).
+    peer_writes: mpsc::Sender<(PeerId, Multiaddr)>,
+    /// A sweep of expired advertisements is running (they never overlap).
+    sweeping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Start the network: build the swarm from the node's key, listen, dial the bootstrap peers, and
@@ -721,6 +960,12 @@ pub async fn spawn(
     let (internal_tx, internal_rx) = mpsc::channel(1024);
     let topic = IdentTopic::new(TOPIC);
     let (accepted, _) = tokio::sync::broadcast::channel(1024);
+    // The node's own token: the caller's shutdown, or the last client dropped.
+    let cancel = shutdown.child_token();
+    let tasks = TaskTracker::new();
+    let slots = ResolveSlots::new(cfg.max_concurrent_resolutions, cfg.resolutions_per_peer);
+    let (peer_writes, peer_writes_rx) = mpsc::channel(PEER_WRITE_QUEUE);
+    tasks.spawn(write_peers(store.clone(), peer_writes_rx, cancel.clone()));
     let mut node = Node {
         accepted: accepted.clone(),
         swarm,
@@ -739,9 +984,24 @@ pub async fn spawn(
         connected_since: HashMap::new(),
         provide_queue: Default::default(),
         providing: HashSet::new(),
-        pending_dials: Vec::new(),
+        pending_dials: HashMap::new(),
         peer_addrs: HashMap::new(),
         bootstrapped: false,
+        cancel: cancel.clone(),
+        tasks,
+        slots: slots.clone(),
+        fetch_limiter: FetchLimiter::new(
+            cfg.fetch_in_flight_total,
+            cfg.fetch_in_flight_per_peer,
+            cfg.fetch_per_peer,
+            cfg.rate_window,
+            // One entry per peer with a window open: connections are capped at
+            // `max_connections`, and a peer reconnecting keeps its entry until it ends.
+            (cfg.max_connections as usize).saturating_mul(2),
+        ),
+        provider_quota: ProviderQuota::new(cfg.provider_keys_per_peer, cfg.provider_keys_total),
+        peer_writes,
+        sweeping: Default::default(),
     };
     node.swarm
         .behaviour_mut()
@@ -761,6 +1021,13 @@ pub async fn spawn(
             tracing::warn!(%addr, error = %e, "dialing bootstrap peer");
         }
     }
+    if cfg.redial_peers > 0 {
+        let s = store.clone();
+        match blocking(move || s.peers()).await {
+            Ok(known) => node.redial(known),
+            Err(error) => tracing::warn!(%error, "reading known peers"),
+        }
+    }
     let client = Client {
         tx,
         peer_id,
@@ -769,9 +1036,36 @@ pub async fn spawn(
         stats,
         accepted,
         metrics: Arc::new(Mutex::new(registry)),
+        cancel: cancel.clone(),
+        slots,
+        _stop_on_drop: Arc::new(cancel.clone().drop_guard()),
     };
-    let handle = tokio::spawn(node.run(cmd_rx, internal_rx, shutdown));
+    let handle = tokio::spawn(node.run(cmd_rx, internal_rx));
     Ok((client, handle))
+}
+
+/// Write the addresses of peers we dialed to the store, one at a time, until the node stops.
+/// A restarted node dials them again ([`Config::redial_peers`]). Only dialed addresses are
+/// written: a peer that dials us shows its ephemeral port, and it cannot make us write at all.
+async fn write_peers(
+    store: Store,
+    mut rx: mpsc::Receiver<(PeerId, Multiaddr)>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let (peer, addr) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            next = rx.recv() => match next {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let s = store.clone();
+        let (p, a) = (peer.to_string(), vec![addr.to_string()]);
+        if let Err(error) = blocking(move || s.put_peer(&p, &a, unix_now())).await {
+            tracing::debug!(%error, %peer, "remembering a peer");
+        }
+    }
 }
 
 fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
@@ -840,13 +1134,11 @@ fn build_behaviour(
     kad_cfg.set_periodic_bootstrap_interval(Some(Duration::from_secs(300)));
     // Peers enter the routing table through `Node::add_kad_address` only.
     kad_cfg.set_kbucket_inserts(kad::BucketInserts::Manual);
-    let kad_store = kad::store::MemoryStore::with_config(
-        peer_id,
-        kad::store::MemoryStoreConfig {
-            max_provided_keys: 4096,
-            ..Default::default()
-        },
-    );
+    // Inbound records are reported, not stored: `Node::on_inbound_provider` admits provider
+    // records by quota; value records are not used by agentnet and never admitted.
+    kad_cfg.set_record_filtering(kad::StoreInserts::FilterBoth);
+    kad_cfg.set_provider_record_ttl(Some(cfg.provider_record_ttl));
+    let kad_store = ProviderStore::new(peer_id, cfg.provider_keys_total);
     let mut kad = kad::Behaviour::with_config(peer_id, kad_store, kad_cfg);
     kad.set_mode(Some(kad::Mode::Server));
 
@@ -856,11 +1148,13 @@ fn build_behaviour(
     );
     let codec = request_response::cbor::codec::Codec::default()
         .set_request_size_maximum(16 * 1024)
-        .set_response_size_maximum(4 * 1024 * 1024);
+        .set_response_size_maximum(MAX_FETCH_RESPONSE);
     let fetch = request_response::Behaviour::with_codec(
         codec,
         [(StreamProtocol::new(FETCH_PROTOCOL), ProtocolSupport::Full)],
-        request_response::Config::default().with_request_timeout(Duration::from_secs(10)),
+        request_response::Config::default()
+            .with_request_timeout(Duration::from_secs(10))
+            .with_max_concurrent_streams(FETCH_STREAMS_PER_CONNECTION),
     );
     let mdns = if cfg.mdns {
         Some(
@@ -931,37 +1225,123 @@ fn build_swarm(
 }
 
 impl Node {
+    /// The event loop, then the teardown. Returns when nothing of the node runs any more.
     async fn run(
         mut self,
         mut cmd_rx: mpsc::Receiver<Command>,
         mut internal_rx: mpsc::Receiver<Internal>,
-        shutdown: CancellationToken,
     ) {
         let mut sweep = tokio::time::interval(self.cfg.sweep_interval);
         let mut trim = tokio::time::interval(Duration::from_secs(1));
         let mut provide = tokio::time::interval(Duration::from_millis(250));
         provide.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut expire = tokio::time::interval(PROVIDER_EXPIRY_INTERVAL);
+        expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let cancel = self.cancel.clone();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => break,
+                _ = cancel.cancelled() => break,
                 Some(cmd) = cmd_rx.recv() => self.on_command(cmd),
                 Some(ev) = internal_rx.recv() => self.on_internal(ev),
                 ev = self.swarm.select_next_some() => self.on_swarm(ev),
                 _ = sweep.tick() => self.sweep(),
                 _ = trim.tick() => self.trim_connections(),
                 _ = provide.tick() => self.provide_due(),
+                _ = expire.tick() => self.expire_provider_records(),
             }
         }
+        // Teardown, in this order:
+        // 1. No new work: commands are refused from here on (callers get `Error::Stopped`),
+        //    and no helper is spawned any more (`close`).
+        cmd_rx.close();
+        self.tasks.close();
+        // 2. Helpers stop at their next await point on the cancelled token (a validation
+        //    waiting for a DID document, the peer writer); a blocking store call in progress
+        //    finishes, and no validation writes once the token is cancelled. What they send
+        //    back is dropped; reading it keeps them from blocking on a full channel.
+        let wait = self.tasks.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => break,
+                Some(_) = internal_rx.recv() => {}
+            }
+        }
+        // 3. The swarm, its connections and the pending replies go with `self`: callers waiting
+        //    on a fetch, a dial or providers get `Error::Stopped`.
         tracing::debug!("network task stopped");
     }
 
+    /// Sweep expired advertisements off the swarm task; at most one sweep at a time.
     fn sweep(&self) {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || match store.sweep_expired(unix_now()) {
-            Ok(n) if n > 0 => tracing::debug!(swept = n, "expired advertisements swept"),
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "sweeping expired advertisements"),
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (store, sweeping) = (self.store.clone(), self.sweeping.clone());
+        self.tasks.spawn_blocking(move || {
+            match store.sweep_expired(unix_now()) {
+                Ok(n) if n > 0 => tracing::debug!(swept = n, "expired advertisements swept"),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "sweeping expired advertisements"),
+            }
+            sweeping.store(false, Ordering::Release);
         });
+    }
+
+    /// Remove inbound provider records whose time is up.
+    fn expire_provider_records(&mut self) {
+        let gone = self.provider_quota.expire(Instant::now());
+        if gone.is_empty() {
+            return;
+        }
+        let store = self.swarm.behaviour_mut().kad.store_mut();
+        for (key, peer) in &gone {
+            store.remove_provider(key, peer);
+        }
+        tracing::debug!(expired = gone.len(), "inbound provider records expired");
+    }
+
+    /// Dial up to [`Config::redial_peers`] of the peers the store knows (most recently seen
+    /// first), each at its first address that carries or can be given its peer id.
+    fn redial(&mut self, known: Vec<(String, Vec<String>, u64)>) {
+        let mut dialed = 0;
+        for (peer, addrs, _) in known {
+            if dialed >= self.cfg.redial_peers {
+                break;
+            }
+            let Ok(peer) = peer.parse::<PeerId>() else {
+                continue;
+            };
+            if peer == *self.swarm.local_peer_id() || self.swarm.is_connected(&peer) {
+                continue;
+            }
+            let addrs: Vec<Multiaddr> = addrs
+                .iter()
+                .filter_map(|a| a.parse::<Multiaddr>().ok())
+                .filter_map(|a| match peer_of(&a) {
+                    Some(p) if p == peer => Some(a),
+                    Some(_) => None,
+                    None => Some(a.with(libp2p::multiaddr::Protocol::P2p(peer))),
+                })
+                .collect();
+            if addrs.is_empty() {
+                continue;
+            }
+            for a in &addrs {
+                self.add_kad_address(peer, a.clone());
+            }
+            let opts = DialOpts::peer_id(peer)
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .addresses(addrs)
+                .build();
+            match self.swarm.dial(opts) {
+                Ok(()) => dialed += 1,
+                Err(error) => tracing::debug!(%peer, %error, "redialing a known peer"),
+            }
+        }
+        if dialed > 0 {
+            tracing::info!(dialed, "dialing peers known from before");
+        }
     }
 
     fn on_command(&mut self, cmd: Command) {
@@ -1024,10 +1404,30 @@ impl Node {
             }
             Command::Dial { addr, reply } => {
                 if let Some(peer) = peer_of(&addr) {
+                    if self.swarm.is_connected(&peer) {
+                        let _ = reply.send(Ok(()));
+                        return;
+                    }
                     self.add_kad_address(peer, addr.clone());
                 }
-                match self.swarm.dial(addr.clone()) {
-                    Ok(()) => self.pending_dials.push((addr, reply)),
+                if self.pending_dials.len() >= MAX_PENDING_DIALS {
+                    // Callers that gave up (timed out) leave their entry until the dial ends.
+                    self.pending_dials.retain(|_, (_, r)| !r.is_closed());
+                }
+                if self.pending_dials.len() >= MAX_PENDING_DIALS {
+                    let _ = reply.send(Err(Error::Busy(format!(
+                        "dialing {addr}: {MAX_PENDING_DIALS} dials already waiting"
+                    ))));
+                    return;
+                }
+                // Tracked by connection id: a failed dial to an address without `/p2p/`
+                // reports no peer id.
+                let opts = DialOpts::unknown_peer_id().address(addr.clone()).build();
+                let id = opts.connection_id();
+                match self.swarm.dial(opts) {
+                    Ok(()) => {
+                        self.pending_dials.insert(id, (addr, reply));
+                    }
                     Err(e) => {
                         let _ = reply.send(Err(Error::Network(format!("dialing {addr}: {e}"))));
                     }
@@ -1076,7 +1476,12 @@ impl Node {
                     .gossipsub
                     .report_message_validation_result(&id, &source, acceptance);
             }
-            Internal::Respond { channel, response } => {
+            Internal::Respond {
+                peer,
+                channel,
+                response,
+            } => {
+                self.fetch_limiter.finish(&peer);
                 let _ = self
                     .swarm
                     .behaviour_mut()
@@ -1118,6 +1523,52 @@ impl Node {
                     self.providing.insert(id);
                 }
                 Err(e) => tracing::warn!(error = ?e, "announcing a tag in the DHT"),
+            }
+        }
+    }
+
+    /// An ADD_PROVIDER from another peer (Kademlia only reports it, `StoreInserts::FilterBoth`;
+    /// it checked that the record's provider is the sender): stored if the quota admits it.
+    fn on_inbound_provider(&mut self, record: kad::ProviderRecord) {
+        let decision = self.provider_quota.admit(
+            record.provider,
+            &record.key,
+            record.expires,
+            self.cfg.provider_record_ttl,
+            Instant::now(),
+        );
+        if !decision.admitted() {
+            self.stats
+                .provider_records_refused
+                .fetch_add(1, Ordering::Relaxed);
+            if decision == Admission::Full {
+                tracing::debug!(peer = %record.provider, "inbound provider records full");
+            }
+            return;
+        }
+        let provider = record.provider;
+        let key = record.key.clone();
+        let mut record = dht::trim_record(record);
+        let cap = Instant::now() + self.cfg.provider_record_ttl;
+        record.expires = Some(record.expires.map_or(cap, |e| e.min(cap)));
+        match self
+            .swarm
+            .behaviour_mut()
+            .kad
+            .store_mut()
+            .add_provider(record)
+        {
+            Ok(()) => {
+                self.stats
+                    .provider_records_admitted
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                // Only if the quota and the store disagree; keep them in step.
+                tracing::debug!(%error, %provider, "inbound provider record not stored");
+                if decision == Admission::New {
+                    self.provider_quota.forget(&provider, &key);
+                }
             }
         }
     }
@@ -1188,15 +1639,27 @@ impl Node {
         let Ok(permit) = self.validations.clone().try_acquire_owned() else {
             return ignore(self);
         };
-        let (store, validator, stats, events, tx) = (
+        let (store, validator, stats, events, tx, cancel, slots) = (
             self.store.clone(),
             self.validator.clone(),
             self.stats.clone(),
             self.accepted.clone(),
             self.internal_tx.clone(),
+            self.cancel.clone(),
+            self.slots.clone(),
         );
-        tokio::spawn(async move {
-            let acceptance = match accept(&store, &validator, &stats, &events, data).await {
+        self.tasks.spawn(async move {
+            let ctx = Ctx {
+                store: &store,
+                validator: &validator,
+                stats: &stats,
+                events: &events,
+                cancel: &cancel,
+            };
+            // The permit is held until validation ends, or handed back while a DID document
+            // is fetched (then a resolution slot is held instead).
+            let gate = Gate::Gossip(source, slots, Some(permit));
+            let acceptance = match accept(&ctx, data, gate).await {
                 Ok(v) => {
                     tracing::debug!(did = %v.did, seq = v.seq, peer = %source, "accepted advertisement");
                     MessageAcceptance::Accept
@@ -1206,12 +1669,12 @@ impl Node {
                     tracing::info!(peer = %source, reason = r.reason(), error = %r, "rejected advertisement");
                     MessageAcceptance::Reject
                 }
+                Err(Error::Stopped) => return,
                 Err(e) => {
                     tracing::debug!(peer = %source, error = %e, "ignored advertisement");
                     MessageAcceptance::Ignore
                 }
             };
-            drop(permit);
             let _ = tx
                 .send(Internal::Validation {
                     id,
@@ -1222,10 +1685,24 @@ impl Node {
         });
     }
 
-    fn on_fetch_request(&mut self, request: FetchRequest, channel: ResponseChannel<FetchResponse>) {
+    /// Answer a fetch request on a helper task, if the limiter admits it; a refused request's
+    /// stream is dropped unanswered (the asker sees the stream close), before any store read.
+    fn on_fetch_request(
+        &mut self,
+        peer: PeerId,
+        request: FetchRequest,
+        channel: ResponseChannel<FetchResponse>,
+    ) {
+        if let Err(why) = self.fetch_limiter.start(peer, Instant::now()) {
+            self.stats.fetches_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, ?why, "fetch request refused");
+            drop(channel);
+            return;
+        }
+        self.stats.fetches_served.fetch_add(1, Ordering::Relaxed);
         let store = self.store.clone();
         let tx = self.internal_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let tags: Vec<String> = request
                 .tags
                 .iter()
@@ -1240,13 +1717,25 @@ impl Node {
                     .await
                     .unwrap_or_default()
             };
+            let mut bytes = 0usize;
             let response = FetchResponse {
                 adverts: found
                     .into_iter()
+                    .take_while(|a| {
+                        bytes += a.bytes.len();
+                        bytes <= MAX_FETCH_BYTES
+                    })
                     .map(|a| serde_bytes::ByteBuf::from(a.bytes))
                     .collect(),
             };
-            let _ = tx.send(Internal::Respond { channel, response }).await;
+            // Sent even at shutdown: the swarm task drains the channel until every helper ends.
+            let _ = tx
+                .send(Internal::Respond {
+                    peer,
+                    channel,
+                    response,
+                })
+                .await;
         });
     }
 
@@ -1281,7 +1770,8 @@ impl Node {
                     let done = match r {
                         Ok(GetProvidersOk::FoundProviders { providers, .. }) => {
                             if let Some(p) = self.pending_providers.get_mut(&pending_id) {
-                                p.found.extend(providers);
+                                let room = MAX_PROVIDERS_FOUND.saturating_sub(p.found.len());
+                                p.found.extend(providers.into_iter().take(room));
                             }
                             step.last
                         }
@@ -1306,12 +1796,13 @@ impl Node {
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Fetch(request_response::Event::Message {
+                peer,
                 message,
                 ..
             })) => match message {
                 request_response::Message::Request {
                     request, channel, ..
-                } => self.on_fetch_request(request, channel),
+                } => self.on_fetch_request(peer, request, channel),
                 request_response::Message::Response {
                     request_id,
                     response,
@@ -1344,6 +1835,12 @@ impl Node {
                 }
                 self.peer_addrs.insert(peer_id, addrs);
             }
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::InboundRequest {
+                request:
+                    kad::InboundRequest::AddProvider {
+                        record: Some(record),
+                    },
+            })) => self.on_inbound_provider(record),
             SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutablePeer {
                 peer,
                 address,
@@ -1361,7 +1858,10 @@ impl Node {
                 self.stats.dials.fetch_add(1, Ordering::Relaxed);
             }
             SwarmEvent::ConnectionEstablished {
-                peer_id, endpoint, ..
+                peer_id,
+                endpoint,
+                connection_id,
+                ..
             } => {
                 self.stats
                     .connections_opened
@@ -1369,24 +1869,19 @@ impl Node {
                 self.connected_since
                     .entry(peer_id)
                     .or_insert_with(Instant::now);
-                let addr = endpoint.get_remote_address().clone();
-                let mut i = 0;
-                while i < self.pending_dials.len() {
-                    let (a, _) = &self.pending_dials[i];
-                    if a == &addr || peer_of(a) == Some(peer_id) {
-                        let (_, reply) = self.pending_dials.swap_remove(i);
-                        let _ = reply.send(Ok(()));
-                    } else {
-                        i += 1;
-                    }
+                if let Some((_, reply)) = self.pending_dials.remove(&connection_id) {
+                    let _ = reply.send(Ok(()));
                 }
                 if !self.bootstrapped {
                     self.bootstrapped = true;
                     let _ = self.swarm.behaviour_mut().kad.bootstrap();
                 }
-                let store = self.store.clone();
-                let (p, a) = (peer_id.to_string(), vec![addr.to_string()]);
-                tokio::task::spawn_blocking(move || store.put_peer(&p, &a, unix_now()));
+                if endpoint.is_dialer() {
+                    // Full queue: this one is not remembered (a dial hint, not data).
+                    let _ = self
+                        .peer_writes
+                        .try_send((peer_id, endpoint.get_remote_address().clone()));
+                }
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
@@ -1397,16 +1892,14 @@ impl Node {
                 self.peer_addrs.remove(&peer_id);
                 self.connected_since.remove(&peer_id);
             }
-            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+            SwarmEvent::OutgoingConnectionError {
+                peer_id,
+                error,
+                connection_id,
+            } => {
                 tracing::debug!(peer = ?peer_id, %error, "outgoing connection failed");
-                let mut i = 0;
-                while i < self.pending_dials.len() {
-                    if peer_id.is_some() && peer_of(&self.pending_dials[i].0) == peer_id {
-                        let (a, reply) = self.pending_dials.swap_remove(i);
-                        let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
-                    } else {
-                        i += 1;
-                    }
+                if let Some((a, reply)) = self.pending_dials.remove(&connection_id) {
+                    let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
                 }
             }
             SwarmEvent::NewListenAddr { address, .. } => tracing::info!(%address, "listening"),
