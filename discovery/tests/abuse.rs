@@ -362,7 +362,7 @@ async fn fetch_answers_are_bounded_in_bytes() {
     let victim = start(33, &shutdown, true, plain_validator(), None, |_| {}).await;
     let asker = start(34, &shutdown, false, plain_validator(), None, |_| {}).await;
     asker.client.dial(victim.addr.clone()).await.unwrap();
-    let big = "x".repeat(30_000);
+    let big = "x".repeat(60_000);
     let mut total = 0;
     for i in 0..50u8 {
         let (_, ad) = did_key_advert(100 + i, victim.client.peer_id(), &big, "bulky");

@@ -271,7 +271,7 @@ mod tests {
             s.add_provider(record(key(i), local)).unwrap();
         }
         assert_eq!(s.provided().count(), MAX_OWN_KEYS);
-        assert!(s.add_provider(record(key(5000), local)).is_err());
+        assert!(s.add_provider(record(key(100_000), local)).is_err());
         assert!(s.providers(&key(0)).iter().any(|r| r.provider == local));
         s.remove_provider(&key(0), &local);
         assert!(!s.providers(&key(0)).iter().any(|r| r.provider == local));
@@ -304,7 +304,8 @@ mod tests {
         assert_eq!(gone.len(), 4);
         assert_eq!(q.held(), 1);
         assert_eq!(q.admit(c, &key(9), None, ttl, t0 + ttl), Admission::New);
-        assert_eq!(q.expire(t1 + ttl).len(), 2);
+        assert_eq!(q.expire(t1 + ttl).len(), 1, "a's refreshed key");
+        assert_eq!(q.expire(t0 + 2 * ttl).len(), 1, "c's key");
         assert_eq!(q.held(), 0);
         assert!(q.by_peer.is_empty());
     }
