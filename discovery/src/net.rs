@@ -71,12 +71,17 @@ const MAX_FETCH_RESPONSE: u64 = 2 * MAX_FETCH_BYTES as u64;
 const FETCH_STREAMS_PER_CONNECTION: usize = 8;
 /// `discover` asks at most this many providers of a tag...
 pub const DISCOVER_PROVIDERS: usize = 16;
-/// ...this many at a time (a provider that does not answer costs one request timeout, not
-/// the whole discover)...
+/// ...this many at a time...
 pub const DISCOVER_BATCH: usize = 4;
-/// ...and stops asking after this long. Sybil providers that accept a request and never answer
-/// cost at most this, not one 10 s timeout each in turn.
+/// ...gives each this long to answer (honest providers answer in milliseconds; a sybil that
+/// accepts the request and never answers costs this, not the protocol's 10 s timeout)...
+pub const DISCOVER_FETCH_TIMEOUT: Duration = Duration::from_secs(4);
+/// ...and stops after this long, answering with what it validated by then. Before, the
+/// advertisements of each answer were validated one after the other, and an answer of 50 did:web
+/// advertisements for documents that never come took 50 resolver timeouts.
 pub const DISCOVER_DEADLINE: Duration = Duration::from_secs(15);
+/// Advertisements of one answer validated at once.
+const DISCOVER_ACCEPTS: usize = 8;
 /// Most providers collected for one tag (of its four shards).
 const MAX_PROVIDERS_FOUND: usize = 64;
 /// Most `Client::dial` calls waiting for their connection.
@@ -606,8 +611,8 @@ impl Client {
     /// one per DID, at most `limit`.
     ///
     /// Bounded: at most [`DISCOVER_PROVIDERS`] providers are asked, [`DISCOVER_BATCH`] at a
-    /// time, until `limit` are found or [`DISCOVER_DEADLINE`] passes; what was validated by
-    /// then is returned.
+    /// time, each for at most [`DISCOVER_FETCH_TIMEOUT`], until `limit` are found or
+    /// [`DISCOVER_DEADLINE`] passes; what was validated by then is returned.
     pub async fn discover(
         &self,
         tags: &[String],
@@ -643,28 +648,53 @@ impl Client {
             .collect();
         let deadline = tokio::time::Instant::now() + DISCOVER_DEADLINE;
         let work = async {
-            for batch in providers.chunks(DISCOVER_BATCH) {
-                let fetches = batch.iter().map(|peer| {
+            // Answers are handled as they come, DISCOVER_BATCH fetches in flight.
+            let mut answers = futures::stream::iter(providers.iter().copied())
+                .map(|peer| {
                     let request = request.clone();
-                    async move { (*peer, self.fetch(*peer, request).await) }
-                });
-                for (peer, answer) in futures::future::join_all(fetches).await {
-                    let answer = match answer {
-                        Ok(a) => a,
-                        Err(e) => {
-                            tracing::debug!(%peer, error = %e, "fetch from a provider failed");
-                            continue;
-                        }
-                    };
-                    for ad in answer.adverts.into_iter().take(MAX_FETCH as usize) {
-                        match self
-                            .accept_from(ad.into_vec(), Gate::Peer(peer, self.slots.clone()))
-                            .await
+                    async move {
+                        let answer = match tokio::time::timeout(
+                            DISCOVER_FETCH_TIMEOUT,
+                            self.fetch(peer, request),
+                        )
+                        .await
                         {
-                            Ok(_) | Err(Error::Rejected(Reject::StaleSeq { .. })) => {}
-                            Err(e) => {
-                                tracing::debug!(%peer, error = %e, "fetched advertisement refused")
-                            }
+                            Ok(r) => r,
+                            Err(_) => Err(Error::Network(format!(
+                                "fetch from {peer}: no answer in {DISCOVER_FETCH_TIMEOUT:?}"
+                            ))),
+                        };
+                        (peer, answer)
+                    }
+                })
+                .buffer_unordered(DISCOVER_BATCH);
+            while let Some((peer, answer)) = answers.next().await {
+                let answer = match answer {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "fetch from a provider failed");
+                        continue;
+                    }
+                };
+                // Validated a few at a time: advertisements that need a DID document fetch
+                // take the provider's resolution slots (two), the rest are refused at once
+                // instead of waiting in line, and offline ones (did:key) are not held up.
+                let accepts = answer
+                    .adverts
+                    .into_iter()
+                    .take(MAX_FETCH as usize)
+                    .map(|ad| {
+                        self.accept_from(ad.into_vec(), Gate::Peer(peer, self.slots.clone()))
+                    });
+                let results: Vec<_> = futures::stream::iter(accepts)
+                    .buffer_unordered(DISCOVER_ACCEPTS)
+                    .collect()
+                    .await;
+                for r in results {
+                    match r {
+                        Ok(_) | Err(Error::Rejected(Reject::StaleSeq { .. })) => {}
+                        Err(e) => {
+                            tracing::debug!(%peer, error = %e, "fetched advertisement refused")
                         }
                     }
                 }

@@ -177,12 +177,16 @@ fn loopback_web_validator() -> Validator {
 /// `n` did:web advertisements for distinct DIDs on the silent server, signed by keys their
 /// (never delivered) documents would list: they pass every check before the fetch.
 fn unresolvable_web_adverts(port: u16, n: usize, peer: PeerId) -> Vec<Vec<u8>> {
+    unresolvable_web_adverts_tagged(port, n, peer, "slow")
+}
+
+fn unresolvable_web_adverts_tagged(port: u16, n: usize, peer: PeerId, tag: &str) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
             let key = SecretKey::from_seed(&[(i % 250) as u8 + 1; 32]);
             let did = Did::parse(&format!("did:web:localhost%3A{port}:agents:a{i}")).unwrap();
             let kid = DidUrl::parse(&format!("{did}#key-1")).unwrap();
-            advert_of(&key, &did, &kid, peer, "web agent", "slow")
+            advert_of(&key, &did, &kid, peer, "web agent", tag)
         })
         .collect()
 }
@@ -556,5 +560,68 @@ async fn a_restarted_node_redials_its_known_peers() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    shutdown.cancel();
+}
+
+/// Issue 7, "a bounded discover": a provider's answer was validated one advertisement after the
+/// other, so an answer of did:web advertisements whose documents never come held `discover` for
+/// one resolver timeout each (10 s, 40 of them here). It now returns within its deadline, with
+/// the did:key agent the same answer carried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_is_bounded_against_a_provider_of_unresolvable_adverts() {
+    let shutdown = CancellationToken::new();
+    let port = silent_server();
+    let evil = start(81, &shutdown, true, plain_validator(), None, |_| {}).await;
+    let searcher = start(82, &shutdown, true, loopback_web_validator(), None, |_| {}).await;
+    // The provider serves 40 did:web advertisements it never validated (written straight into
+    // its store), and one honest did:key one it publishes, which makes it a provider of the tag.
+    for bytes in unresolvable_web_adverts_tagged(port, 40, evil.client.peer_id(), "bait") {
+        let ad: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let v = advert::Validated {
+            did: ad["did"].as_str().unwrap().to_owned(),
+            seq: 1,
+            issued_at: ad["issuedAt"].as_u64().unwrap(),
+            expires_at: ad["expiresAt"].as_u64().unwrap(),
+            tags: vec!["bait".into()],
+            peer_id: evil.client.peer_id().to_string(),
+            bytes,
+        };
+        evil.client.store().put(&v).unwrap();
+    }
+    let (did, ad) = did_key_advert(90, evil.client.peer_id(), "real", "bait");
+    evil.client.publish(ad).await.unwrap();
+    searcher.client.dial(evil.addr.clone()).await.unwrap();
+    // The announcement waits `provide_delay` (1 s) behind gossip; gossip is over by then.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    searcher
+        .client
+        .store()
+        .get(&did, net::unix_now())
+        .unwrap()
+        .map(|_| {
+            // Gossip got there first: the DHT path below still runs for the did:web ones.
+        });
+
+    let start_at = Instant::now();
+    let found = searcher
+        .client
+        .discover(&["bait".into()], 100)
+        .await
+        .unwrap();
+    let took = start_at.elapsed();
+    assert!(
+        took < net::DISCOVER_DEADLINE + Duration::from_secs(3),
+        "discover took {took:?}"
+    );
+    assert!(found.iter().any(|a| a.did == did), "{found:?}");
+    assert!(found.iter().all(|a| !a.did.starts_with("did:web")));
+    assert!(
+        searcher
+            .client
+            .stats()
+            .resolutions_refused
+            .load(Ordering::Relaxed)
+            > 0
+    );
     shutdown.cancel();
 }
