@@ -5,7 +5,18 @@
 //! forwarded before our validation says Accept), Kademlia under our own protocol name (provider
 //! records per skill-tag shard), a request-response protocol to fetch advertisements from
 //! providers, identify, ping, and mDNS when enabled. Validation and RocksDB work run on other
-//! tasks and blocking threads, never on the swarm task.
+//! tasks and blocking threads, never on the swarm task; every such task is tracked, and the
+//! swarm task returns only after the last of them.
+//!
+//! # Layout
+//! - this file: wire types, errors, counters, the [`Client`], the swarm task's event loop and
+//!   its teardown;
+//! - `config`: [`Config`];
+//! - `swarm`: transports and behaviours with their settings;
+//! - `accept`: the path every advertisement takes into the store;
+//! - `pool`: the validation thread pool and `spawn_blocking` for store calls;
+//! - `limits`, `dht`: the admission policies (resolution slots, inbound fetches, inbound
+//!   provider records), plain structs taking `now`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,8 +45,17 @@ use crate::advert::{Reject, Validated, Validator};
 use crate::store::{PutOutcome, Store, StoredAdvert};
 use crate::tags;
 
+mod accept;
+mod config;
 mod dht;
 mod limits;
+mod pool;
+mod swarm;
+
+use accept::{accept, Ctx, Gate};
+pub use config::{Config, TransportKind};
+use pool::blocking;
+use swarm::{build_swarm, Behaviour, BehaviourEvent};
 
 use dht::{Admission, ProviderQuota, ProviderStore};
 use limits::{FetchLimiter, ResolveSlots};
@@ -108,134 +128,6 @@ pub struct FetchRequest {
 pub struct FetchResponse {
     /// Raw advertisements.
     pub adverts: Vec<serde_bytes::ByteBuf>,
-}
-
-/// Which transports the node uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransportKind {
-    /// TCP + Noise + Yamux, QUIC, DNS (incl. `/dnsaddr` bootstrap through hickory).
-    Network,
-    /// libp2p's in-process memory transport (many-node tests and simulations).
-    Memory,
-}
-
-/// Network settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Addresses to listen on.
-    pub listen: Vec<Multiaddr>,
-    /// Peers to dial at start (`/ip4/…/tcp/…/p2p/…`, `/dnsaddr/…`).
-    pub bootstrap: Vec<Multiaddr>,
-    /// mDNS discovery on the LAN.
-    pub mdns: bool,
-    /// Transports.
-    pub transport: TransportKind,
-    /// Most validations in flight; gossip arriving beyond it is ignored (not forwarded).
-    /// A validation that must fetch a DID document gives its permit back and waits in the
-    /// resolution pool instead ([`Config::max_concurrent_resolutions`]).
-    pub max_concurrent_validations: usize,
-    /// Most validations waiting for a DID document fetch (did:web not cached), over all peers.
-    /// Gossip needing one beyond it is ignored (not forwarded, not penalized): a fetch may take
-    /// the resolver's whole timeout, and before this pool one peer sending two did:web
-    /// advertisements a second for unresolvable domains held every validation permit.
-    pub max_concurrent_resolutions: usize,
-    /// Most of those on behalf of one peer (the peer that gossiped it, or the provider a
-    /// discover fetched it from).
-    pub resolutions_per_peer: usize,
-    /// Inbound fetch requests answered at once, over all peers; the excess is refused (the
-    /// stream is dropped) before any store read.
-    pub fetch_in_flight_total: usize,
-    /// Inbound fetch requests answered at once for one peer.
-    pub fetch_in_flight_per_peer: usize,
-    /// Inbound fetch requests one peer may make per [`Config::rate_window`].
-    pub fetch_per_peer: u32,
-    /// Kademlia provider records other peers may store with us: most keys per providing peer.
-    pub provider_keys_per_peer: usize,
-    /// The same, over all peers. Our own provider records are kept apart and never count.
-    pub provider_keys_total: usize,
-    /// How long an inbound provider record is kept (the record's own expiry if sooner); the
-    /// provider re-announces before it ends.
-    pub provider_record_ttl: Duration,
-    /// At start, dial this many peers from the store's `peers` (most recently seen first), so
-    /// that a restarted node finds the network without bootstrap.
-    pub redial_peers: usize,
-    /// Most advertisements accepted from one peer per [`Config::rate_window`].
-    pub per_peer_messages: u32,
-    /// The window of `per_peer_messages`.
-    pub rate_window: Duration,
-    /// gossipsub heartbeat.
-    pub heartbeat: Duration,
-    /// gossipsub mesh degree D (D_low = D - D/4, D_high = 2D). 4, not gossipsub's 6: every copy
-    /// a node receives costs it a decryption and a decode, and with 6 the CPU spent on
-    /// duplicates (5.5 per advertisement) slowed propagation more than the shorter paths sped
-    /// it up (measured, docs/BENCHMARKS.md). Lost copies are repaired by gossip (IHAVE/IWANT)
-    /// at the next heartbeat, and by the DHT.
-    pub gossip_mesh: usize,
-    /// How often expired advertisements are swept from the store.
-    pub sweep_interval: Duration,
-    /// A connection nothing uses closes after this long. gossipsub keeps its mesh peers'
-    /// connections open, Kademlia and fetches theirs while a query or request is in flight.
-    pub idle_timeout: Duration,
-    /// Connection manager: when more than `conn_high` peers are connected, connections to peers
-    /// outside the gossip mesh, with no fetch in flight and older than `conn_grace` are closed,
-    /// newest first, until `conn_low` remain (checked every second).
-    pub conn_high: usize,
-    /// See [`Config::conn_high`].
-    pub conn_low: usize,
-    /// See [`Config::conn_high`].
-    pub conn_grace: Duration,
-    /// Hard cap on established connections (refused beyond it), against a flood of peers.
-    pub max_connections: u32,
-    /// How long after a publish its tags are announced in the DHT. Gossip is the fast path and
-    /// goes first; each announcement is a Kademlia query that opens connections to ~20 nodes,
-    /// and run at the same moment they slowed the gossip they compete with (measured).
-    /// Announcements also run at most two at a time.
-    pub provide_delay: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            listen: vec![
-                "/ip4/0.0.0.0/tcp/0".parse().expect("valid multiaddr"),
-                "/ip4/0.0.0.0/udp/0/quic-v1"
-                    .parse()
-                    .expect("valid multiaddr"),
-            ],
-            bootstrap: Vec::new(),
-            mdns: false,
-            transport: TransportKind::Network,
-            max_concurrent_validations: 64,
-            // A handful of slow fetches at once is plenty for honest did:web agents (documents
-            // are cached after the first); 2 per peer lets one relay pass on a burst slowly.
-            max_concurrent_resolutions: 8,
-            resolutions_per_peer: 2,
-            // An answer is at most MAX_FETCH_BYTES: 32 in flight is at most 16 MiB.
-            fetch_in_flight_total: 32,
-            fetch_in_flight_per_peer: 4,
-            // One discover asks a provider once; 20 in 10 s is a busy client, not a flood.
-            fetch_per_peer: 20,
-            // 512 keys: 16 agents of 32 tags. 16384 keys of at most 4 short addresses each
-            // stay under ~10 MiB.
-            provider_keys_per_peer: 512,
-            provider_keys_total: 16384,
-            // Kademlia republishes provider records every 12 h by default; 24 h survives one
-            // missed republish.
-            provider_record_ttl: Duration::from_secs(24 * 3600),
-            redial_peers: 16,
-            per_peer_messages: 100,
-            rate_window: Duration::from_secs(10),
-            heartbeat: Duration::from_millis(700),
-            gossip_mesh: 4,
-            sweep_interval: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(10),
-            conn_high: 32,
-            conn_low: 16,
-            conn_grace: Duration::from_secs(10),
-            max_connections: 512,
-            provide_delay: Duration::from_secs(1),
-        }
-    }
 }
 
 /// Errors of the network layer.
@@ -330,17 +222,6 @@ pub struct PeerInfo {
     pub peer_id: String,
     /// Addresses it listens on (from identify).
     pub addrs: Vec<String>,
-}
-
-#[derive(NetworkBehaviour)]
-struct Behaviour {
-    limits: libp2p::connection_limits::Behaviour,
-    gossipsub: gossipsub::Behaviour,
-    kad: kad::Behaviour<ProviderStore>,
-    identify: identify::Behaviour,
-    ping: ping::Behaviour,
-    fetch: request_response::cbor::Behaviour<FetchRequest, FetchResponse>,
-    mdns: Toggle<mdns::tokio::Behaviour>,
 }
 
 enum Command {
@@ -442,78 +323,6 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default()
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
-) -> Result<T, Error> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::Store(format!("store task failed: {e}")))?
-        .map_err(|e| Error::Store(e.to_string()))
-}
-
-/// The validation pool: as many threads as the machine has cores, shared by every node in the
-/// process, for the work of one advertisement (stored sequence, signatures, write).
-///
-/// Why not `spawn_blocking`: under a burst of gossip every validation took its own
-/// blocking-pool thread, and hundreds of runnable threads, each with ~0.15 ms of CPU work,
-/// were time-sliced against the runtime's workers, which carry the network: forwarding
-/// waited on the scheduler. A fixed pool keeps the work in arrival order and the threads few.
-/// Jobs beyond the queue's bound go to `spawn_blocking` rather than wait.
-struct Pool {
-    tx: std::sync::mpsc::SyncSender<Box<dyn FnOnce() + Send>>,
-}
-
-const POOL_QUEUE: usize = 4096;
-
-fn pool() -> &'static Pool {
-    static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Box<dyn FnOnce() + Send>>(POOL_QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        for i in 0..threads {
-            let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("agentnet-validate-{i}"))
-                .spawn(move || loop {
-                    let job = match rx.lock() {
-                        Ok(rx) => rx.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok(job) = job else { return };
-                    // A panicking job loses its reply (the caller gets an error), not the thread.
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
-                        tracing::error!("a validation job panicked");
-                    }
-                });
-            if let Err(e) = spawned {
-                tracing::warn!(error = %e, "starting a validation thread");
-            }
-        }
-        Pool { tx }
-    })
-}
-
-/// Run `f` on the validation pool (or, when its queue is full, a blocking thread).
-async fn on_pool<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
-) -> Result<T, Error> {
-    let (reply, rx) = oneshot::channel();
-    let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-        let _ = reply.send(f());
-    });
-    match pool().tx.try_send(job) {
-        Ok(()) => {}
-        Err(std::sync::mpsc::TrySendError::Full(job))
-        | Err(std::sync::mpsc::TrySendError::Disconnected(job)) => {
-            tokio::task::spawn_blocking(job);
-        }
-    }
-    rx.await
-        .map_err(|_| Error::Store("validation job dropped".into()))?
-        .map_err(|e| Error::Store(e.to_string()))
 }
 
 impl Client {
@@ -794,132 +603,6 @@ fn traffic_from_metrics(text: &str) -> Traffic {
     t
 }
 
-/// Count a refusal: penalized reasons by name, the others (stale, throttled, unresolvable) as
-/// ignored.
-fn refuse(stats: &Stats, r: Reject) -> Error {
-    if r.penalize() {
-        stats.reject(&r);
-    } else {
-        stats.ignored.fetch_add(1, Ordering::Relaxed);
-    }
-    Error::Rejected(r)
-}
-
-/// Where an advertisement being accepted came from, for the resolution pool.
-enum Gate {
-    /// This node's own caller: no pool.
-    Local,
-    /// A peer (a fetch provider): a DID document fetch takes one of its slots.
-    Peer(PeerId, ResolveSlots),
-    /// Gossip: as `Peer`, and the validation permit is given back while the fetch waits.
-    Gossip(PeerId, ResolveSlots, Option<OwnedSemaphorePermit>),
-}
-
-/// What [`accept`] works with.
-struct Ctx<'a> {
-    store: &'a Store,
-    validator: &'a Validator,
-    stats: &'a Stats,
-    events: &'a tokio::sync::broadcast::Sender<Accepted>,
-    /// The node's: a validation waiting for a DID document stops at shutdown, and none writes
-    /// once it is cancelled.
-    cancel: &'a CancellationToken,
-}
-
-/// Validate against the stored sequence, then store: the one path every advertisement takes.
-///
-/// The cheap checks run here; the stored-sequence read, both signatures and the write run in one
-/// blocking task (one thread hop, not three: at gossip rates the hops cost as much as a
-/// signature). A did:web advertisement whose document is not cached reads the sequence first, so
-/// that a replay never costs a fetch, and then waits for its document in the resolution pool.
-async fn accept(ctx: &Ctx<'_>, bytes: Vec<u8>, gate: Gate) -> Result<Validated, Error> {
-    let Ctx {
-        store,
-        validator,
-        stats,
-        events,
-        cancel,
-    } = *ctx;
-    let now = unix_now();
-    let pre = validator
-        .precheck(&bytes, None, now)
-        .map_err(|r| refuse(stats, r))?;
-    let mut _slot = None;
-    if validator.needs_resolution(&pre) {
-        let s = store.clone();
-        let did = pre.did.clone();
-        let stored = blocking(move || s.seq(&did)).await?;
-        crate::advert::check_seq(&pre, stored).map_err(|r| refuse(stats, r))?;
-        let pool = match &gate {
-            Gate::Local => None,
-            Gate::Peer(p, pool) | Gate::Gossip(p, pool, _) => Some((*p, pool)),
-        };
-        if let Some((peer, pool)) = pool {
-            match pool.try_take(peer) {
-                Some(slot) => _slot = Some(slot),
-                None => {
-                    stats.resolutions_refused.fetch_add(1, Ordering::Relaxed);
-                    return Err(Error::Busy(format!(
-                        "no resolution slot for {} from {peer}",
-                        pre.did
-                    )));
-                }
-            }
-        }
-        if let Gate::Gossip(_, _, permit) = gate {
-            // The fetch may take the resolver's timeout; the validation permit is for work.
-            drop(permit);
-        }
-    }
-    let keys = tokio::select! {
-        k = validator.keys(&pre) => k.map_err(|r| refuse(stats, r))?,
-        _ = cancel.cancelled() => return Err(Error::Stopped),
-    };
-    drop(_slot);
-    let s = store.clone();
-    let stop = cancel.clone();
-    let outcome = on_pool(move || {
-        let stored = s.seq(&pre.did)?;
-        if let Err(r) = crate::advert::check_seq(&pre, stored) {
-            return Ok(Err(Some(r)));
-        }
-        let v = match crate::advert::verify(pre, &keys, bytes) {
-            Ok(v) => v,
-            Err(r) => return Ok(Err(Some(r))),
-        };
-        // Nothing is written once the node stops: the store may be flushing.
-        if stop.is_cancelled() {
-            return Ok(Err(None));
-        }
-        let put = s.put(&v)?;
-        Ok(Ok((v, put)))
-    })
-    .await?;
-    let (validated, put) = match outcome {
-        Ok(done) => done,
-        Err(Some(r)) => return Err(refuse(stats, r)),
-        Err(None) => return Err(Error::Stopped),
-    };
-    match put {
-        PutOutcome::Stale { stored_seq } => Err(refuse(
-            stats,
-            Reject::StaleSeq {
-                got: validated.seq,
-                stored: stored_seq,
-            },
-        )),
-        _ => {
-            stats.accepted.fetch_add(1, Ordering::Relaxed);
-            let _ = events.send(Accepted {
-                did: validated.did.clone(),
-                seq: validated.seq,
-                tags: validated.tags.clone(),
-            });
-            Ok(validated)
-        }
-    }
-}
-
 struct PendingProviders {
     remaining: usize,
     found: HashSet<PeerId>,
@@ -1103,155 +786,6 @@ fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
         libp2p::multiaddr::Protocol::P2p(id) => Some(id),
         _ => None,
     })
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-fn build_behaviour(
-    key: &libp2p::identity::Keypair,
-    cfg: &Config,
-    registry: &mut Registry,
-) -> Result<Behaviour, BoxError> {
-    let peer_id = key.public().to_peer_id();
-    // Anonymous gossip: an advertisement is signed by its agent's DID and its message id is the
-    // hash of its bytes, so gossipsub's own per-message signature (one more Ed25519 verify on
-    // every copy received, duplicates included) and sequence numbers add nothing.
-    let d = cfg.gossip_mesh.max(2);
-    let gossip_cfg = gossipsub::ConfigBuilder::default()
-        .validation_mode(gossipsub::ValidationMode::Anonymous)
-        .validate_messages()
-        .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
-        .max_transmit_size(crate::advert::Limits::default().max_bytes + 4096)
-        .heartbeat_interval(cfg.heartbeat)
-        // No IDONTWANT: gossipsub 1.2 sends one to every mesh peer for every copy received,
-        // duplicates included, before validation; for our 2 KiB advertisements that was more
-        // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
-        .idontwant_message_size_threshold(usize::MAX)
-        .mesh_n(d)
-        .mesh_n_low(d - d / 4)
-        .mesh_n_high(2 * d)
-        .mesh_outbound_min(d / 2)
-        .build()
-        .map_err(|e| format!("gossipsub config: {e}"))?;
-    let mut gossipsub = gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, gossip_cfg)
-        .map_err(|e| format!("gossipsub: {e}"))?
-        .with_metrics(
-            registry.sub_registry_with_prefix("gossipsub"),
-            Default::default(),
-        );
-    // Peer scoring tuned for a low-rate topic: no penalty for few deliveries in the mesh (honest
-    // peers may have nothing to send for hours), a heavy one for invalid messages.
-    let topic_params = gossipsub::TopicScoreParams {
-        topic_weight: 1.0,
-        mesh_message_deliveries_weight: 0.0,
-        mesh_failure_penalty_weight: 0.0,
-        invalid_message_deliveries_weight: -100.0,
-        invalid_message_deliveries_decay: 0.9,
-        ..Default::default()
-    };
-    let mut params = gossipsub::PeerScoreParams::default();
-    params
-        .topics
-        .insert(IdentTopic::new(TOPIC).hash(), topic_params);
-    gossipsub
-        .with_peer_score(params, gossipsub::PeerScoreThresholds::default())
-        .map_err(|e| format!("gossipsub scoring: {e}"))?;
-
-    let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
-    kad_cfg.set_query_timeout(Duration::from_secs(20));
-    // Kademlia re-bootstraps by itself every 5 minutes and whenever its routing table is short
-    // of peers; the connections its queries open close again after `idle_timeout`.
-    kad_cfg.set_periodic_bootstrap_interval(Some(Duration::from_secs(300)));
-    // Peers enter the routing table through `Node::add_kad_address` only.
-    kad_cfg.set_kbucket_inserts(kad::BucketInserts::Manual);
-    // Inbound records are reported, not stored: `Node::on_inbound_provider` admits provider
-    // records by quota; value records are not used by agentnet and never admitted.
-    kad_cfg.set_record_filtering(kad::StoreInserts::FilterBoth);
-    kad_cfg.set_provider_record_ttl(Some(cfg.provider_record_ttl));
-    let kad_store = ProviderStore::new(peer_id, cfg.provider_keys_total);
-    let mut kad = kad::Behaviour::with_config(peer_id, kad_store, kad_cfg);
-    kad.set_mode(Some(kad::Mode::Server));
-
-    let identify = identify::Behaviour::new(
-        identify::Config::new(IDENTIFY_PROTOCOL.into(), key.public())
-            .with_agent_version(concat!("agentnet/", env!("CARGO_PKG_VERSION")).into()),
-    );
-    let codec = request_response::cbor::codec::Codec::default()
-        .set_request_size_maximum(16 * 1024)
-        .set_response_size_maximum(MAX_FETCH_RESPONSE);
-    let fetch = request_response::Behaviour::with_codec(
-        codec,
-        [(StreamProtocol::new(FETCH_PROTOCOL), ProtocolSupport::Full)],
-        request_response::Config::default()
-            .with_request_timeout(Duration::from_secs(10))
-            .with_max_concurrent_streams(FETCH_STREAMS_PER_CONNECTION),
-    );
-    let mdns = if cfg.mdns {
-        Some(
-            mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)
-                .map_err(|e| format!("mdns: {e}"))?,
-        )
-    } else {
-        None
-    };
-    let limits = libp2p::connection_limits::ConnectionLimits::default()
-        .with_max_established(Some(cfg.max_connections))
-        .with_max_established_per_peer(Some(2))
-        .with_max_pending_incoming(Some(cfg.max_connections.div_ceil(4)));
-    Ok(Behaviour {
-        limits: libp2p::connection_limits::Behaviour::new(limits),
-        gossipsub,
-        kad,
-        identify,
-        ping: ping::Behaviour::default(),
-        fetch,
-        mdns: mdns.into(),
-    })
-}
-
-fn build_swarm(
-    keypair: libp2p::identity::Keypair,
-    cfg: &Config,
-    registry: &mut Registry,
-) -> Result<Swarm<Behaviour>, Error> {
-    let start = |e: &dyn std::fmt::Display| Error::Start(e.to_string());
-    let idle = cfg.idle_timeout;
-    let swarm = match cfg.transport {
-        TransportKind::Network => libp2p::SwarmBuilder::with_existing_identity(keypair)
-            .with_tokio()
-            .with_tcp(
-                tcp::Config::default().nodelay(true),
-                noise::Config::new,
-                yamux::Config::default,
-            )
-            .map_err(|e| start(&e))?
-            .with_quic()
-            .with_dns()
-            .map_err(|e| start(&e))?
-            .with_bandwidth_metrics(registry)
-            .with_behaviour(|key| build_behaviour(key, cfg, registry))
-            .map_err(|e| start(&e))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
-            .build(),
-        TransportKind::Memory => libp2p::SwarmBuilder::with_existing_identity(keypair)
-            .with_tokio()
-            .with_other_transport(|key| {
-                Ok::<_, BoxError>(
-                    MemoryTransport::default()
-                        .upgrade(Version::V1)
-                        .authenticate(noise::Config::new(key)?)
-                        .multiplex(yamux::Config::default())
-                        .boxed(),
-                )
-            })
-            .map_err(|e| start(&e))?
-            .with_bandwidth_metrics(registry)
-            .with_behaviour(|key| build_behaviour(key, cfg, registry))
-            .map_err(|e| start(&e))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
-            .build(),
-    };
-    Ok(swarm)
 }
 
 impl Node {
