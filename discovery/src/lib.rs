@@ -3,6 +3,10 @@
 //!
 //! # Layout
 //! - [`advert`]: the advertisement envelope, its signing and the validation every node applies.
+//! - [`net`]: the libp2p node: one task owns the swarm (gossipsub, Kademlia, the fetch
+//!   protocol), a [`net::Client`] talks to it. Every cost a peer can cause is bounded (validation
+//!   permits and a resolution pool, inbound provider-record quotas, inbound fetch limits, a
+//!   bounded `discover`); every helper task is tracked and ends before the node's task does.
 //! - [`store`]: RocksDB: advertisements by DID, the tag index, sequence numbers, peers.
 //! - [`tags`]: tag normalization and the DHT keys of tags.
 

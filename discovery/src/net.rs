@@ -5,7 +5,18 @@
 //! forwarded before our validation says Accept), Kademlia under our own protocol name (provider
 //! records per skill-tag shard), a request-response protocol to fetch advertisements from
 //! providers, identify, ping, and mDNS when enabled. Validation and RocksDB work run on other
-//! tasks and blocking threads, never on the swarm task.
+//! tasks and blocking threads, never on the swarm task; every such task is tracked, and the
+//! swarm task returns only after the last of them.
+//!
+//! # Layout
+//! - this file: wire types, errors, counters, the [`Client`], the swarm task's event loop and
+//!   its teardown;
+//! - `config`: [`Config`];
+//! - `swarm`: transports and behaviours with their settings;
+//! - `accept`: the path every advertisement takes into the store;
+//! - `pool`: the validation thread pool and `spawn_blocking` for store calls;
+//! - `limits`, `dht`: the admission policies (resolution slots, inbound fetches, inbound
+//!   provider records), plain structs taking `now`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,19 +27,38 @@ use futures::StreamExt;
 use libp2p::core::transport::MemoryTransport;
 use libp2p::core::upgrade::Version;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity, MessageId};
+use libp2p::kad::store::RecordStore as _;
 use libp2p::kad::{self, GetProvidersOk, QueryId, QueryResult, RecordKey};
 use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::ConnectionId;
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{identify, mdns, noise, ping, tcp, yamux, StreamProtocol, Swarm, Transport as _};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
 
 use crate::advert::{Reject, Validated, Validator};
 use crate::store::{PutOutcome, Store, StoredAdvert};
 use crate::tags;
+
+mod accept;
+mod config;
+mod dht;
+mod limits;
+mod pool;
+mod swarm;
+
+use accept::{accept, Ctx, Gate};
+pub use config::{Config, TransportKind};
+use pool::blocking;
+use swarm::{build_swarm, Behaviour, BehaviourEvent};
+
+use dht::{Admission, ProviderQuota, ProviderStore};
+use limits::{FetchLimiter, ResolveSlots};
 
 use libp2p::metrics::Registry;
 pub use libp2p::{Multiaddr, PeerId};
@@ -48,6 +78,41 @@ const MAX_PROVIDE_QUEUE: usize = 4096;
 const MAX_PROVIDING: usize = 2;
 /// Most advertisements one fetch returns.
 pub const MAX_FETCH: u32 = 50;
+/// Most bytes of advertisements one fetch answer carries (the advertisements' own bytes; the
+/// answer stops before the one that would pass it). 50 advertisements of up to 64 KiB were
+/// 3.2 MiB an answer; a discover needs a few cards per provider, not megabytes.
+pub const MAX_FETCH_BYTES: usize = 512 * 1024;
+/// Largest fetch answer accepted on the wire: [`MAX_FETCH_BYTES`] and the CBOR framing of 50
+/// byte strings, with room to spare.
+const MAX_FETCH_RESPONSE: u64 = 2 * MAX_FETCH_BYTES as u64;
+/// Fetch request streams open at once on one connection (libp2p's default is 100; a peer has
+/// at most two connections, and our own per-peer limit is lower still, see
+/// [`Config::fetch_in_flight_per_peer`]).
+const FETCH_STREAMS_PER_CONNECTION: usize = 8;
+/// `discover` asks at most this many providers of a tag...
+pub const DISCOVER_PROVIDERS: usize = 16;
+/// ...this many at a time...
+pub const DISCOVER_BATCH: usize = 4;
+/// ...gives each this long to answer (honest providers answer in milliseconds; a sybil that
+/// accepts the request and never answers costs this, not the protocol's 10 s timeout)...
+pub const DISCOVER_FETCH_TIMEOUT: Duration = Duration::from_secs(4);
+/// ...and stops after this long, answering with what it validated by then. Before, the
+/// advertisements of each answer were validated one after the other, and an answer of 50 did:web
+/// advertisements for documents that never come took 50 resolver timeouts.
+pub const DISCOVER_DEADLINE: Duration = Duration::from_secs(15);
+/// Advertisements of one answer validated at once.
+const DISCOVER_ACCEPTS: usize = 8;
+/// Most providers collected for one tag (of its four shards).
+const MAX_PROVIDERS_FOUND: usize = 64;
+/// Most `Client::dial` calls waiting for their connection.
+const MAX_PENDING_DIALS: usize = 256;
+/// `Client::dial` gives up after this long, whatever the transport does (a TCP connect to an
+/// address that drops packets can take minutes).
+const DIAL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Peer addresses waiting to be written to the store; more are dropped (they are dial hints).
+const PEER_WRITE_QUEUE: usize = 64;
+/// How often expired inbound provider records are removed.
+const PROVIDER_EXPIRY_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Ask a provider for its advertisements matching all `tags`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,90 +128,6 @@ pub struct FetchRequest {
 pub struct FetchResponse {
     /// Raw advertisements.
     pub adverts: Vec<serde_bytes::ByteBuf>,
-}
-
-/// Which transports the node uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransportKind {
-    /// TCP + Noise + Yamux, QUIC, DNS (incl. `/dnsaddr` bootstrap through hickory).
-    Network,
-    /// libp2p's in-process memory transport (many-node tests and simulations).
-    Memory,
-}
-
-/// Network settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Addresses to listen on.
-    pub listen: Vec<Multiaddr>,
-    /// Peers to dial at start (`/ip4/…/tcp/…/p2p/…`, `/dnsaddr/…`).
-    pub bootstrap: Vec<Multiaddr>,
-    /// mDNS discovery on the LAN.
-    pub mdns: bool,
-    /// Transports.
-    pub transport: TransportKind,
-    /// Most validations in flight; gossip arriving beyond it is ignored (not forwarded).
-    pub max_concurrent_validations: usize,
-    /// Most advertisements accepted from one peer per [`Config::rate_window`].
-    pub per_peer_messages: u32,
-    /// The window of `per_peer_messages`.
-    pub rate_window: Duration,
-    /// gossipsub heartbeat.
-    pub heartbeat: Duration,
-    /// gossipsub mesh degree D (D_low = D - D/4, D_high = 2D). 4, not gossipsub's 6: every copy
-    /// a node receives costs it a decryption and a decode, and with 6 the CPU spent on
-    /// duplicates (5.5 per advertisement) slowed propagation more than the shorter paths sped
-    /// it up (measured, docs/BENCHMARKS.md). Lost copies are repaired by gossip (IHAVE/IWANT)
-    /// at the next heartbeat, and by the DHT.
-    pub gossip_mesh: usize,
-    /// How often expired advertisements are swept from the store.
-    pub sweep_interval: Duration,
-    /// A connection nothing uses closes after this long. gossipsub keeps its mesh peers'
-    /// connections open, Kademlia and fetches theirs while a query or request is in flight.
-    pub idle_timeout: Duration,
-    /// Connection manager: when more than `conn_high` peers are connected, connections to peers
-    /// outside the gossip mesh, with no fetch in flight and older than `conn_grace` are closed,
-    /// newest first, until `conn_low` remain (checked every second).
-    pub conn_high: usize,
-    /// See [`Config::conn_high`].
-    pub conn_low: usize,
-    /// See [`Config::conn_high`].
-    pub conn_grace: Duration,
-    /// Hard cap on established connections (refused beyond it), against a flood of peers.
-    pub max_connections: u32,
-    /// How long after a publish its tags are announced in the DHT. Gossip is the fast path and
-    /// goes first; each announcement is a Kademlia query that opens connections to ~20 nodes,
-    /// and run at the same moment they slowed the gossip they compete with (measured).
-    /// Announcements also run at most two at a time.
-    pub provide_delay: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            listen: vec![
-                "/ip4/0.0.0.0/tcp/0".parse().expect("valid multiaddr"),
-                "/ip4/0.0.0.0/udp/0/quic-v1"
-                    .parse()
-                    .expect("valid multiaddr"),
-            ],
-            bootstrap: Vec::new(),
-            mdns: false,
-            transport: TransportKind::Network,
-            max_concurrent_validations: 64,
-            per_peer_messages: 100,
-            rate_window: Duration::from_secs(10),
-            heartbeat: Duration::from_millis(700),
-            gossip_mesh: 4,
-            sweep_interval: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(10),
-            conn_high: 32,
-            conn_low: 16,
-            conn_grace: Duration::from_secs(10),
-            max_connections: 512,
-            provide_delay: Duration::from_secs(1),
-        }
-    }
 }
 
 /// Errors of the network layer.
@@ -168,6 +149,9 @@ pub enum Error {
     /// A dial or request failed.
     #[error("{0}")]
     Network(String),
+    /// Refused for now by a bound (a pool or a per-peer limit is full); try later.
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 /// Counters, for logs, `peers --json` and the simulation.
@@ -191,6 +175,17 @@ pub struct Stats {
     pub dials: AtomicU64,
     /// Kademlia bootstraps completed.
     pub bootstraps: AtomicU64,
+    /// Gossip ignored because the resolution pool or the sender's share of it was full.
+    pub resolutions_refused: AtomicU64,
+    /// Inbound fetch requests answered.
+    pub fetches_served: AtomicU64,
+    /// Inbound fetch requests refused by [`Config::fetch_in_flight_total`],
+    /// [`Config::fetch_in_flight_per_peer`] or [`Config::fetch_per_peer`].
+    pub fetches_refused: AtomicU64,
+    /// Inbound provider records stored (new or refreshed).
+    pub provider_records_admitted: AtomicU64,
+    /// Inbound provider records refused by the quotas.
+    pub provider_records_refused: AtomicU64,
 }
 
 impl Stats {
@@ -227,17 +222,6 @@ pub struct PeerInfo {
     pub peer_id: String,
     /// Addresses it listens on (from identify).
     pub addrs: Vec<String>,
-}
-
-#[derive(NetworkBehaviour)]
-struct Behaviour {
-    limits: libp2p::connection_limits::Behaviour,
-    gossipsub: gossipsub::Behaviour,
-    kad: kad::Behaviour<kad::store::MemoryStore>,
-    identify: identify::Behaviour,
-    ping: ping::Behaviour,
-    fetch: request_response::cbor::Behaviour<FetchRequest, FetchResponse>,
-    mdns: Toggle<mdns::tokio::Behaviour>,
 }
 
 enum Command {
@@ -278,6 +262,7 @@ enum Internal {
         acceptance: MessageAcceptance,
     },
     Respond {
+        peer: PeerId,
         channel: ResponseChannel<FetchResponse>,
         response: FetchResponse,
     },
@@ -304,6 +289,11 @@ pub struct Client {
     stats: Arc<Stats>,
     accepted: tokio::sync::broadcast::Sender<Accepted>,
     metrics: Arc<Mutex<Registry>>,
+    /// The node's token: cancelled by the caller's shutdown token, or when the last client
+    /// goes (`_stop_on_drop`).
+    cancel: CancellationToken,
+    slots: ResolveSlots,
+    _stop_on_drop: Arc<DropGuard>,
 }
 
 /// Traffic counters read from the node's libp2p metrics.
@@ -333,78 +323,6 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default()
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
-) -> Result<T, Error> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::Store(format!("store task failed: {e}")))?
-        .map_err(|e| Error::Store(e.to_string()))
-}
-
-/// The validation pool: as many threads as the machine has cores, shared by every node in the
-/// process, for the work of one advertisement (stored sequence, signatures, write).
-///
-/// Why not `spawn_blocking`: under a burst of gossip every validation took its own
-/// blocking-pool thread, and hundreds of runnable threads, each with ~0.15 ms of CPU work,
-/// were time-sliced against the runtime's workers, which carry the network: forwarding
-/// waited on the scheduler. A fixed pool keeps the work in arrival order and the threads few.
-/// Jobs beyond the queue's bound go to `spawn_blocking` rather than wait.
-struct Pool {
-    tx: std::sync::mpsc::SyncSender<Box<dyn FnOnce() + Send>>,
-}
-
-const POOL_QUEUE: usize = 4096;
-
-fn pool() -> &'static Pool {
-    static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Box<dyn FnOnce() + Send>>(POOL_QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        for i in 0..threads {
-            let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("agentnet-validate-{i}"))
-                .spawn(move || loop {
-                    let job = match rx.lock() {
-                        Ok(rx) => rx.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok(job) = job else { return };
-                    // A panicking job loses its reply (the caller gets an error), not the thread.
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
-                        tracing::error!("a validation job panicked");
-                    }
-                });
-            if let Err(e) = spawned {
-                tracing::warn!(error = %e, "starting a validation thread");
-            }
-        }
-        Pool { tx }
-    })
-}
-
-/// Run `f` on the validation pool (or, when its queue is full, a blocking thread).
-async fn on_pool<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
-) -> Result<T, Error> {
-    let (reply, rx) = oneshot::channel();
-    let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-        let _ = reply.send(f());
-    });
-    match pool().tx.try_send(job) {
-        Ok(()) => {}
-        Err(std::sync::mpsc::TrySendError::Full(job))
-        | Err(std::sync::mpsc::TrySendError::Disconnected(job)) => {
-            tokio::task::spawn_blocking(job);
-        }
-    }
-    rx.await
-        .map_err(|_| Error::Store("validation job dropped".into()))?
-        .map_err(|e| Error::Store(e.to_string()))
 }
 
 impl Client {
@@ -456,15 +374,7 @@ impl Client {
     /// Validate, store and announce an advertisement (gossip + DHT provider records).
     pub async fn publish(&self, bytes: Vec<u8>) -> Result<Validated, Error> {
         // Our own publishing: the store's caps and disk watermark do not apply.
-        let validated = accept(
-            &self.store,
-            &self.validator,
-            &self.stats,
-            &self.accepted,
-            bytes,
-            true,
-        )
-        .await?;
+        let validated = self.accept_from(bytes, Gate::Own).await?;
         self.call(|reply| Command::Publish {
             validated: validated.clone(),
             reply,
@@ -474,22 +384,45 @@ impl Client {
     }
 
     /// Validate and store one advertisement (from anywhere), exactly as gossip is validated.
-    /// Returns it if it is new; `Reject::StaleSeq` if we have it or a newer one.
+    /// Returns it if it is new; `Reject::StaleSeq` if we have it or a newer one. The caller's
+    /// own advertisements: a DID document fetch it needs does not wait for the resolution pool.
     pub async fn accept(&self, bytes: Vec<u8>) -> Result<Validated, Error> {
+        self.accept_from(bytes, Gate::Local).await
+    }
+
+    async fn accept_from(&self, bytes: Vec<u8>, gate: Gate) -> Result<Validated, Error> {
         accept(
-            &self.store,
-            &self.validator,
-            &self.stats,
-            &self.accepted,
+            &Ctx {
+                store: &self.store,
+                validator: &self.validator,
+                stats: &self.stats,
+                events: &self.accepted,
+                cancel: &self.cancel,
+            },
             bytes,
-            false,
+            gate,
         )
         .await
+    }
+
+    /// Ask `peer` for its advertisements matching `request` (the fetch protocol); the answer is
+    /// not validated (see [`Client::discover`], which does).
+    pub async fn fetch(&self, peer: PeerId, request: FetchRequest) -> Result<FetchResponse, Error> {
+        self.call(|reply| Command::Fetch {
+            peer,
+            request,
+            reply,
+        })
+        .await?
     }
 
     /// Find agents whose cards carry all `tags`: the local index first, then providers found
     /// through the DHT; every network result is validated like gossip. Ranked by freshness,
     /// one per DID, at most `limit`.
+    ///
+    /// Bounded: at most [`DISCOVER_PROVIDERS`] providers are asked, [`DISCOVER_BATCH`] at a
+    /// time, each for at most [`DISCOVER_FETCH_TIMEOUT`], until `limit` are found or
+    /// [`DISCOVER_DEADLINE`] passes; what was validated by then is returned.
     pub async fn discover(
         &self,
         tags: &[String],
@@ -518,29 +451,79 @@ impl Client {
             tags: tags.clone(),
             limit: (limit as u32).min(MAX_FETCH),
         };
-        let fetches = providers
+        let providers: Vec<PeerId> = providers
             .into_iter()
             .filter(|p| *p != self.peer_id)
-            .take(8)
-            .map(|peer| {
-                let request = request.clone();
-                async move {
-                    self.call(|reply| Command::Fetch {
-                        peer,
-                        request,
-                        reply,
-                    })
-                    .await
-                    .and_then(|r| r)
+            .take(DISCOVER_PROVIDERS)
+            .collect();
+        let deadline = tokio::time::Instant::now() + DISCOVER_DEADLINE;
+        let work = async {
+            // Answers are handled as they come, DISCOVER_BATCH fetches in flight.
+            let mut answers = futures::stream::iter(providers.iter().copied())
+                .map(|peer| {
+                    let request = request.clone();
+                    async move {
+                        let answer = match tokio::time::timeout(
+                            DISCOVER_FETCH_TIMEOUT,
+                            self.fetch(peer, request),
+                        )
+                        .await
+                        {
+                            Ok(r) => r,
+                            Err(_) => Err(Error::Network(format!(
+                                "fetch from {peer}: no answer in {DISCOVER_FETCH_TIMEOUT:?}"
+                            ))),
+                        };
+                        (peer, answer)
+                    }
+                })
+                .buffer_unordered(DISCOVER_BATCH);
+            while let Some((peer, answer)) = answers.next().await {
+                let answer = match answer {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "fetch from a provider failed");
+                        continue;
+                    }
+                };
+                // Validated a few at a time: advertisements that need a DID document fetch
+                // take the provider's resolution slots (two), the rest are refused at once
+                // instead of waiting in line, and offline ones (did:key) are not held up.
+                let accepts = answer
+                    .adverts
+                    .into_iter()
+                    .take(MAX_FETCH as usize)
+                    .map(|ad| {
+                        self.accept_from(ad.into_vec(), Gate::Peer(peer, self.slots.clone()))
+                    });
+                let results: Vec<_> = futures::stream::iter(accepts)
+                    .buffer_unordered(DISCOVER_ACCEPTS)
+                    .collect()
+                    .await;
+                for r in results {
+                    match r {
+                        Ok(_) | Err(Error::Rejected(Reject::StaleSeq { .. })) => {}
+                        Err(e) => {
+                            tracing::debug!(%peer, error = %e, "fetched advertisement refused")
+                        }
+                    }
                 }
-            });
-        for answer in futures::future::join_all(fetches).await {
-            let Ok(answer) = answer else { continue };
-            for ad in answer.adverts.into_iter().take(MAX_FETCH as usize) {
-                match self.accept(ad.into_vec()).await {
-                    Ok(_) | Err(Error::Rejected(Reject::StaleSeq { .. })) => {}
-                    Err(e) => tracing::debug!(error = %e, "fetched advertisement refused"),
+                let store = self.store.clone();
+                let t = tags.clone();
+                if blocking(move || store.find(&t, limit, unix_now()))
+                    .await?
+                    .len()
+                    >= limit
+                {
+                    break;
                 }
+            }
+            Ok::<(), Error>(())
+        };
+        match tokio::time::timeout_at(deadline, work).await {
+            Ok(r) => r?,
+            Err(_) => {
+                tracing::debug!(tags = ?tags, "discover deadline passed; answering with what was found")
             }
         }
         let store = self.store.clone();
@@ -553,9 +536,22 @@ impl Client {
         self.call(|reply| Command::Providers { tag, reply }).await
     }
 
-    /// Dial an address.
+    /// Dial an address and wait for the connection (with or without a `/p2p/` component; the
+    /// dial is tracked by its connection id). Ok at once if the address names a peer we are
+    /// connected to. Fails if the dial fails, or after 30 s.
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), Error> {
-        self.call(|reply| Command::Dial { addr, reply }).await?
+        let shown = addr.to_string();
+        match tokio::time::timeout(
+            DIAL_TIMEOUT,
+            self.call(|reply| Command::Dial { addr, reply }),
+        )
+        .await
+        {
+            Ok(r) => r?,
+            Err(_) => Err(Error::Network(format!(
+                "dialing {shown}: no connection after {DIAL_TIMEOUT:?}"
+            ))),
+        }
     }
 
     /// Connected peers.
@@ -608,81 +604,6 @@ fn traffic_from_metrics(text: &str) -> Traffic {
     t
 }
 
-/// Count a refusal: penalized reasons by name, the others (stale, throttled, unresolvable) as
-/// ignored.
-fn refuse(stats: &Stats, r: Reject) -> Error {
-    if r.penalize() {
-        stats.reject(&r);
-    } else {
-        stats.ignored.fetch_add(1, Ordering::Relaxed);
-    }
-    Error::Rejected(r)
-}
-
-/// Validate against the stored sequence, then store: the one path every advertisement takes.
-///
-/// The cheap checks run here; the stored-sequence read, both signatures and the write run in one
-/// blocking task (one thread hop, not three: at gossip rates the hops cost as much as a
-/// signature). A did:web advertisement whose document is not cached reads the sequence first, so
-/// that a replay never costs a fetch.
-async fn accept(
-    store: &Store,
-    validator: &Validator,
-    stats: &Stats,
-    events: &tokio::sync::broadcast::Sender<Accepted>,
-    bytes: Vec<u8>,
-    own: bool,
-) -> Result<Validated, Error> {
-    let now = unix_now();
-    let pre = validator
-        .precheck(&bytes, None, now)
-        .map_err(|r| refuse(stats, r))?;
-    let mut stored = None;
-    if validator.needs_resolution(&pre) {
-        let s = store.clone();
-        let did = pre.did.clone();
-        stored = blocking(move || s.seq(&did)).await?;
-    }
-    // A DID with a stored sequence spends its own fetch budget, not its domain's.
-    let keys = validator
-        .keys_after(&pre, stored)
-        .await
-        .map_err(|r| refuse(stats, r))?;
-    let s = store.clone();
-    let outcome = on_pool(move || {
-        let stored = s.seq(&pre.did)?;
-        if let Err(r) = crate::advert::check_seq(&pre, stored) {
-            return Ok(Err(r));
-        }
-        let v = match crate::advert::verify(pre, &keys, bytes) {
-            Ok(v) => v,
-            Err(r) => return Ok(Err(r)),
-        };
-        let put = if own { s.put_own(&v)? } else { s.put(&v)? };
-        Ok(Ok((v, put)))
-    })
-    .await?;
-    let (validated, put) = outcome.map_err(|r| refuse(stats, r))?;
-    match put {
-        PutOutcome::Stale { stored_seq } => Err(refuse(
-            stats,
-            Reject::StaleSeq {
-                got: validated.seq,
-                stored: stored_seq,
-            },
-        )),
-        _ => {
-            stats.accepted.fetch_add(1, Ordering::Relaxed);
-            let _ = events.send(Accepted {
-                did: validated.did.clone(),
-                seq: validated.seq,
-                tags: validated.tags.clone(),
-            });
-            Ok(validated)
-        }
-    }
-}
-
 struct PendingProviders {
     remaining: usize,
     found: HashSet<PeerId>,
@@ -711,9 +632,26 @@ struct Node {
     provide_queue: std::collections::VecDeque<(RecordKey, Instant)>,
     /// Announcements in flight.
     providing: HashSet<QueryId>,
-    pending_dials: Vec<(Multiaddr, oneshot::Sender<Result<(), Error>>)>,
+    /// `Client::dial` calls, by the connection id of their dial (at most
+    /// [`MAX_PENDING_DIALS`]).
+    pending_dials: HashMap<ConnectionId, (Multiaddr, oneshot::Sender<Result<(), Error>>)>,
     peer_addrs: HashMap<PeerId, Vec<Multiaddr>>,
     bootstrapped: bool,
+    /// The node's token (see [`Client`]); helper tasks stop on it.
+    cancel: CancellationToken,
+    /// Every helper task (validations, fetch answers, sweeps, peer writes): `run` waits for all
+    /// of them before it returns.
+    tasks: TaskTracker,
+    /// The resolution pool (validations waiting for a DID document).
+    slots: ResolveSlots,
+    /// Inbound fetch requests.
+    fetch_limiter: FetchLimiter,
+    /// Inbound provider records.
+    provider_quota: ProviderQuota,
+    /// Addresses of peers we dialed, to the store writer (bounded; full drops).
+    peer_writes: mpsc::Sender<(PeerId, Multiaddr)>,
+    /// A sweep of expired advertisements is running (they never overlap).
+    sweeping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Start the network: build the swarm from the node's key, listen, dial the bootstrap peers, and
@@ -736,6 +674,12 @@ pub async fn spawn(
     let (internal_tx, internal_rx) = mpsc::channel(1024);
     let topic = IdentTopic::new(TOPIC);
     let (accepted, _) = tokio::sync::broadcast::channel(1024);
+    // The node's own token: the caller's shutdown, or the last client dropped.
+    let cancel = shutdown.child_token();
+    let tasks = TaskTracker::new();
+    let slots = ResolveSlots::new(cfg.max_concurrent_resolutions, cfg.resolutions_per_peer);
+    let (peer_writes, peer_writes_rx) = mpsc::channel(PEER_WRITE_QUEUE);
+    tasks.spawn(write_peers(store.clone(), peer_writes_rx, cancel.clone()));
     let mut node = Node {
         accepted: accepted.clone(),
         swarm,
@@ -754,9 +698,24 @@ pub async fn spawn(
         connected_since: HashMap::new(),
         provide_queue: Default::default(),
         providing: HashSet::new(),
-        pending_dials: Vec::new(),
+        pending_dials: HashMap::new(),
         peer_addrs: HashMap::new(),
         bootstrapped: false,
+        cancel: cancel.clone(),
+        tasks,
+        slots: slots.clone(),
+        fetch_limiter: FetchLimiter::new(
+            cfg.fetch_in_flight_total,
+            cfg.fetch_in_flight_per_peer,
+            cfg.fetch_per_peer,
+            cfg.rate_window,
+            // One entry per peer with a window open: connections are capped at
+            // `max_connections`, and a peer reconnecting keeps its entry until it ends.
+            (cfg.max_connections as usize).saturating_mul(2),
+        ),
+        provider_quota: ProviderQuota::new(cfg.provider_keys_per_peer, cfg.provider_keys_total),
+        peer_writes,
+        sweeping: Default::default(),
     };
     node.swarm
         .behaviour_mut()
@@ -776,6 +735,13 @@ pub async fn spawn(
             tracing::warn!(%addr, error = %e, "dialing bootstrap peer");
         }
     }
+    if cfg.redial_peers > 0 {
+        let s = store.clone();
+        match blocking(move || s.peers()).await {
+            Ok(known) => node.redial(known),
+            Err(error) => tracing::warn!(%error, "reading known peers"),
+        }
+    }
     let client = Client {
         tx,
         peer_id,
@@ -784,9 +750,36 @@ pub async fn spawn(
         stats,
         accepted,
         metrics: Arc::new(Mutex::new(registry)),
+        cancel: cancel.clone(),
+        slots,
+        _stop_on_drop: Arc::new(cancel.clone().drop_guard()),
     };
-    let handle = tokio::spawn(node.run(cmd_rx, internal_rx, shutdown));
+    let handle = tokio::spawn(node.run(cmd_rx, internal_rx));
     Ok((client, handle))
+}
+
+/// Write the addresses of peers we dialed to the store, one at a time, until the node stops.
+/// A restarted node dials them again ([`Config::redial_peers`]). Only dialed addresses are
+/// written: a peer that dials us shows its ephemeral port, and it cannot make us write at all.
+async fn write_peers(
+    store: Store,
+    mut rx: mpsc::Receiver<(PeerId, Multiaddr)>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let (peer, addr) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            next = rx.recv() => match next {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let s = store.clone();
+        let (p, a) = (peer.to_string(), vec![addr.to_string()]);
+        if let Err(error) = blocking(move || s.put_peer(&p, &a, unix_now())).await {
+            tracing::debug!(%error, %peer, "remembering a peer");
+        }
+    }
 }
 
 fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
@@ -796,187 +789,124 @@ fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
     })
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-fn build_behaviour(
-    key: &libp2p::identity::Keypair,
-    cfg: &Config,
-    registry: &mut Registry,
-) -> Result<Behaviour, BoxError> {
-    let peer_id = key.public().to_peer_id();
-    // Anonymous gossip: an advertisement is signed by its agent's DID and its message id is the
-    // hash of its bytes, so gossipsub's own per-message signature (one more Ed25519 verify on
-    // every copy received, duplicates included) and sequence numbers add nothing.
-    let d = cfg.gossip_mesh.max(2);
-    let gossip_cfg = gossipsub::ConfigBuilder::default()
-        .validation_mode(gossipsub::ValidationMode::Anonymous)
-        .validate_messages()
-        .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
-        .max_transmit_size(crate::advert::Limits::default().max_bytes + 4096)
-        .heartbeat_interval(cfg.heartbeat)
-        // No IDONTWANT: gossipsub 1.2 sends one to every mesh peer for every copy received,
-        // duplicates included, before validation; for our 2 KiB advertisements that was more
-        // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
-        .idontwant_message_size_threshold(usize::MAX)
-        .mesh_n(d)
-        .mesh_n_low(d - d / 4)
-        .mesh_n_high(2 * d)
-        .mesh_outbound_min(d / 2)
-        .build()
-        .map_err(|e| format!("gossipsub config: {e}"))?;
-    let mut gossipsub = gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, gossip_cfg)
-        .map_err(|e| format!("gossipsub: {e}"))?
-        .with_metrics(
-            registry.sub_registry_with_prefix("gossipsub"),
-            Default::default(),
-        );
-    // Peer scoring tuned for a low-rate topic: no penalty for few deliveries in the mesh (honest
-    // peers may have nothing to send for hours), a heavy one for invalid messages.
-    let topic_params = gossipsub::TopicScoreParams {
-        topic_weight: 1.0,
-        mesh_message_deliveries_weight: 0.0,
-        mesh_failure_penalty_weight: 0.0,
-        invalid_message_deliveries_weight: -100.0,
-        invalid_message_deliveries_decay: 0.9,
-        ..Default::default()
-    };
-    let mut params = gossipsub::PeerScoreParams::default();
-    params
-        .topics
-        .insert(IdentTopic::new(TOPIC).hash(), topic_params);
-    gossipsub
-        .with_peer_score(params, gossipsub::PeerScoreThresholds::default())
-        .map_err(|e| format!("gossipsub scoring: {e}"))?;
-
-    let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
-    kad_cfg.set_query_timeout(Duration::from_secs(20));
-    // Kademlia re-bootstraps by itself every 5 minutes and whenever its routing table is short
-    // of peers; the connections its queries open close again after `idle_timeout`.
-    kad_cfg.set_periodic_bootstrap_interval(Some(Duration::from_secs(300)));
-    // Peers enter the routing table through `Node::add_kad_address` only.
-    kad_cfg.set_kbucket_inserts(kad::BucketInserts::Manual);
-    let kad_store = kad::store::MemoryStore::with_config(
-        peer_id,
-        kad::store::MemoryStoreConfig {
-            max_provided_keys: 4096,
-            ..Default::default()
-        },
-    );
-    let mut kad = kad::Behaviour::with_config(peer_id, kad_store, kad_cfg);
-    kad.set_mode(Some(kad::Mode::Server));
-
-    let identify = identify::Behaviour::new(
-        identify::Config::new(IDENTIFY_PROTOCOL.into(), key.public())
-            .with_agent_version(concat!("agentnet/", env!("CARGO_PKG_VERSION")).into()),
-    );
-    let codec = request_response::cbor::codec::Codec::default()
-        .set_request_size_maximum(16 * 1024)
-        .set_response_size_maximum(4 * 1024 * 1024);
-    let fetch = request_response::Behaviour::with_codec(
-        codec,
-        [(StreamProtocol::new(FETCH_PROTOCOL), ProtocolSupport::Full)],
-        request_response::Config::default().with_request_timeout(Duration::from_secs(10)),
-    );
-    let mdns = if cfg.mdns {
-        Some(
-            mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)
-                .map_err(|e| format!("mdns: {e}"))?,
-        )
-    } else {
-        None
-    };
-    let limits = libp2p::connection_limits::ConnectionLimits::default()
-        .with_max_established(Some(cfg.max_connections))
-        .with_max_established_per_peer(Some(2))
-        .with_max_pending_incoming(Some(cfg.max_connections.div_ceil(4)));
-    Ok(Behaviour {
-        limits: libp2p::connection_limits::Behaviour::new(limits),
-        gossipsub,
-        kad,
-        identify,
-        ping: ping::Behaviour::default(),
-        fetch,
-        mdns: mdns.into(),
-    })
-}
-
-fn build_swarm(
-    keypair: libp2p::identity::Keypair,
-    cfg: &Config,
-    registry: &mut Registry,
-) -> Result<Swarm<Behaviour>, Error> {
-    let start = |e: &dyn std::fmt::Display| Error::Start(e.to_string());
-    let idle = cfg.idle_timeout;
-    let swarm = match cfg.transport {
-        TransportKind::Network => libp2p::SwarmBuilder::with_existing_identity(keypair)
-            .with_tokio()
-            .with_tcp(
-                tcp::Config::default().nodelay(true),
-                noise::Config::new,
-                yamux::Config::default,
-            )
-            .map_err(|e| start(&e))?
-            .with_quic()
-            .with_dns()
-            .map_err(|e| start(&e))?
-            .with_bandwidth_metrics(registry)
-            .with_behaviour(|key| build_behaviour(key, cfg, registry))
-            .map_err(|e| start(&e))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
-            .build(),
-        TransportKind::Memory => libp2p::SwarmBuilder::with_existing_identity(keypair)
-            .with_tokio()
-            .with_other_transport(|key| {
-                Ok::<_, BoxError>(
-                    MemoryTransport::default()
-                        .upgrade(Version::V1)
-                        .authenticate(noise::Config::new(key)?)
-                        .multiplex(yamux::Config::default())
-                        .boxed(),
-                )
-            })
-            .map_err(|e| start(&e))?
-            .with_bandwidth_metrics(registry)
-            .with_behaviour(|key| build_behaviour(key, cfg, registry))
-            .map_err(|e| start(&e))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
-            .build(),
-    };
-    Ok(swarm)
-}
-
 impl Node {
+    /// The event loop, then the teardown. Returns when nothing of the node runs any more.
     async fn run(
         mut self,
         mut cmd_rx: mpsc::Receiver<Command>,
         mut internal_rx: mpsc::Receiver<Internal>,
-        shutdown: CancellationToken,
     ) {
         let mut sweep = tokio::time::interval(self.cfg.sweep_interval);
         let mut trim = tokio::time::interval(Duration::from_secs(1));
         let mut provide = tokio::time::interval(Duration::from_millis(250));
         provide.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut expire = tokio::time::interval(PROVIDER_EXPIRY_INTERVAL);
+        expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let cancel = self.cancel.clone();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => break,
+                _ = cancel.cancelled() => break,
                 Some(cmd) = cmd_rx.recv() => self.on_command(cmd),
                 Some(ev) = internal_rx.recv() => self.on_internal(ev),
                 ev = self.swarm.select_next_some() => self.on_swarm(ev),
                 _ = sweep.tick() => self.sweep(),
                 _ = trim.tick() => self.trim_connections(),
                 _ = provide.tick() => self.provide_due(),
+                _ = expire.tick() => self.expire_provider_records(),
             }
         }
+        // Teardown, in this order:
+        // 1. No new work: commands are refused from here on (callers get `Error::Stopped`),
+        //    and no helper is spawned any more (`close`).
+        cmd_rx.close();
+        self.tasks.close();
+        // 2. Helpers stop at their next await point on the cancelled token (a validation
+        //    waiting for a DID document, the peer writer); a blocking store call in progress
+        //    finishes, and no validation writes once the token is cancelled. What they send
+        //    back is dropped; reading it keeps them from blocking on a full channel.
+        let wait = self.tasks.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => break,
+                Some(_) = internal_rx.recv() => {}
+            }
+        }
+        // 3. The swarm, its connections and the pending replies go with `self`: callers waiting
+        //    on a fetch, a dial or providers get `Error::Stopped`.
         tracing::debug!("network task stopped");
     }
 
+    /// Sweep expired advertisements off the swarm task; at most one sweep at a time.
     fn sweep(&self) {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || match store.sweep_expired(unix_now()) {
-            Ok(n) if n > 0 => tracing::debug!(swept = n, "expired advertisements swept"),
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "sweeping expired advertisements"),
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (store, sweeping) = (self.store.clone(), self.sweeping.clone());
+        self.tasks.spawn_blocking(move || {
+            match store.sweep_expired(unix_now()) {
+                Ok(n) if n > 0 => tracing::debug!(swept = n, "expired advertisements swept"),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "sweeping expired advertisements"),
+            }
+            sweeping.store(false, Ordering::Release);
         });
+    }
+
+    /// Remove inbound provider records whose time is up.
+    fn expire_provider_records(&mut self) {
+        let gone = self.provider_quota.expire(Instant::now());
+        if gone.is_empty() {
+            return;
+        }
+        let store = self.swarm.behaviour_mut().kad.store_mut();
+        for (key, peer) in &gone {
+            store.remove_provider(key, peer);
+        }
+        tracing::debug!(expired = gone.len(), "inbound provider records expired");
+    }
+
+    /// Dial up to [`Config::redial_peers`] of the peers the store knows (most recently seen
+    /// first), each at its first address that carries or can be given its peer id.
+    fn redial(&mut self, known: Vec<(String, Vec<String>, u64)>) {
+        let mut dialed = 0;
+        for (peer, addrs, _) in known {
+            if dialed >= self.cfg.redial_peers {
+                break;
+            }
+            let Ok(peer) = peer.parse::<PeerId>() else {
+                continue;
+            };
+            if peer == *self.swarm.local_peer_id() || self.swarm.is_connected(&peer) {
+                continue;
+            }
+            let addrs: Vec<Multiaddr> = addrs
+                .iter()
+                .filter_map(|a| a.parse::<Multiaddr>().ok())
+                .filter_map(|a| match peer_of(&a) {
+                    Some(p) if p == peer => Some(a),
+                    Some(_) => None,
+                    None => Some(a.with(libp2p::multiaddr::Protocol::P2p(peer))),
+                })
+                .collect();
+            if addrs.is_empty() {
+                continue;
+            }
+            for a in &addrs {
+                self.add_kad_address(peer, a.clone());
+            }
+            let opts = DialOpts::peer_id(peer)
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .addresses(addrs)
+                .build();
+            match self.swarm.dial(opts) {
+                Ok(()) => dialed += 1,
+                Err(error) => tracing::debug!(%peer, %error, "redialing a known peer"),
+            }
+        }
+        if dialed > 0 {
+            tracing::info!(dialed, "dialing peers known from before");
+        }
     }
 
     fn on_command(&mut self, cmd: Command) {
@@ -1039,10 +969,30 @@ impl Node {
             }
             Command::Dial { addr, reply } => {
                 if let Some(peer) = peer_of(&addr) {
+                    if self.swarm.is_connected(&peer) {
+                        let _ = reply.send(Ok(()));
+                        return;
+                    }
                     self.add_kad_address(peer, addr.clone());
                 }
-                match self.swarm.dial(addr.clone()) {
-                    Ok(()) => self.pending_dials.push((addr, reply)),
+                if self.pending_dials.len() >= MAX_PENDING_DIALS {
+                    // Callers that gave up (timed out) leave their entry until the dial ends.
+                    self.pending_dials.retain(|_, (_, r)| !r.is_closed());
+                }
+                if self.pending_dials.len() >= MAX_PENDING_DIALS {
+                    let _ = reply.send(Err(Error::Busy(format!(
+                        "dialing {addr}: {MAX_PENDING_DIALS} dials already waiting"
+                    ))));
+                    return;
+                }
+                // Tracked by connection id: a failed dial to an address without `/p2p/`
+                // reports no peer id.
+                let opts = DialOpts::unknown_peer_id().address(addr.clone()).build();
+                let id = opts.connection_id();
+                match self.swarm.dial(opts) {
+                    Ok(()) => {
+                        self.pending_dials.insert(id, (addr, reply));
+                    }
                     Err(e) => {
                         let _ = reply.send(Err(Error::Network(format!("dialing {addr}: {e}"))));
                     }
@@ -1091,7 +1041,12 @@ impl Node {
                     .gossipsub
                     .report_message_validation_result(&id, &source, acceptance);
             }
-            Internal::Respond { channel, response } => {
+            Internal::Respond {
+                peer,
+                channel,
+                response,
+            } => {
+                self.fetch_limiter.finish(&peer);
                 let _ = self
                     .swarm
                     .behaviour_mut()
@@ -1133,6 +1088,52 @@ impl Node {
                     self.providing.insert(id);
                 }
                 Err(e) => tracing::warn!(error = ?e, "announcing a tag in the DHT"),
+            }
+        }
+    }
+
+    /// An ADD_PROVIDER from another peer (Kademlia only reports it, `StoreInserts::FilterBoth`;
+    /// it checked that the record's provider is the sender): stored if the quota admits it.
+    fn on_inbound_provider(&mut self, record: kad::ProviderRecord) {
+        let decision = self.provider_quota.admit(
+            record.provider,
+            &record.key,
+            record.expires,
+            self.cfg.provider_record_ttl,
+            Instant::now(),
+        );
+        if !decision.admitted() {
+            self.stats
+                .provider_records_refused
+                .fetch_add(1, Ordering::Relaxed);
+            if decision == Admission::Full {
+                tracing::debug!(peer = %record.provider, "inbound provider records full");
+            }
+            return;
+        }
+        let provider = record.provider;
+        let key = record.key.clone();
+        let mut record = dht::trim_record(record);
+        let cap = Instant::now() + self.cfg.provider_record_ttl;
+        record.expires = Some(record.expires.map_or(cap, |e| e.min(cap)));
+        match self
+            .swarm
+            .behaviour_mut()
+            .kad
+            .store_mut()
+            .add_provider(record)
+        {
+            Ok(()) => {
+                self.stats
+                    .provider_records_admitted
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                // Only if the quota and the store disagree; keep them in step.
+                tracing::debug!(%error, %provider, "inbound provider record not stored");
+                if decision == Admission::New {
+                    self.provider_quota.forget(&provider, &key);
+                }
             }
         }
     }
@@ -1203,15 +1204,27 @@ impl Node {
         let Ok(permit) = self.validations.clone().try_acquire_owned() else {
             return ignore(self);
         };
-        let (store, validator, stats, events, tx) = (
+        let (store, validator, stats, events, tx, cancel, slots) = (
             self.store.clone(),
             self.validator.clone(),
             self.stats.clone(),
             self.accepted.clone(),
             self.internal_tx.clone(),
+            self.cancel.clone(),
+            self.slots.clone(),
         );
-        tokio::spawn(async move {
-            let acceptance = match accept(&store, &validator, &stats, &events, data, false).await {
+        self.tasks.spawn(async move {
+            let ctx = Ctx {
+                store: &store,
+                validator: &validator,
+                stats: &stats,
+                events: &events,
+                cancel: &cancel,
+            };
+            // The permit is held until validation ends, or handed back while a DID document
+            // is fetched (then a resolution slot is held instead).
+            let gate = Gate::Gossip(source, slots, Some(permit));
+            let acceptance = match accept(&ctx, data, gate).await {
                 Ok(v) => {
                     tracing::debug!(did = %v.did, seq = v.seq, peer = %source, "accepted advertisement");
                     MessageAcceptance::Accept
@@ -1221,12 +1234,12 @@ impl Node {
                     tracing::info!(peer = %source, reason = r.reason(), error = %r, "rejected advertisement");
                     MessageAcceptance::Reject
                 }
+                Err(Error::Stopped) => return,
                 Err(e) => {
                     tracing::debug!(peer = %source, error = %e, "ignored advertisement");
                     MessageAcceptance::Ignore
                 }
             };
-            drop(permit);
             let _ = tx
                 .send(Internal::Validation {
                     id,
@@ -1237,10 +1250,24 @@ impl Node {
         });
     }
 
-    fn on_fetch_request(&mut self, request: FetchRequest, channel: ResponseChannel<FetchResponse>) {
+    /// Answer a fetch request on a helper task, if the limiter admits it; a refused request's
+    /// stream is dropped unanswered (the asker sees the stream close), before any store read.
+    fn on_fetch_request(
+        &mut self,
+        peer: PeerId,
+        request: FetchRequest,
+        channel: ResponseChannel<FetchResponse>,
+    ) {
+        if let Err(why) = self.fetch_limiter.start(peer, Instant::now()) {
+            self.stats.fetches_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, ?why, "fetch request refused");
+            drop(channel);
+            return;
+        }
+        self.stats.fetches_served.fetch_add(1, Ordering::Relaxed);
         let store = self.store.clone();
         let tx = self.internal_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let tags: Vec<String> = request
                 .tags
                 .iter()
@@ -1255,13 +1282,25 @@ impl Node {
                     .await
                     .unwrap_or_default()
             };
+            let mut bytes = 0usize;
             let response = FetchResponse {
                 adverts: found
                     .into_iter()
+                    .take_while(|a| {
+                        bytes += a.bytes.len();
+                        bytes <= MAX_FETCH_BYTES
+                    })
                     .map(|a| serde_bytes::ByteBuf::from(a.bytes))
                     .collect(),
             };
-            let _ = tx.send(Internal::Respond { channel, response }).await;
+            // Sent even at shutdown: the swarm task drains the channel until every helper ends.
+            let _ = tx
+                .send(Internal::Respond {
+                    peer,
+                    channel,
+                    response,
+                })
+                .await;
         });
     }
 
@@ -1296,7 +1335,8 @@ impl Node {
                     let done = match r {
                         Ok(GetProvidersOk::FoundProviders { providers, .. }) => {
                             if let Some(p) = self.pending_providers.get_mut(&pending_id) {
-                                p.found.extend(providers);
+                                let room = MAX_PROVIDERS_FOUND.saturating_sub(p.found.len());
+                                p.found.extend(providers.into_iter().take(room));
                             }
                             step.last
                         }
@@ -1321,12 +1361,13 @@ impl Node {
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Fetch(request_response::Event::Message {
+                peer,
                 message,
                 ..
             })) => match message {
                 request_response::Message::Request {
                     request, channel, ..
-                } => self.on_fetch_request(request, channel),
+                } => self.on_fetch_request(peer, request, channel),
                 request_response::Message::Response {
                     request_id,
                     response,
@@ -1359,6 +1400,12 @@ impl Node {
                 }
                 self.peer_addrs.insert(peer_id, addrs);
             }
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::InboundRequest {
+                request:
+                    kad::InboundRequest::AddProvider {
+                        record: Some(record),
+                    },
+            })) => self.on_inbound_provider(record),
             SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutablePeer {
                 peer,
                 address,
@@ -1376,7 +1423,10 @@ impl Node {
                 self.stats.dials.fetch_add(1, Ordering::Relaxed);
             }
             SwarmEvent::ConnectionEstablished {
-                peer_id, endpoint, ..
+                peer_id,
+                endpoint,
+                connection_id,
+                ..
             } => {
                 self.stats
                     .connections_opened
@@ -1384,24 +1434,19 @@ impl Node {
                 self.connected_since
                     .entry(peer_id)
                     .or_insert_with(Instant::now);
-                let addr = endpoint.get_remote_address().clone();
-                let mut i = 0;
-                while i < self.pending_dials.len() {
-                    let (a, _) = &self.pending_dials[i];
-                    if a == &addr || peer_of(a) == Some(peer_id) {
-                        let (_, reply) = self.pending_dials.swap_remove(i);
-                        let _ = reply.send(Ok(()));
-                    } else {
-                        i += 1;
-                    }
+                if let Some((_, reply)) = self.pending_dials.remove(&connection_id) {
+                    let _ = reply.send(Ok(()));
                 }
                 if !self.bootstrapped {
                     self.bootstrapped = true;
                     let _ = self.swarm.behaviour_mut().kad.bootstrap();
                 }
-                let store = self.store.clone();
-                let (p, a) = (peer_id.to_string(), vec![addr.to_string()]);
-                tokio::task::spawn_blocking(move || store.put_peer(&p, &a, unix_now()));
+                if endpoint.is_dialer() {
+                    // Full queue: this one is not remembered (a dial hint, not data).
+                    let _ = self
+                        .peer_writes
+                        .try_send((peer_id, endpoint.get_remote_address().clone()));
+                }
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
@@ -1412,16 +1457,14 @@ impl Node {
                 self.peer_addrs.remove(&peer_id);
                 self.connected_since.remove(&peer_id);
             }
-            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+            SwarmEvent::OutgoingConnectionError {
+                peer_id,
+                error,
+                connection_id,
+            } => {
                 tracing::debug!(peer = ?peer_id, %error, "outgoing connection failed");
-                let mut i = 0;
-                while i < self.pending_dials.len() {
-                    if peer_id.is_some() && peer_of(&self.pending_dials[i].0) == peer_id {
-                        let (a, reply) = self.pending_dials.swap_remove(i);
-                        let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
-                    } else {
-                        i += 1;
-                    }
+                if let Some((a, reply)) = self.pending_dials.remove(&connection_id) {
+                    let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
                 }
             }
             SwarmEvent::NewListenAddr { address, .. } => tracing::info!(%address, "listening"),

@@ -1,0 +1,131 @@
+//! Network settings.
+
+use super::*;
+
+/// Which transports the node uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// TCP + Noise + Yamux, QUIC, DNS (incl. `/dnsaddr` bootstrap through hickory).
+    Network,
+    /// libp2p's in-process memory transport (many-node tests and simulations).
+    Memory,
+}
+
+/// Network settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Addresses to listen on.
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start (`/ip4/…/tcp/…/p2p/…`, `/dnsaddr/…`).
+    pub bootstrap: Vec<Multiaddr>,
+    /// mDNS discovery on the LAN.
+    pub mdns: bool,
+    /// Transports.
+    pub transport: TransportKind,
+    /// Most validations in flight; gossip arriving beyond it is ignored (not forwarded).
+    /// A validation that must fetch a DID document gives its permit back and waits in the
+    /// resolution pool instead ([`Config::max_concurrent_resolutions`]).
+    pub max_concurrent_validations: usize,
+    /// Most validations waiting for a DID document fetch (did:web not cached), over all peers.
+    /// Gossip needing one beyond it is ignored (not forwarded, not penalized): a fetch may take
+    /// the resolver's whole timeout, and before this pool one peer sending two did:web
+    /// advertisements a second for unresolvable domains held every validation permit.
+    pub max_concurrent_resolutions: usize,
+    /// Most of those on behalf of one peer (the peer that gossiped it, or the provider a
+    /// discover fetched it from).
+    pub resolutions_per_peer: usize,
+    /// Inbound fetch requests answered at once, over all peers; the excess is refused (the
+    /// stream is dropped) before any store read.
+    pub fetch_in_flight_total: usize,
+    /// Inbound fetch requests answered at once for one peer.
+    pub fetch_in_flight_per_peer: usize,
+    /// Inbound fetch requests one peer may make per [`Config::rate_window`].
+    pub fetch_per_peer: u32,
+    /// Kademlia provider records other peers may store with us: most keys per providing peer.
+    pub provider_keys_per_peer: usize,
+    /// The same, over all peers. Our own provider records are kept apart and never count.
+    pub provider_keys_total: usize,
+    /// How long an inbound provider record is kept (the record's own expiry if sooner); the
+    /// provider re-announces before it ends.
+    pub provider_record_ttl: Duration,
+    /// At start, dial this many peers from the store's `peers` (most recently seen first), so
+    /// that a restarted node finds the network without bootstrap.
+    pub redial_peers: usize,
+    /// Most advertisements accepted from one peer per [`Config::rate_window`].
+    pub per_peer_messages: u32,
+    /// The window of `per_peer_messages`.
+    pub rate_window: Duration,
+    /// gossipsub heartbeat.
+    pub heartbeat: Duration,
+    /// gossipsub mesh degree D (D_low = D - D/4, D_high = 2D). 4, not gossipsub's 6: every copy
+    /// a node receives costs it a decryption and a decode, and with 6 the CPU spent on
+    /// duplicates (5.5 per advertisement) slowed propagation more than the shorter paths sped
+    /// it up (measured, docs/BENCHMARKS.md). Lost copies are repaired by gossip (IHAVE/IWANT)
+    /// at the next heartbeat, and by the DHT.
+    pub gossip_mesh: usize,
+    /// How often expired advertisements are swept from the store.
+    pub sweep_interval: Duration,
+    /// A connection nothing uses closes after this long. gossipsub keeps its mesh peers'
+    /// connections open, Kademlia and fetches theirs while a query or request is in flight.
+    pub idle_timeout: Duration,
+    /// Connection manager: when more than `conn_high` peers are connected, connections to peers
+    /// outside the gossip mesh, with no fetch in flight and older than `conn_grace` are closed,
+    /// newest first, until `conn_low` remain (checked every second).
+    pub conn_high: usize,
+    /// See [`Config::conn_high`].
+    pub conn_low: usize,
+    /// See [`Config::conn_high`].
+    pub conn_grace: Duration,
+    /// Hard cap on established connections (refused beyond it), against a flood of peers.
+    pub max_connections: u32,
+    /// How long after a publish its tags are announced in the DHT. Gossip is the fast path and
+    /// goes first; each announcement is a Kademlia query that opens connections to ~20 nodes,
+    /// and run at the same moment they slowed the gossip they compete with (measured).
+    /// Announcements also run at most two at a time.
+    pub provide_delay: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: vec![
+                "/ip4/0.0.0.0/tcp/0".parse().expect("valid multiaddr"),
+                "/ip4/0.0.0.0/udp/0/quic-v1"
+                    .parse()
+                    .expect("valid multiaddr"),
+            ],
+            bootstrap: Vec::new(),
+            mdns: false,
+            transport: TransportKind::Network,
+            max_concurrent_validations: 64,
+            // A handful of slow fetches at once is plenty for honest did:web agents (documents
+            // are cached after the first); 2 per peer lets one relay pass on a burst slowly.
+            max_concurrent_resolutions: 8,
+            resolutions_per_peer: 2,
+            // An answer is at most MAX_FETCH_BYTES: 32 in flight is at most 16 MiB.
+            fetch_in_flight_total: 32,
+            fetch_in_flight_per_peer: 4,
+            // One discover asks a provider once; 20 in 10 s is a busy client, not a flood.
+            fetch_per_peer: 20,
+            // 512 keys: 16 agents of 32 tags. 16384 keys of at most 4 short addresses each
+            // stay under ~10 MiB.
+            provider_keys_per_peer: 512,
+            provider_keys_total: 16384,
+            // Kademlia republishes provider records every 12 h by default; 24 h survives one
+            // missed republish.
+            provider_record_ttl: Duration::from_secs(24 * 3600),
+            redial_peers: 16,
+            per_peer_messages: 100,
+            rate_window: Duration::from_secs(10),
+            heartbeat: Duration::from_millis(700),
+            gossip_mesh: 4,
+            sweep_interval: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(10),
+            conn_high: 32,
+            conn_low: 16,
+            conn_grace: Duration::from_secs(10),
+            max_connections: 512,
+            provide_delay: Duration::from_secs(1),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The swarm: transports, and the behaviours with their settings.
+
+use super::*;
+
+#[derive(NetworkBehaviour)]
+pub(super) struct Behaviour {
+    pub(super) limits: libp2p::connection_limits::Behaviour,
+    pub(super) gossipsub: gossipsub::Behaviour,
+    pub(super) kad: kad::Behaviour<ProviderStore>,
+    pub(super) identify: identify::Behaviour,
+    pub(super) ping: ping::Behaviour,
+    pub(super) fetch: request_response::cbor::Behaviour<FetchRequest, FetchResponse>,
+    pub(super) mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub(super) fn build_behaviour(
+    key: &libp2p::identity::Keypair,
+    cfg: &Config,
+    registry: &mut Registry,
+) -> Result<Behaviour, BoxError> {
+    let peer_id = key.public().to_peer_id();
+    // Anonymous gossip: an advertisement is signed by its agent's DID and its message id is the
+    // hash of its bytes, so gossipsub's own per-message signature (one more Ed25519 verify on
+    // every copy received, duplicates included) and sequence numbers add nothing.
+    let d = cfg.gossip_mesh.max(2);
+    let gossip_cfg = gossipsub::ConfigBuilder::default()
+        .validation_mode(gossipsub::ValidationMode::Anonymous)
+        .validate_messages()
+        .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
+        .max_transmit_size(crate::advert::Limits::default().max_bytes + 4096)
+        .heartbeat_interval(cfg.heartbeat)
+        // No IDONTWANT: gossipsub 1.2 sends one to every mesh peer for every copy received,
+        // duplicates included, before validation; for our 2 KiB advertisements that was more
+        // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
+        .idontwant_message_size_threshold(usize::MAX)
+        .mesh_n(d)
+        .mesh_n_low(d - d / 4)
+        .mesh_n_high(2 * d)
+        .mesh_outbound_min(d / 2)
+        .build()
+        .map_err(|e| format!("gossipsub config: {e}"))?;
+    let mut gossipsub = gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, gossip_cfg)
+        .map_err(|e| format!("gossipsub: {e}"))?
+        .with_metrics(
+            registry.sub_registry_with_prefix("gossipsub"),
+            Default::default(),
+        );
+    // Peer scoring tuned for a low-rate topic: no penalty for few deliveries in the mesh (honest
+    // peers may have nothing to send for hours), a heavy one for invalid messages.
+    let topic_params = gossipsub::TopicScoreParams {
+        topic_weight: 1.0,
+        mesh_message_deliveries_weight: 0.0,
+        mesh_failure_penalty_weight: 0.0,
+        invalid_message_deliveries_weight: -100.0,
+        invalid_message_deliveries_decay: 0.9,
+        ..Default::default()
+    };
+    let mut params = gossipsub::PeerScoreParams::default();
+    params
+        .topics
+        .insert(IdentTopic::new(TOPIC).hash(), topic_params);
+    gossipsub
+        .with_peer_score(params, gossipsub::PeerScoreThresholds::default())
+        .map_err(|e| format!("gossipsub scoring: {e}"))?;
+
+    let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
+    kad_cfg.set_query_timeout(Duration::from_secs(20));
+    // Kademlia re-bootstraps by itself every 5 minutes and whenever its routing table is short
+    // of peers; the connections its queries open close again after `idle_timeout`.
+    kad_cfg.set_periodic_bootstrap_interval(Some(Duration::from_secs(300)));
+    // Peers enter the routing table through `Node::add_kad_address` only.
+    kad_cfg.set_kbucket_inserts(kad::BucketInserts::Manual);
+    // Inbound records are reported, not stored: `Node::on_inbound_provider` admits provider
+    // records by quota; value records are not used by agentnet and never admitted.
+    kad_cfg.set_record_filtering(kad::StoreInserts::FilterBoth);
+    kad_cfg.set_provider_record_ttl(Some(cfg.provider_record_ttl));
+    let kad_store = ProviderStore::new(peer_id, cfg.provider_keys_total);
+    let mut kad = kad::Behaviour::with_config(peer_id, kad_store, kad_cfg);
+    kad.set_mode(Some(kad::Mode::Server));
+
+    let identify = identify::Behaviour::new(
+        identify::Config::new(IDENTIFY_PROTOCOL.into(), key.public())
+            .with_agent_version(concat!("agentnet/", env!("CARGO_PKG_VERSION")).into()),
+    );
+    let codec = request_response::cbor::codec::Codec::default()
+        .set_request_size_maximum(16 * 1024)
+        .set_response_size_maximum(MAX_FETCH_RESPONSE);
+    let fetch = request_response::Behaviour::with_codec(
+        codec,
+        [(StreamProtocol::new(FETCH_PROTOCOL), ProtocolSupport::Full)],
+        request_response::Config::default()
+            .with_request_timeout(Duration::from_secs(10))
+            .with_max_concurrent_streams(FETCH_STREAMS_PER_CONNECTION),
+    );
+    let mdns = if cfg.mdns {
+        Some(
+            mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)
+                .map_err(|e| format!("mdns: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let limits = libp2p::connection_limits::ConnectionLimits::default()
+        .with_max_established(Some(cfg.max_connections))
+        .with_max_established_per_peer(Some(2))
+        .with_max_pending_incoming(Some(cfg.max_connections.div_ceil(4)));
+    Ok(Behaviour {
+        limits: libp2p::connection_limits::Behaviour::new(limits),
+        gossipsub,
+        kad,
+        identify,
+        ping: ping::Behaviour::default(),
+        fetch,
+        mdns: mdns.into(),
+    })
+}
+
+pub(super) fn build_swarm(
+    keypair: libp2p::identity::Keypair,
+    cfg: &Config,
+    registry: &mut Registry,
+) -> Result<Swarm<Behaviour>, Error> {
+    let start = |e: &dyn std::fmt::Display| Error::Start(e.to_string());
+    let idle = cfg.idle_timeout;
+    let swarm = match cfg.transport {
+        TransportKind::Network => libp2p::SwarmBuilder::with_existing_identity(keypair)
+            .with_tokio()
+            .with_tcp(
+                tcp::Config::default().nodelay(true),
+                noise::Config::new,
+                yamux::Config::default,
+            )
+            .map_err(|e| start(&e))?
+            .with_quic()
+            .with_dns()
+            .map_err(|e| start(&e))?
+            .with_bandwidth_metrics(registry)
+            .with_behaviour(|key| build_behaviour(key, cfg, registry))
+            .map_err(|e| start(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .build(),
+        TransportKind::Memory => libp2p::SwarmBuilder::with_existing_identity(keypair)
+            .with_tokio()
+            .with_other_transport(|key| {
+                Ok::<_, BoxError>(
+                    MemoryTransport::default()
+                        .upgrade(Version::V1)
+                        .authenticate(noise::Config::new(key)?)
+                        .multiplex(yamux::Config::default())
+                        .boxed(),
+                )
+            })
+            .map_err(|e| start(&e))?
+            .with_bandwidth_metrics(registry)
+            .with_behaviour(|key| build_behaviour(key, cfg, registry))
+            .map_err(|e| start(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .build(),
+    };
+    Ok(swarm)
+}
