@@ -155,6 +155,15 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// A real libp2p peer id (validation parses it), one per `n`.
+fn pid(n: u8) -> String {
+    libp2p::identity::Keypair::ed25519_from_bytes([n; 32])
+        .expect("32 bytes are an Ed25519 secret")
+        .public()
+        .to_peer_id()
+        .to_string()
+}
+
 fn free_bytes(dir: &Path) -> u64 {
     let st = rustix::fs::statvfs(dir).expect("statvfs");
     st.f_bavail * st.f_frsize
@@ -184,7 +193,7 @@ fn flood(dir: &Path) {
     let store = Store::open_with(&dir.join("store"), limits.clone()).expect("open");
     let now = unix_now();
     let own = Agent::new(u64::MAX);
-    let own_peer = "12D3KooWOwnNode";
+    let own_peer = &pid(1);
     let mut own_seq = 0;
     let mut publish_own = |at: u64| {
         own_seq += 1;
@@ -197,8 +206,8 @@ fn flood(dir: &Path) {
 
     // The flood: half of it under one peer id, the rest spread over three.
     let peer = |i: u64| match i % 2 {
-        0 => "12D3KooWFloodHeavy".to_string(),
-        _ => format!("12D3KooWFlood{}", (i / 2) % 3),
+        0 => pid(2),
+        _ => pid(3 + ((i / 2) % 3) as u8),
     };
     let mut refused: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut accepted = 0;
@@ -243,7 +252,7 @@ fn flood(dir: &Path) {
         max_dir = max_dir.max(dir_bytes(&dir.join("store")));
         assert!(max_dir <= DIR_BOUND, "directory at {max_dir} bytes");
     }
-    let (heavy_bytes, _) = store.peer_usage("12D3KooWFloodHeavy").expect("peer usage");
+    let (heavy_bytes, _) = store.peer_usage(&pid(2)).expect("peer usage");
     eprintln!(
         "flood: {accepted} of {FLOOD_ADVERTS} accepted, refused {refused:?}, usage {:?}, \
          heavy peer {heavy_bytes} bytes, directory at most {max_dir} bytes, {} bytes free",
@@ -296,7 +305,7 @@ fn flood(dir: &Path) {
     assert_eq!(swept as u64, accepted);
     let after = store.usage();
     assert!(after.bytes < CAP / 4, "{after:?} after the sweep");
-    let fresh = Agent::new(1_000_000).advert("12D3KooWNewcomer", 1, later, 3600, DESCRIPTION_BYTES);
+    let fresh = Agent::new(1_000_000).advert(&pid(9), 1, later, 3600, DESCRIPTION_BYTES);
     assert_eq!(
         store
             .put(&validate(&fresh, later))

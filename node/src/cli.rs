@@ -581,7 +581,10 @@ fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
 /// with a repeated member could be read one way here and another way by a verifier).
 fn read_json(path: &Path) -> anyhow::Result<Value> {
     let bytes = read_bounded(path)?;
-    json::from_slice(&bytes, FILE_JSON).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    json::from_slice(&bytes, FILE_JSON).map_err(|e| match e {
+        json::JsonError::Syntax(why) => anyhow::anyhow!("{} is not JSON: {why}", path.display()),
+        e => anyhow::anyhow!("{}: {e}", path.display()),
+    })
 }
 
 /// Bounds of JSON files given on the command line (cards, DID documents).
