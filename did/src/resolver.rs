@@ -362,15 +362,16 @@ impl Resolver {
             Method::Key => {
                 didkey::resolve(did, self.opts.did_key).map(|d| (d, BUILT_DOCUMENT_WEIGHT))
             }
-            Method::Other(method) => self
-                .resolve_other(did, method)
-                .await
-                .map(|d| (d, BUILT_DOCUMENT_WEIGHT)),
+            Method::Other(method) => self.resolve_other(did, method).await,
         }
     }
 
     #[cfg(not(feature = "ssi"))]
-    async fn resolve_other(&self, did: &Did, method: &str) -> Result<Document, ResolveError> {
+    async fn resolve_other(
+        &self,
+        did: &Did,
+        method: &str,
+    ) -> Result<(Document, usize), ResolveError> {
         Err(ResolveError::MethodNotSupported {
             did: did.to_string(),
             method: method.to_owned(),
@@ -378,7 +379,12 @@ impl Resolver {
     }
 
     #[cfg(feature = "ssi")]
-    async fn resolve_other(&self, did: &Did, method: &str) -> Result<Document, ResolveError> {
+    async fn resolve_other(
+        &self,
+        did: &Did,
+        method: &str,
+    ) -> Result<(Document, usize), ResolveError> {
+        // The document ssi produced, weighed like a fetched one for the cache.
         crate::ssi_bridge::resolve(did, method).await
     }
 }
