@@ -15,6 +15,9 @@ pub(super) struct Behaviour {
 
 pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// gossipsub's per-connection send queue, in messages (see `build_behaviour`).
+const GOSSIP_QUEUE_LEN: usize = 128;
+
 pub(super) fn build_behaviour(
     key: &libp2p::identity::Keypair,
     cfg: &Config,
@@ -35,6 +38,14 @@ pub(super) fn build_behaviour(
         // duplicates included, before validation; for our 2 KiB advertisements that was more
         // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
         .idontwant_message_size_threshold(usize::MAX)
+        // Per-connection send queue. gossipsub's default (5000) is an `async_channel::bounded`
+        // of 2500 non-priority slots allocated in full when the connection opens (hundreds of
+        // KiB per connection, idle or not) and able to hold up to 5000 messages of up to
+        // `max_transmit_size` for a peer that reads slowly. Advertisements are a low-rate topic:
+        // 128 leaves room for a burst to every mesh peer and bounds what one peer can make us
+        // buffer (64 slots allocated; a full queue drops copies for that peer only, which gossip
+        // repairs through IHAVE/IWANT).
+        .connection_handler_queue_len(GOSSIP_QUEUE_LEN)
         .mesh_n(d)
         .mesh_n_low(d - d / 4)
         .mesh_n_high(2 * d)
