@@ -375,7 +375,8 @@ fn the_admin_api_authenticates_its_callers() {
     let http = http_client();
     let peers = format!("{}/admin/v1/peers", a.admin());
     let publish = format!("{}/admin/v1/publish", a.admin());
-    let body = serde_json::to_vec(&json!({"card": card(&["translation"]), "ttl_secs": 60})).unwrap();
+    let body =
+        serde_json::to_vec(&json!({"card": card(&["translation"]), "ttl_secs": 60})).unwrap();
     rt().block_on(async {
         // No credentials, wrong credentials, a credential in the wrong scheme: 401, on every
         // route, before anything runs.

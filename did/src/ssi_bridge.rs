@@ -16,10 +16,7 @@ pub const METHODS: &[&str] = &["jwk", "pkh", "ethr"];
 /// Largest document we accept from `ssi`.
 const MAX_DOC: usize = 256 * 1024;
 
-pub(crate) async fn resolve(
-    did: &Did,
-    method: &str,
-) -> Result<(Document, usize), ResolveError> {
+pub(crate) async fn resolve(did: &Did, method: &str) -> Result<(Document, usize), ResolveError> {
     if !METHODS.contains(&method) {
         return Err(ResolveError::MethodNotSupported {
             did: did.to_string(),

@@ -174,7 +174,11 @@ impl ApiError {
 
     fn internal(error: impl std::fmt::Display) -> Self {
         tracing::warn!(%error, "admin request failed");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            error.to_string(),
+        )
     }
 
     fn forbidden(error: &str) -> Self {
@@ -826,7 +830,10 @@ mod tests {
         let auth = ("Authorization", bearer.as_str());
         let json = ("Content-Type", "application/json");
         // The CLI's request.
-        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, json]))), 200);
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, json]))),
+            200
+        );
         assert_eq!(status(g.admit(local, &req("GET", &[host, auth]))), 200);
         // No or wrong credentials.
         assert_eq!(status(g.admit(local, &req("GET", &[host]))), 401);
@@ -843,19 +850,44 @@ mod tests {
         // Origin even if it somehow had the token, and for the media type even without Origin.
         let page = ("Origin", "http://localhost:3000");
         let text = ("Content-Type", "text/plain");
-        assert_eq!(status(g.admit(local, &req("POST", &[host, page, text]))), 403);
-        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, page, text]))), 403);
-        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, text]))), 415);
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, page, text]))),
+            403
+        );
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, page, text]))),
+            403
+        );
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, text]))),
+            415
+        );
         assert_eq!(status(g.admit(local, &req("POST", &[host, auth]))), 415);
         assert_eq!(
-            status(g.admit(local, &req("POST", &[host, auth, ("Content-Type", "application/json; charset=utf-8")]))),
+            status(g.admit(
+                local,
+                &req(
+                    "POST",
+                    &[
+                        host,
+                        auth,
+                        ("Content-Type", "application/json; charset=utf-8")
+                    ]
+                )
+            )),
             200
         );
         // Only the listener's own origin passes.
         let own = ("Origin", "http://127.0.0.1:7879");
-        assert_eq!(status(g.admit(local, &req("POST", &[host, auth, own, json]))), 200);
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, own, json]))),
+            200
+        );
         let null = ("Origin", "null");
-        assert_eq!(status(g.admit(local, &req("GET", &[host, auth, null]))), 403);
+        assert_eq!(
+            status(g.admit(local, &req("GET", &[host, auth, null]))),
+            403
+        );
         // DNS rebinding and remote peers.
         let evil = ("Host", "attacker.example");
         assert_eq!(status(g.admit(local, &req("GET", &[evil, auth]))), 403);

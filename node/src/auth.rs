@@ -67,7 +67,9 @@ impl Token {
     /// A new random token.
     pub fn generate() -> Result<Self, TokenError> {
         let mut bytes = [0u8; TOKEN_BYTES];
-        OsRng.try_fill_bytes(&mut bytes).map_err(TokenError::Random)?;
+        OsRng
+            .try_fill_bytes(&mut bytes)
+            .map_err(TokenError::Random)?;
         Ok(Self(URL_SAFE_NO_PAD.encode(bytes)))
     }
 
@@ -114,7 +116,10 @@ impl Token {
                 source,
             })?;
         let t = text.trim();
-        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        if t.is_empty()
+            || !t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
             return Err(TokenError::Malformed { path });
         }

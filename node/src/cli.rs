@@ -746,7 +746,10 @@ async fn verify_card(
         }
         Err(e) => {
             if json_out {
-                println!("{}", json_line(&json!({"ok": false, "error": e.to_string()}))?);
+                println!(
+                    "{}",
+                    json_line(&json!({"ok": false, "error": e.to_string()}))?
+                );
             }
             eprintln!("error: {}", text::sanitize(&e.to_string()));
             Ok(ExitCode::FAILURE)
@@ -771,8 +774,14 @@ mod output_tests {
                 !out.chars().any(|c| c != '\n' && text::is_hidden(c)),
                 "{out:?}"
             );
-            assert!(out.contains("\\u202e") && out.contains("\\udb40\\udc01"), "{out}");
-            assert!(out.contains("plain é 漢字 ✓"), "visible text is left alone: {out}");
+            assert!(
+                out.contains("\\u202e") && out.contains("\\udb40\\udc01"),
+                "{out}"
+            );
+            assert!(
+                out.contains("plain é 漢字 ✓"),
+                "visible text is left alone: {out}"
+            );
             let back: Value = serde_json::from_str(&out).unwrap();
             assert_eq!(back, v);
         }

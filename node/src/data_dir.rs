@@ -185,7 +185,10 @@ mod tests {
             keys.install(&k),
             Err(AgentKeyError::Mismatch { .. })
         ));
-        assert!(matches!(keys.load(&did), Err(AgentKeyError::Mismatch { .. })));
+        assert!(matches!(
+            keys.load(&did),
+            Err(AgentKeyError::Mismatch { .. })
+        ));
         assert_eq!(SecretKey::load(&path).unwrap().seed(), other.seed());
     }
 

@@ -171,7 +171,9 @@ pub async fn serve(
     drop(listener);
     // Every connection finishes its request and closes; each returns its slot.
     conns_stop.cancel();
-    let _all = slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)).await;
+    let _all = slots
+        .acquire_many(u32::try_from(max).unwrap_or(u32::MAX))
+        .await;
     Ok(())
 }
 
@@ -250,7 +252,10 @@ mod tests {
         drop(a);
         let c = m.take(ip, 2).unwrap();
         drop((b, c, other));
-        assert!(m.0.lock().unwrap().is_empty(), "entries are removed at zero");
+        assert!(
+            m.0.lock().unwrap().is_empty(),
+            "entries are removed at zero"
+        );
         assert!(m.take(ip, 0).is_none());
         assert!(m.0.lock().unwrap().is_empty());
     }
