@@ -894,21 +894,9 @@ impl Store {
         }
         self.adjust_tag_counts(&mut batch, &deltas)?;
         self.adjust_peer_usage(&mut batch, &peer_deltas)?;
-        let new_total = self
-            .inner
-            .bytes
-            .load(Ordering::Relaxed)
-            .saturating_sub(released);
-        self.cf(CF_USAGE)
-            .map(|usage| batch.put_cf(usage, USAGE_TOTAL_KEY, new_total.to_be_bytes()))?;
-        self.inner
-            .db
-            .write(batch)
-            .map_err(|source| StoreError::Db {
-                context: format!("sweeping adverts expired at {now}"),
-                source,
-            })?;
-        self.inner.bytes.store(new_total, Ordering::Relaxed);
+        self.write_releasing(batch, released, || {
+            format!("sweeping adverts expired at {now}")
+        })?;
         saturating_sub(&self.inner.adverts, swept);
         Ok((swept, due.len() >= SWEEP_BATCH))
     }
@@ -964,21 +952,7 @@ impl Store {
             released = released.saturating_add(seq_footprint(did));
             pruned += 1;
         }
-        let new_total = self
-            .inner
-            .bytes
-            .load(Ordering::Relaxed)
-            .saturating_sub(released);
-        self.cf(CF_USAGE)
-            .map(|usage| batch.put_cf(usage, USAGE_TOTAL_KEY, new_total.to_be_bytes()))?;
-        self.inner
-            .db
-            .write(batch)
-            .map_err(|source| StoreError::Db {
-                context: format!("pruning seqs due at {now}"),
-                source,
-            })?;
-        self.inner.bytes.store(new_total, Ordering::Relaxed);
+        self.write_releasing(batch, released, || format!("pruning seqs due at {now}"))?;
         Ok((pruned, due.len() >= SWEEP_BATCH))
     }
 
@@ -1141,6 +1115,31 @@ impl Store {
                 Ok((0, 0))
             }
         }
+    }
+
+    /// Write `batch` with the usage total lowered by `released` bytes, then publish the new
+    /// total. Caller holds the write lock; `context` names the work for the error.
+    fn write_releasing(
+        &self,
+        mut batch: WriteBatch,
+        released: u64,
+        context: impl FnOnce() -> String,
+    ) -> Result<(), StoreError> {
+        let new_total = self
+            .inner
+            .bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(released);
+        batch.put_cf(self.cf(CF_USAGE)?, USAGE_TOTAL_KEY, new_total.to_be_bytes());
+        self.inner
+            .db
+            .write(batch)
+            .map_err(|source| StoreError::Db {
+                context: context(),
+                source,
+            })?;
+        self.inner.bytes.store(new_total, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Put the total and one peer's usage in `batch` (deleting the peer's entry at zero
