@@ -5,7 +5,9 @@
 //! bounded size, dials without a peer id fail instead of hanging, nothing of a node outlives its
 //! shutdown, and a restarted node finds its old peers without bootstrap.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+mod common;
+
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use agentnet_did::{card, Did, DidUrl, Resolver, SecretKey};
@@ -17,15 +19,6 @@ use libp2p::{Multiaddr, PeerId};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-static NEXT_PORT: AtomicU64 = AtomicU64::new(0);
-
-fn memory_port() -> u64 {
-    // Distinct per test binary run and per node; the memory transport is process-wide. A
-    // different range from tests/network.rs (bit 19), in case both ever share a process.
-    let base = ((std::process::id() as u64) << 20) | (1 << 19);
-    base + NEXT_PORT.fetch_add(1, Ordering::Relaxed) + 1
-}
 
 struct TestNode {
     client: Client,
@@ -61,7 +54,9 @@ async fn start(
         }
     };
     let store = Store::open(&path).unwrap();
-    let listen: Multiaddr = format!("/memory/{}", memory_port()).parse().unwrap();
+    let listen: Multiaddr = format!("/memory/{}", common::memory_port(1))
+        .parse()
+        .unwrap();
     let mut cfg = Config {
         listen: if listen_on {
             vec![listen.clone()]
@@ -302,7 +297,9 @@ async fn dropping_the_last_client_stops_every_task_and_releases_the_store() {
 async fn a_failed_dial_without_peer_id_returns_an_error() {
     let shutdown = CancellationToken::new();
     let node = start(21, &shutdown, true, plain_validator(), None, |_| {}).await;
-    let nobody: Multiaddr = format!("/memory/{}", memory_port()).parse().unwrap();
+    let nobody: Multiaddr = format!("/memory/{}", common::memory_port(1))
+        .parse()
+        .unwrap();
     let r = tokio::time::timeout(Duration::from_secs(5), node.client.dial(nobody))
         .await
         .expect("the dial returns instead of waiting for ever");
@@ -487,18 +484,8 @@ async fn a_provider_record_flood_does_not_stop_own_announcements() {
 
     let third = start(52, &shutdown, true, plain_validator(), None, |_| {}).await;
     third.client.dial(victim.addr.clone()).await.unwrap();
-    let start_at = Instant::now();
-    let found = loop {
-        let f = third
-            .client
-            .discover(&["victimtag".into()], 5)
-            .await
-            .unwrap();
-        if !f.is_empty() || start_at.elapsed() > Duration::from_secs(20) {
-            break f;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let found =
+        common::discover_within(&third.client, &["victimtag"], Duration::from_secs(20)).await;
     assert_eq!(
         found.len(),
         1,

@@ -3,6 +3,8 @@
 //! refused by the first node that sees it and never reaches a third, and a did:web agent's
 //! advertisement is resolved from its document server and reaches every node.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -14,18 +16,10 @@ use libp2p::Multiaddr;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-static NEXT_PORT: AtomicU64 = AtomicU64::new(0);
-
 struct TestNode {
     client: Client,
     addr: Multiaddr,
     _dir: tempfile::TempDir,
-}
-
-fn memory_port() -> u64 {
-    // Distinct per test binary run and per node; the memory transport is process-wide.
-    let base = (std::process::id() as u64) << 20;
-    base + NEXT_PORT.fetch_add(1, Ordering::Relaxed) + 1
 }
 
 async fn start_node(seed: u8, shutdown: &CancellationToken) -> TestNode {
@@ -50,7 +44,7 @@ async fn start_node_validating(
 ) -> TestNode {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
-    let port = memory_port();
+    let port = common::memory_port(0);
     let listen: Multiaddr = format!("/memory/{port}").parse().unwrap();
     let cfg = Config {
         listen: if listen_on {
@@ -209,18 +203,12 @@ async fn twenty_nodes_gossip_late_joiner_uses_the_dht_and_updates_replace() {
     let late = start_node(200, &shutdown).await;
     late.client.dial(nodes[10].addr.clone()).await.unwrap();
     assert!(local_seq(&late.client, &did, now).is_none());
-    let start = Instant::now();
-    let found = loop {
-        let f = late
-            .client
-            .discover(&["translation".into(), "language".into()], 5)
-            .await
-            .unwrap();
-        if !f.is_empty() || start.elapsed() > Duration::from_secs(20) {
-            break f;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let found = common::discover_within(
+        &late.client,
+        &["translation", "language"],
+        Duration::from_secs(20),
+    )
+    .await;
     assert_eq!(
         found.len(),
         1,
