@@ -263,6 +263,21 @@ fn tampered(card: &Value) -> Value {
 // 1-3: A2A Agent Card signatures
 // ---------------------------------------------------------------------------------------------
 
+/// Every SDK verifies the card at `good` (signed with `kid`) and refuses the tampered copy at
+/// `bad`. No --jwk: each script resolves the did:key kid itself.
+fn sdks_accept_and_refuse_tampered(good: &Path, bad: &Path, kid: &str) {
+    for sdk in Sdk::ALL {
+        let out = sdk
+            .a2a_card(&["verify".as_ref(), good.as_os_str()])
+            .expect(0);
+        assert_sdk_verdict(&out, true, kid);
+        let out = sdk
+            .a2a_card(&["verify".as_ref(), bad.as_os_str()])
+            .expect(1);
+        assert_sdk_verdict(&out, false, kid);
+    }
+}
+
 /// Check a script's `verify` JSON: overall `ok` and each signature entry.
 fn assert_sdk_verdict(out: &Out, ok: bool, kid: &str) {
     let v = out.json();
@@ -306,17 +321,7 @@ fn a2a_card_signed_by_agentnet_verifies_in_both_sdks() {
 
     let good = write_temp_json(dir.path(), "signed.json", &signed);
     let bad = write_temp_json(dir.path(), "tampered.json", &tampered(&signed));
-    for sdk in Sdk::ALL {
-        // No --jwk: each script resolves the did:key kid itself.
-        let out = sdk
-            .a2a_card(&["verify".as_ref(), good.as_os_str()])
-            .expect(0);
-        assert_sdk_verdict(&out, true, &kid);
-        let out = sdk
-            .a2a_card(&["verify".as_ref(), bad.as_os_str()])
-            .expect(1);
-        assert_sdk_verdict(&out, false, &kid);
-    }
+    sdks_accept_and_refuse_tampered(&good, &bad, &kid);
     agentnet(&["card".as_ref(), "verify".as_ref(), good.as_os_str()]).expect(0);
     let out = agentnet(&[
         "card".as_ref(),
@@ -341,16 +346,7 @@ fn the_node_card_without_interfaces_verifies_in_both_sdks() {
     assert_eq!(card["supportedInterfaces"], json!([]), "{card}");
     let good = write_temp_json(dir.path(), "node-card.json", &card);
     let bad = write_temp_json(dir.path(), "tampered.json", &tampered(&card));
-    for sdk in Sdk::ALL {
-        let out = sdk
-            .a2a_card(&["verify".as_ref(), good.as_os_str()])
-            .expect(0);
-        assert_sdk_verdict(&out, true, &kid);
-        let out = sdk
-            .a2a_card(&["verify".as_ref(), bad.as_os_str()])
-            .expect(1);
-        assert_sdk_verdict(&out, false, &kid);
-    }
+    sdks_accept_and_refuse_tampered(&good, &bad, &kid);
 }
 
 #[test]
