@@ -153,6 +153,32 @@ async fn two_thousand_half_sent_requests_are_closed_and_others_still_served() {
     srv.task.await.unwrap().unwrap();
 }
 
+/// A connection past a cap is closed, with at most the fixed 503 sent.
+async fn refused_at_the_cap(s: TcpStream) {
+    let sent = tokio::time::timeout(DEADLINE, closed(s)).await.unwrap();
+    assert!(
+        sent.is_empty() || sent.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&sent)
+    );
+}
+
+/// `/ok` is served again (the slots came back) within [`DEADLINE`].
+async fn served_again(addr: SocketAddr) {
+    let ok = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let r = get_once(addr, "/ok").await;
+            if r.starts_with("HTTP/1.1 200") {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("served once the held connections closed");
+    assert!(ok.ends_with("ok"), "{ok}");
+}
+
 #[tokio::test]
 async fn an_idle_kept_alive_connection_is_closed_after_the_header_timeout() {
     let srv = start(limits(Duration::from_millis(500), 16, 16)).await;
@@ -190,27 +216,11 @@ async fn connections_beyond_the_cap_are_refused_and_the_slots_come_back() {
     assert!(r.is_empty() || r.starts_with("HTTP/1.1 503"), "{r}");
     for _ in 0..20 {
         let s = TcpStream::connect(srv.addr).await.unwrap();
-        let sent = tokio::time::timeout(DEADLINE, closed(s)).await.unwrap();
-        assert!(
-            sent.is_empty() || sent.starts_with(b"HTTP/1.1 503"),
-            "{}",
-            String::from_utf8_lossy(&sent)
-        );
+        refused_at_the_cap(s).await;
     }
     drop(held);
     // The slots come back when those connections close.
-    let ok = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let r = get_once(srv.addr, "/ok").await;
-            if r.starts_with("HTTP/1.1 200") {
-                return r;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("served once the held connections closed");
-    assert!(ok.ends_with("ok"), "{ok}");
+    served_again(srv.addr).await;
     srv.stop.cancel();
 }
 
@@ -222,25 +232,9 @@ async fn one_address_cannot_take_every_slot() {
         held.push(TcpStream::connect(srv.addr).await.unwrap());
     }
     let s = TcpStream::connect(srv.addr).await.unwrap();
-    let sent = tokio::time::timeout(DEADLINE, closed(s)).await.unwrap();
-    assert!(
-        sent.is_empty() || sent.starts_with(b"HTTP/1.1 503"),
-        "{}",
-        String::from_utf8_lossy(&sent)
-    );
+    refused_at_the_cap(s).await;
     drop(held);
-    let ok = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let r = get_once(srv.addr, "/ok").await;
-            if r.starts_with("HTTP/1.1 200") {
-                return r;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("served once the held connections closed");
-    assert!(ok.ends_with("ok"), "{ok}");
+    served_again(srv.addr).await;
     srv.stop.cancel();
 }
 
