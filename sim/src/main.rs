@@ -10,10 +10,9 @@
 //! the honest nodes refused and check that none of it was stored or forwarded.
 //!
 //! ```text
-//! cargo run --release -p agentnet-discovery --bin simulate -- --nodes 100 [--dials 8]
-//!     [--adverts 20] [--adversaries K] [--seed S] [--heartbeat-ms 700] [--deadline-ms 10000]
-//!     [--warmup-ms W] [--gap-ms 2000] [--provide-delay-ms 1000] [--conn-low 16]
-//!     [--conn-high 32] [--mesh 4] [--junk-rate 20] [--max-rss-mb M] [--json]
+//! cargo run --release -p agentnet-sim --bin simulate -- --nodes 100 [--dials 8] [--adverts 20]
+//!     [--adversaries K] [--seed S] [--warmup-ms W] [--idle-ms 60000] [--gap-ms 2000] [--json]
+//! (`--help` lists every flag)
 //! ```
 //!
 //! Duplicates and bytes come from each node's libp2p metrics ([`Client::traffic`]), as the
@@ -31,10 +30,10 @@
 
 #![recursion_limit = "256"]
 
+use agentnet_discovery::net::Counter;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,9 +41,12 @@ use agentnet_did::{card, Did, DidUrl, Resolver, SecretKey};
 use agentnet_discovery::advert::{self, Draft, Limits, Validator};
 use agentnet_discovery::net::{self, Client, Config, TransportKind};
 use agentnet_discovery::store::Store;
+use clap::Parser;
 use futures::StreamExt;
 use libp2p::multiaddr::Protocol;
 use libp2p::{Multiaddr, PeerId};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -55,184 +57,119 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const USAGE: &str = "\
-usage: simulate --nodes N [--dials 8] [--adverts 20] [--adversaries 0] [--seed 1]
-                [--heartbeat-ms 700] [--deadline-ms 10000] [--warmup-ms W] [--gap-ms 2000]
-                [--provide-delay-ms 1000] [--conn-low 16] [--conn-high 32] [--mesh 4]
-                [--junk-rate 20] [--max-rss-mb M] [--json]
-
-  --nodes N          honest nodes (required, >= 2)
-  --dials D          connections each node dials (default 8)
-  --adverts A        advertisements published, one after another (default 20)
-  --adversaries K    extra nodes gossiping junk during the run (default 0)
-  --seed S           RNG seed for keys, topology and publishers (default 1)
-  --heartbeat-ms H   gossipsub heartbeat (default: net::Config's, 700)
-  --deadline-ms T    per-advertisement deadline; later nodes count as not delivered (default 10000)
-  --warmup-ms W      wait after dialing, for the network to settle (default: 6 heartbeats,
-                     at least 90 s)
-  --gap-ms G         pause after each advertisement reached every node, before the next
-                     (default 2000: longer than net::Config's provide_delay plus the DHT
-                     announcements that follow, so that each advertisement spreads through a
-                     network busy only with its own gossip; 50 makes a burst)
-  --provide-delay-ms P  how long after a publish its tags are announced in the DHT
-                     (default: net::Config's, 1000)
-  --conn-low L, --conn-high H  connection manager watermarks (default: net::Config's, 16/32)
-  --mesh D           gossipsub mesh degree (default: net::Config's, 4)
-  --junk-rate R      junk messages per second per adversary (default 20)
-  --max-rss-mb M     abort (and clean up) if the process grows past M MiB
-                     (default: half of MemAvailable at start)
-  --json             one JSON object instead of text";
-
 /// Command-line arguments.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "simulate",
+    about = "Simulate an agentnet network in one process and measure how fast advertisements spread"
+)]
 struct Args {
-    nodes: usize,
+    /// Honest nodes.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=5000))]
+    nodes: u64,
+    /// Connections each node dials (the first to an earlier node).
+    #[arg(long, default_value_t = 8)]
     dials: usize,
+    /// Advertisements published, one after another.
+    #[arg(long, default_value_t = 20)]
     adverts: usize,
+    /// Extra nodes gossiping junk during the run.
+    #[arg(long, default_value_t = 0)]
     adversaries: usize,
+    /// RNG seed for keys, topology and publishers.
+    #[arg(long, default_value_t = 1)]
     seed: u64,
-    heartbeat: Duration,
+    /// gossipsub heartbeat in ms (default: net::Config's).
+    #[arg(long = "heartbeat-ms", value_parser = millis)]
+    heartbeat: Option<Duration>,
+    /// Per-advertisement deadline in ms; later nodes count as not delivered.
+    #[arg(long = "deadline-ms", value_parser = millis, default_value = "10000")]
     deadline: Duration,
-    warmup: Duration,
-    junk_rate: u32,
+    /// Wait after dialing for the network to settle, in ms (default: 6 heartbeats, at least 90 s).
+    #[arg(long = "warmup-ms", value_parser = millis)]
+    warmup: Option<Duration>,
+    /// After the warm-up, a window in which nothing is published, in ms: the settled network's
+    /// connection churn and idle CPU are measured in it.
+    #[arg(long = "idle-ms", value_parser = millis, default_value = "60000")]
+    idle: Duration,
+    /// Pause after each advertisement reached every node, before the next, in ms (2000: longer
+    /// than net::Config's provide_delay plus the DHT announcements that follow; 50 makes a burst).
+    #[arg(long = "gap-ms", value_parser = millis, default_value = "2000")]
     gap: Duration,
-    provide_delay: Duration,
+    /// How long after a publish its tags are announced in the DHT, in ms.
+    #[arg(long = "provide-delay-ms", value_parser = millis)]
+    provide_delay: Option<Duration>,
+    /// Kademlia's periodic routing-table refresh in seconds, 0 for never (default:
+    /// net::Config's).
+    #[arg(long = "kad-bootstrap-s")]
+    kad_bootstrap_s: Option<u64>,
+    /// Connection manager low watermark.
+    #[arg(long = "conn-low", default_value_t = Config::default().conn_low)]
     conn_low: usize,
+    /// Connection manager high watermark.
+    #[arg(long = "conn-high", default_value_t = Config::default().conn_high)]
     conn_high: usize,
+    /// gossipsub mesh degree.
+    #[arg(long, default_value_t = Config::default().gossip_mesh, value_parser = clap::value_parser!(usize))]
     mesh: usize,
+    /// Junk messages per second per adversary.
+    #[arg(long = "junk-rate", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    junk_rate: u32,
+    /// Abort (and clean up) if the process grows past this many MiB (default: half of
+    /// MemAvailable at start).
+    #[arg(long = "max-rss-mb")]
     max_rss_mb: Option<u64>,
+    /// One JSON object instead of text.
+    #[arg(long)]
     json: bool,
 }
 
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut warmup = None;
-    let mut args = Args {
-        nodes: 0,
-        dials: 8,
-        adverts: 20,
-        adversaries: 0,
-        seed: 1,
-        heartbeat: Config::default().heartbeat,
-        deadline: Duration::from_secs(10),
-        warmup: Duration::ZERO,
-        junk_rate: 20,
-        gap: Duration::from_millis(2000),
-        provide_delay: Config::default().provide_delay,
-        conn_low: Config::default().conn_low,
-        conn_high: Config::default().conn_high,
-        mesh: Config::default().gossip_mesh,
-        max_rss_mb: None,
-        json: false,
-    };
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
-            None => (arg.clone(), None),
-        };
-        if flag == "--json" {
-            args.json = true;
-            continue;
-        }
-        if flag == "--help" || flag == "-h" {
-            return Err(String::new());
-        }
-        const VALUED: [&str; 15] = [
-            "--mesh",
-            "--provide-delay-ms",
-            "--conn-low",
-            "--conn-high",
-            "--gap-ms",
-            "--nodes",
-            "--dials",
-            "--adverts",
-            "--adversaries",
-            "--seed",
-            "--heartbeat-ms",
-            "--deadline-ms",
-            "--warmup-ms",
-            "--junk-rate",
-            "--max-rss-mb",
-        ];
-        if !VALUED.contains(&flag.as_str()) {
-            return Err(format!("unknown argument {flag:?}"));
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => it.next().ok_or_else(|| format!("{flag} needs a value"))?,
-        };
-        let num = |v: &str| -> Result<u64, String> {
-            v.parse::<u64>().map_err(|e| format!("{flag} {v:?}: {e}"))
-        };
-        match flag.as_str() {
-            "--nodes" => args.nodes = num(&value)? as usize,
-            "--dials" => args.dials = num(&value)? as usize,
-            "--adverts" => args.adverts = num(&value)? as usize,
-            "--adversaries" => args.adversaries = num(&value)? as usize,
-            "--seed" => args.seed = num(&value)?,
-            "--heartbeat-ms" => args.heartbeat = Duration::from_millis(num(&value)?.max(10)),
-            "--deadline-ms" => args.deadline = Duration::from_millis(num(&value)?.max(1)),
-            "--warmup-ms" => warmup = Some(Duration::from_millis(num(&value)?)),
-            "--gap-ms" => args.gap = Duration::from_millis(num(&value)?),
-            "--provide-delay-ms" => args.provide_delay = Duration::from_millis(num(&value)?),
-            "--mesh" => args.mesh = num(&value)?.clamp(2, 64) as usize,
-            "--conn-low" => args.conn_low = num(&value)? as usize,
-            "--conn-high" => args.conn_high = num(&value)? as usize,
-            "--junk-rate" => args.junk_rate = num(&value)?.clamp(1, 10_000) as u32,
-            "--max-rss-mb" => args.max_rss_mb = Some(num(&value)?),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if args.conn_low > args.conn_high || args.conn_high == 0 {
-        return Err("--conn-low must not exceed --conn-high, which must be at least 1".into());
-    }
-    if args.nodes < 2 {
-        return Err("--nodes N is required, N >= 2".into());
-    }
-    if args.nodes + args.adversaries > 5000 {
-        return Err("at most 5000 nodes in one process".into());
-    }
-    args.dials = args.dials.clamp(1, args.nodes - 1);
-    let settle = Duration::from_secs(90);
-    args.warmup = warmup.unwrap_or_else(|| (args.heartbeat * 6).max(settle));
-    Ok(args)
+fn millis(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("{s:?}: {e}"))
 }
 
-/// xorshift64*: deterministic, no dependency, plenty for topology and key seeds.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        // splitmix64 of the seed, so that small seeds give unrelated streams.
-        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn seed32(&mut self) -> [u8; 32] {
-        let mut s = [0u8; 32];
-        for chunk in s.chunks_mut(8) {
-            chunk.copy_from_slice(&self.next_u64().to_le_bytes());
+impl Args {
+    /// Checks clap cannot express, and the derived defaults.
+    fn finish(mut self) -> Result<Self, String> {
+        if self.conn_low > self.conn_high || self.conn_high == 0 {
+            return Err("--conn-low must not exceed --conn-high, which must be at least 1".into());
         }
-        s
+        if self.nodes as usize + self.adversaries > 5000 {
+            return Err("at most 5000 nodes in one process".into());
+        }
+        self.mesh = self.mesh.clamp(2, 64);
+        let defaults = Config::default();
+        let heartbeat = self.heartbeat.unwrap_or(defaults.heartbeat);
+        self.heartbeat = Some(heartbeat.max(Duration::from_millis(10)));
+        self.provide_delay = Some(self.provide_delay.unwrap_or(defaults.provide_delay));
+        self.deadline = self.deadline.max(Duration::from_millis(1));
+        self.dials = self.dials.clamp(1, self.nodes as usize - 1);
+        let settle = Duration::from_secs(90);
+        self.warmup = Some(self.warmup.unwrap_or_else(|| (heartbeat * 6).max(settle)));
+        Ok(self)
     }
+
+    // The accessors below read what `finish` filled in.
+    fn warmup(&self) -> Duration {
+        self.warmup.unwrap_or_default()
+    }
+
+    fn heartbeat(&self) -> Duration {
+        self.heartbeat.unwrap_or_default()
+    }
+
+    fn provide_delay(&self) -> Duration {
+        self.provide_delay.unwrap_or_default()
+    }
+}
+
+/// Draws for topology, publishers and tags: `StdRng` seeded from `--seed`, so a run repeats.
+type Rng = StdRng;
+
+fn seed32(rng: &mut Rng) -> [u8; 32] {
+    rng.gen()
 }
 
 /// A directory removed when dropped.
@@ -334,11 +271,16 @@ async fn start_node(
             Vec::new()
         },
         transport: TransportKind::Memory,
-        heartbeat: args.heartbeat,
-        provide_delay: args.provide_delay,
+        heartbeat: args.heartbeat(),
+        provide_delay: args.provide_delay(),
         conn_low: args.conn_low,
         conn_high: args.conn_high,
         gossip_mesh: args.mesh,
+        kad_bootstrap_interval: match args.kad_bootstrap_s {
+            None => Config::default().kad_bootstrap_interval,
+            Some(0) => None,
+            Some(s) => Some(Duration::from_secs(s)),
+        },
         ..Default::default()
     };
     let (client, task) = net::spawn(key, cfg, store, validator, shutdown.clone())
@@ -357,7 +299,7 @@ struct Agent {
 
 impl Agent {
     fn new(rng: &mut Rng) -> Self {
-        let key = SecretKey::from_seed(&rng.seed32());
+        let key = SecretKey::from_seed(&seed32(rng));
         let did = key.did_key();
         let kid = did.with_fragment(did.method_specific_id());
         Agent { key, did, kid }
@@ -433,7 +375,7 @@ impl Vocabulary {
         let total = self.cumulative.last().copied().unwrap_or(1.0);
         let mut out: Vec<String> = Vec::with_capacity(n);
         while out.len() < n {
-            let x = rng.unit() * total;
+            let x = rng.gen::<f64>() * total;
             let i = self.cumulative.partition_point(|c| *c < x);
             let tag = format!("skill-{i}");
             if !out.contains(&tag) {
@@ -533,7 +475,7 @@ async fn adversary(
             1 => {
                 let target = {
                     let h = honest_dids.lock().expect("dids lock poisoned");
-                    (!h.is_empty()).then(|| h[rng.below(h.len())].clone())
+                    (!h.is_empty()).then(|| h[rng.gen_range(0..h.len())].clone())
                 };
                 let Some(target) = target else { continue };
                 let Ok(bytes) = agent.advert(&me, 1_000_000 + i, "hijack", &tags, 1024) else {
@@ -546,7 +488,9 @@ async fn adversary(
                 serde_json::to_vec(&v).unwrap_or_default()
             }
             2 => format!("{{\"v\":1,\"did\":\"not json {i}").into_bytes(),
-            _ => (0..64).flat_map(|_| rng.next_u64().to_le_bytes()).collect(),
+            _ => (0..64)
+                .flat_map(|_| rng.gen::<u64>().to_le_bytes())
+                .collect(),
         };
         match me.client.gossip_unchecked(bytes).await {
             Ok(()) => tally.sent += 1,
@@ -557,11 +501,46 @@ async fn adversary(
 }
 
 /// One counter of the nodes' [`net::Stats`], summed.
-fn stat_sum(nodes: &[Arc<SimNode>], counter: fn(&net::Stats) -> &AtomicU64) -> u64 {
-    nodes
-        .iter()
-        .map(|s| counter(s.client.stats()).load(Ordering::Relaxed))
-        .sum()
+/// Connection counters summed over nodes, to take differences over a window.
+#[derive(Debug, Clone, Copy)]
+struct ConnCounts {
+    opened: u64,
+    trimmed: u64,
+    dials: u64,
+}
+
+impl ConnCounts {
+    fn of(nodes: &[Arc<SimNode>]) -> Self {
+        ConnCounts {
+            opened: stat_sum(nodes, |s| &s.connections_opened),
+            trimmed: stat_sum(nodes, |s| &s.trimmed),
+            dials: stat_sum(nodes, |s| &s.dials),
+        }
+    }
+
+    fn since(&self, start: &ConnCounts) -> ConnCounts {
+        ConnCounts {
+            opened: self.opened.saturating_sub(start.opened),
+            trimmed: self.trimmed.saturating_sub(start.trimmed),
+            dials: self.dials.saturating_sub(start.dials),
+        }
+    }
+
+    /// Totals, and connections opened per node per minute (each connection counts at both
+    /// ends: one dial between two nodes adds 2 to `opened`).
+    fn json(&self, nodes: usize, window: Duration) -> Value {
+        let minutes = window.as_secs_f64() / 60.0;
+        let per_node_min = |x: u64| (minutes > 0.0).then(|| x as f64 / nodes as f64 / minutes);
+        json!({
+            "opened": self.opened, "trimmed": self.trimmed, "dials": self.dials,
+            "opened_per_node_per_min": per_node_min(self.opened),
+            "dials_per_node_per_min": per_node_min(self.dials),
+        })
+    }
+}
+
+fn stat_sum(nodes: &[Arc<SimNode>], counter: fn(&net::Stats) -> &Counter) -> u64 {
+    nodes.iter().map(|s| counter(s.client.stats()).get()).sum()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -579,15 +558,15 @@ fn ms(d: Duration) -> f64 {
 async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let load_start = loadavg();
     let started = Instant::now();
-    let mut rng = Rng::new(args.seed);
+    let mut rng = Rng::seed_from_u64(args.seed);
     let shutdown = CancellationToken::new();
-    let n = args.nodes;
+    let n = args.nodes as usize;
 
     // Nodes: honest ones listen; adversaries listen nowhere, so they stay behind the nodes they
     // dial (as in tests/network.rs).
     let mut nodes: Vec<Arc<SimNode>> = Vec::with_capacity(n + args.adversaries);
     for i in 0..n + args.adversaries {
-        let key = SecretKey::from_seed(&rng.seed32());
+        let key = SecretKey::from_seed(&seed32(&mut rng));
         let node = start_node(&key, dir, i as u64 + 1, i < n, args, &shutdown).await?;
         nodes.push(Arc::new(node));
     }
@@ -603,7 +582,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         let mut targets: Vec<usize> = Vec::new();
         let honest = i < n;
         if honest && i > 0 {
-            targets.push(rng.below(i));
+            targets.push(rng.gen_range(0..i));
         }
         let want = if honest {
             args.dials.min(n - 1)
@@ -611,7 +590,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             args.dials.min(n)
         };
         while targets.len() < want {
-            let j = rng.below(n);
+            let j = rng.gen_range(0..n);
             if j != i && !targets.contains(&j) {
                 targets.push(j);
             }
@@ -668,18 +647,17 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         });
     }
 
-    // Let gossipsub build its mesh.
-    // The last two seconds of it (or all of it, if shorter) also measure the background CPU
-    // of an idle network: heartbeats, pings, Kademlia.
-    let warmup = args.warmup;
-    let idle_window = warmup.min(Duration::from_secs(2));
-    tokio::time::sleep(warmup - idle_window).await;
+    // Let gossipsub build its mesh, then watch the settled network for `--idle-ms` with nothing
+    // published: the connections it opens then are its steady churn (Kademlia's periodic
+    // bootstrap, the connection manager, pings), and its CPU the cost of being idle.
+    let warmup = args.warmup();
+    tokio::time::sleep(warmup).await;
     let honest = &nodes[..n];
-    let dials_of = |nodes: &[Arc<SimNode>]| stat_sum(nodes, |s| &s.dials);
-    let dials_idle_start = dials_of(honest);
+    let idle_window = args.idle;
+    let idle_start = ConnCounts::of(honest);
     let idle_cpu_start = process_cpu();
     tokio::time::sleep(idle_window).await;
-    let dials_idle = dials_of(honest) - dials_idle_start;
+    let idle_conns = ConnCounts::of(honest).since(&idle_start);
     let idle_cpu = match (idle_cpu_start, process_cpu()) {
         (Some(a), Some(b)) if !idle_window.is_zero() => {
             Some(100.0 * b.saturating_sub(a).as_secs_f64() / idle_window.as_secs_f64())
@@ -699,7 +677,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     for node in nodes.iter().skip(n) {
         junk_tasks.push(tokio::spawn(adversary(
             node.clone(),
-            Rng::new(rng.next_u64()),
+            Rng::seed_from_u64(rng.gen::<u64>()),
             args.junk_rate,
             honest_dids.clone(),
             stop_junk.clone(),
@@ -713,14 +691,14 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let traffic_start: Vec<net::Traffic> =
         nodes.iter().take(n).map(|s| s.client.traffic()).collect();
     let cpu_start = process_cpu();
-    let dials_phase_start = dials_of(honest);
+    let phase_conns_start = ConnCounts::of(honest);
     let phase_start = Instant::now();
     let mut spreads: Vec<Spread> = Vec::with_capacity(args.adverts);
     let mut published: Vec<(String, Vec<u8>)> = Vec::new();
     let mut advert_bytes = 0;
     let mut publish_errors = 0;
     for a in 0..args.adverts {
-        let publisher = &nodes[rng.below(n)];
+        let publisher = &nodes[rng.gen_range(0..n)];
         let agent = Agent::new(&mut rng);
         let tags = vocab.draw(&mut rng, 3);
         let bytes = agent.advert(publisher, 1, &format!("advert {a}"), &tags, 1024)?;
@@ -765,7 +743,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         tokio::time::sleep(args.gap).await;
     }
     let phase = phase_start.elapsed();
-    let dials_phase = dials_of(honest) - dials_phase_start;
+    let phase_conns = ConnCounts::of(honest).since(&phase_conns_start);
     let cpu = match (cpu_start, process_cpu()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
@@ -806,9 +784,9 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let junk_dids = Arc::new(junk.junk_dids.clone());
     for node in nodes.iter().take(n) {
         let stats = node.client.stats();
-        accepted += stats.accepted.load(Ordering::Relaxed);
-        ignored += stats.ignored.load(Ordering::Relaxed);
-        throttled += stats.throttled.load(Ordering::Relaxed);
+        accepted += stats.accepted.get();
+        ignored += stats.ignored.get();
+        throttled += stats.throttled.get();
         for (reason, count) in stats.rejected.lock().expect("stats lock poisoned").iter() {
             *refused.entry(reason).or_default() += count;
         }
@@ -891,13 +869,17 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "adverts": args.adverts,
         "adversaries": args.adversaries,
         "seed": args.seed,
-        "heartbeat_ms": ms(args.heartbeat),
+        "heartbeat_ms": ms(args.heartbeat()),
         "deadline_ms": ms(args.deadline),
         "warmup_ms": ms(warmup),
         "gap_ms": ms(args.gap),
-        "provide_delay_ms": ms(args.provide_delay),
+        "provide_delay_ms": ms(args.provide_delay()),
         "conn_watermarks": [args.conn_low, args.conn_high],
         "mesh": args.mesh,
+        "kad_bootstrap_s": match args.kad_bootstrap_s {
+            Some(s) => json!(s),
+            None => json!(Config::default().kad_bootstrap_interval.map(|d| d.as_secs())),
+        },
         "advert_bytes": advert_bytes,
         "setup_s": setup.as_secs_f64(),
         "dial_failures": dial_failures,
@@ -923,7 +905,9 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "bytes_in_total": bytes_in,
         "bytes_out_total": bytes_out,
         "connections": {"opened": opened, "dials": dials, "trimmed": trimmed, "kad_bootstraps": bootstraps,
-            "dials_idle_window": dials_idle, "dials_advert_phase": dials_phase},
+            "idle_window_s": idle_window.as_secs_f64(),
+            "idle": idle_conns.json(n, idle_window),
+            "advert_phase": phase_conns.json(n, phase)},
         "cpu_s_advert_phase": cpu.map(|c| c.as_secs_f64()),
         "idle_cpu_pct": idle_cpu,
         "advert_phase_s": phase.as_secs_f64(),
@@ -933,6 +917,10 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "load_end": loadavg(),
         "elapsed_s": started.elapsed().as_secs_f64(),
     }))
+}
+
+fn f64_of(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
 }
 
 fn print_text(r: &Value) {
@@ -999,16 +987,27 @@ fn print_text(r: &Value) {
             .map_or("-".into(), |x| format!("{x:.2}")),
         r["bytes_in_per_node_per_advert"].as_f64().unwrap_or(0.0),
     );
+    let c = &r["connections"];
     println!(
-        "connections (whole run, all nodes): opened {}, dials {} ({} in the idle window, {} while \
-         publishing), trimmed {}; Kademlia bootstraps {}",
-        r["connections"]["opened"],
-        r["connections"]["dials"],
-        r["connections"]["dials_idle_window"],
-        r["connections"]["dials_advert_phase"],
-        r["connections"]["trimmed"],
-        r["connections"]["kad_bootstraps"]
+        "connections (whole run, all nodes): opened {}, dials {}, trimmed {}; Kademlia bootstraps {}",
+        c["opened"], c["dials"], c["trimmed"], c["kad_bootstraps"]
     );
+    for (label, w) in [
+        (
+            format!("settled, idle {:.0} s", f64_of(&c["idle_window_s"])),
+            &c["idle"],
+        ),
+        ("while publishing".to_owned(), &c["advert_phase"]),
+    ] {
+        println!(
+            "  {label}: opened {} ({} per node per minute), dials {} ({} per node per minute), trimmed {}",
+            w["opened"],
+            f(&w["opened_per_node_per_min"]),
+            w["dials"],
+            f(&w["dials_per_node_per_min"]),
+            w["trimmed"]
+        );
+    }
     println!(
         "CPU {} s over a {:.1} s advert phase (idle network: {} % of a core); peak RSS {} MiB; \
          load {} -> {}; total {:.1} s",
@@ -1023,13 +1022,10 @@ fn print_text(r: &Value) {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
+    let args = match Args::parse().finish() {
         Ok(a) => a,
         Err(e) => {
-            if !e.is_empty() {
-                eprintln!("simulate: {e}");
-            }
-            eprintln!("{USAGE}");
+            eprintln!("simulate: {e}");
             return ExitCode::from(2);
         }
     };
@@ -1055,10 +1051,11 @@ fn main() -> ExitCode {
         }
     };
     // Watchdog: setup, every advertisement's deadline, and slack for checks and shutdown.
-    let nodes = (args.nodes + args.adversaries) as u32;
+    let nodes = (args.nodes as usize + args.adversaries) as u32;
     let bound = Duration::from_secs(60)
         + Duration::from_secs(1) * nodes
-        + args.warmup
+        + args.warmup()
+        + args.idle
         + (args.deadline + args.gap + Duration::from_millis(100)) * args.adverts as u32;
     let result = rt.block_on(async {
         tokio::time::timeout(bound, run(&args, &dir.0))
