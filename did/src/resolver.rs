@@ -233,8 +233,9 @@ impl std::fmt::Debug for Resolver {
 }
 
 impl Resolver {
-    /// A resolver with these options. Fails only on a bad extra root certificate.
-    pub fn new(opts: Options) -> Result<Self, String> {
+    /// A resolver with these options. Fails only on a bad extra root certificate or a TLS
+    /// backend that cannot start.
+    pub fn new(opts: Options) -> Result<Self, crate::web::BuildError> {
         let http = HttpFetcher::new(opts.http.clone())?;
         let cache = moka::future::Cache::builder()
             .max_capacity(opts.cache_bytes)

@@ -288,9 +288,28 @@ impl std::fmt::Debug for HttpFetcher {
     }
 }
 
+/// Why an HTTP client for DID documents could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// An extra root certificate (`HttpOptions::extra_root_pems`) is not a PEM certificate.
+    #[error("extra root certificate {index}: {source}")]
+    RootCertificate {
+        /// Its position in `extra_root_pems`.
+        index: usize,
+        /// What reqwest said.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The TLS backend could not be set up.
+    #[error("building the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
 impl HttpFetcher {
-    /// Build a fetcher. Fails only on a bad extra root certificate.
-    pub fn new(opts: HttpOptions) -> Result<Self, String> {
+    /// Build a fetcher. Fails only on a bad extra root certificate or a TLS backend that
+    /// cannot start.
+    pub fn new(opts: HttpOptions) -> Result<Self, BuildError> {
         let policy = AddressPolicy {
             allow_loopback: opts.allow_loopback || opts.allow_http_loopback,
         };
@@ -326,12 +345,12 @@ impl HttpFetcher {
             .dns_resolver(Arc::new(ResolverRef(resolver)))
             .user_agent(concat!("agentnet/", env!("CARGO_PKG_VERSION")))
             .no_proxy();
-        for pem in &opts.extra_root_pems {
+        for (index, pem) in opts.extra_root_pems.iter().enumerate() {
             let cert = reqwest::Certificate::from_pem(pem)
-                .map_err(|e| format!("root certificate: {e}"))?;
+                .map_err(|source| BuildError::RootCertificate { index, source })?;
             builder = builder.add_root_certificate(cert);
         }
-        let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
+        let client = builder.build().map_err(BuildError::Client)?;
         Ok(Self {
             client,
             opts,
