@@ -479,6 +479,14 @@ fn the_admin_api_authenticates_its_callers() {
             "{text}"
         );
         assert!(text.contains("libp2p_bandwidth"), "{text}");
+        // And the node's own counters, by name (operators' dashboards rely on them).
+        for name in [
+            "agentnet_adverts_accepted_total",
+            "agentnet_connections_opened_total",
+            "agentnet_provider_records_refused_total",
+        ] {
+            assert!(text.contains(name), "{name} missing from {text}");
+        }
 
         // Bad input is a 400 with a reason: an agent whose key is not installed, a private key
         // in the request, a skill that is no tag.

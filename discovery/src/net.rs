@@ -19,7 +19,7 @@
 //!   provider records), plain structs taking `now`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -62,6 +62,7 @@ use limits::{FetchLimiter, ResolveSlots};
 
 use libp2p::metrics::Registry;
 pub use libp2p::{Multiaddr, PeerId};
+pub use prometheus_client::metrics::counter::Counter;
 
 /// The gossipsub topic of advertisements.
 pub const TOPIC: &str = "agentnet/cards/1";
@@ -154,41 +155,113 @@ pub enum Error {
     Busy(String),
 }
 
-/// Counters, for logs, `peers --json` and the simulation.
+/// Counters, for logs, `peers --json`, the simulation, and operators: each `Counter` is
+/// registered in the node's Prometheus registry (`agentnet_*` in `/admin/v1/metrics`, beside
+/// libp2p's own) and read here through its handle.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Advertisements accepted from gossip or fetches.
-    pub accepted: AtomicU64,
+    pub accepted: Counter,
     /// Duplicate or stale (not new, not penalized).
-    pub ignored: AtomicU64,
+    pub ignored: Counter,
     /// Refused, by reason.
     pub rejected: Mutex<HashMap<&'static str, u64>>,
     /// Gossip dropped by the per-peer rate limit or the validation bound.
-    pub throttled: AtomicU64,
+    pub throttled: Counter,
     /// Refused gossip by the peer that sent it to us (at most 1024 peers tracked).
     pub rejected_from: Mutex<HashMap<PeerId, u64>>,
     /// Connections closed by the connection manager.
-    pub trimmed: AtomicU64,
+    pub trimmed: Counter,
     /// Connections established (both directions).
-    pub connections_opened: AtomicU64,
+    pub connections_opened: Counter,
     /// Dials started (by us, Kademlia, mDNS).
-    pub dials: AtomicU64,
+    pub dials: Counter,
     /// Kademlia bootstraps completed.
-    pub bootstraps: AtomicU64,
+    pub bootstraps: Counter,
     /// Gossip ignored because the resolution pool or the sender's share of it was full.
-    pub resolutions_refused: AtomicU64,
+    pub resolutions_refused: Counter,
     /// Inbound fetch requests answered.
-    pub fetches_served: AtomicU64,
+    pub fetches_served: Counter,
     /// Inbound fetch requests refused by [`Config::fetch_in_flight_total`],
     /// [`Config::fetch_in_flight_per_peer`] or [`Config::fetch_per_peer`].
-    pub fetches_refused: AtomicU64,
+    pub fetches_refused: Counter,
     /// Inbound provider records stored (new or refreshed).
-    pub provider_records_admitted: AtomicU64,
+    pub provider_records_admitted: Counter,
     /// Inbound provider records refused by the quotas.
-    pub provider_records_refused: AtomicU64,
+    pub provider_records_refused: Counter,
 }
 
 impl Stats {
+    /// Register the counters in `registry` under the `agentnet_` prefix.
+    fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("agentnet");
+        let counters = [
+            (
+                "adverts_accepted",
+                "Advertisements accepted from gossip or fetches",
+                &self.accepted,
+            ),
+            (
+                "adverts_ignored",
+                "Advertisements duplicate or stale (not penalized)",
+                &self.ignored,
+            ),
+            (
+                "gossip_throttled",
+                "Gossip dropped by the per-peer rate limit or the validation bound",
+                &self.throttled,
+            ),
+            (
+                "connections_trimmed",
+                "Connections closed by the connection manager",
+                &self.trimmed,
+            ),
+            (
+                "connections_opened",
+                "Connections established, both directions",
+                &self.connections_opened,
+            ),
+            (
+                "dials",
+                "Dials started (by us, Kademlia, mDNS)",
+                &self.dials,
+            ),
+            (
+                "kad_bootstraps",
+                "Kademlia bootstraps completed",
+                &self.bootstraps,
+            ),
+            (
+                "resolutions_refused",
+                "Gossip ignored: the DID resolution pool or the sender's share of it was full",
+                &self.resolutions_refused,
+            ),
+            (
+                "fetches_served",
+                "Inbound fetch requests answered",
+                &self.fetches_served,
+            ),
+            (
+                "fetches_refused",
+                "Inbound fetch requests refused by the fetch limits",
+                &self.fetches_refused,
+            ),
+            (
+                "provider_records_admitted",
+                "Inbound DHT provider records stored (new or refreshed)",
+                &self.provider_records_admitted,
+            ),
+            (
+                "provider_records_refused",
+                "Inbound DHT provider records refused by the quotas",
+                &self.provider_records_refused,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            r.register(name, help, counter.clone());
+        }
+    }
+
     fn reject(&self, r: &Reject) {
         *self
             .rejected
@@ -347,7 +420,8 @@ impl Client {
         &self.store
     }
 
-    /// The node's libp2p metrics (gossipsub, bandwidth) in the Prometheus text format.
+    /// The node's metrics (libp2p's gossipsub and bandwidth, and [`Stats`]) in the Prometheus
+    /// text format.
     pub fn metrics_text(&self) -> String {
         let mut out = String::new();
         let registry = self.metrics.lock().expect("metrics lock poisoned");
@@ -669,6 +743,7 @@ pub async fn spawn(
     let peer_id = keypair.public().to_peer_id();
     let stats = Arc::new(Stats::default());
     let mut registry = Registry::default();
+    stats.register(&mut registry);
     let swarm = build_swarm(keypair, &cfg, &mut registry)?;
     let (tx, cmd_rx) = mpsc::channel(256);
     let (internal_tx, internal_rx) = mpsc::channel(1024);
@@ -1103,9 +1178,7 @@ impl Node {
             Instant::now(),
         );
         if !decision.admitted() {
-            self.stats
-                .provider_records_refused
-                .fetch_add(1, Ordering::Relaxed);
+            self.stats.provider_records_refused.inc();
             if decision == Admission::Full {
                 tracing::debug!(peer = %record.provider, "inbound provider records full");
             }
@@ -1124,9 +1197,7 @@ impl Node {
             .add_provider(record)
         {
             Ok(()) => {
-                self.stats
-                    .provider_records_admitted
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.provider_records_admitted.inc();
             }
             Err(error) => {
                 // Only if the quota and the store disagree; keep them in step.
@@ -1164,7 +1235,7 @@ impl Node {
             .map(|(p, since)| (*p, *since))
             .collect();
         // Newest first: connections that lasted have proven useful.
-        candidates.sort_by(|a, b| b.1.cmp(&a.1));
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.1));
         let excess = connected.saturating_sub(self.cfg.conn_low.min(self.cfg.conn_high));
         let mut closed = 0u64;
         for (peer, _) in candidates.into_iter().take(excess) {
@@ -1173,7 +1244,7 @@ impl Node {
             }
         }
         if closed > 0 {
-            self.stats.trimmed.fetch_add(closed, Ordering::Relaxed);
+            self.stats.trimmed.inc_by(closed);
             tracing::debug!(closed, connected, "connection manager closed connections");
         }
     }
@@ -1192,7 +1263,7 @@ impl Node {
 
     fn on_gossip(&mut self, source: PeerId, id: MessageId, data: Vec<u8>) {
         let ignore = |node: &mut Node| {
-            node.stats.throttled.fetch_add(1, Ordering::Relaxed);
+            node.stats.throttled.inc();
             node.swarm
                 .behaviour_mut()
                 .gossipsub
@@ -1259,12 +1330,12 @@ impl Node {
         channel: ResponseChannel<FetchResponse>,
     ) {
         if let Err(why) = self.fetch_limiter.start(peer, Instant::now()) {
-            self.stats.fetches_refused.fetch_add(1, Ordering::Relaxed);
+            self.stats.fetches_refused.inc();
             tracing::debug!(%peer, ?why, "fetch request refused");
             drop(channel);
             return;
         }
-        self.stats.fetches_served.fetch_add(1, Ordering::Relaxed);
+        self.stats.fetches_served.inc();
         let store = self.store.clone();
         let tx = self.internal_tx.clone();
         self.tasks.spawn(async move {
@@ -1325,7 +1396,7 @@ impl Node {
                 }
                 if let QueryResult::Bootstrap(_) = &result {
                     if step.last {
-                        self.stats.bootstraps.fetch_add(1, Ordering::Relaxed);
+                        self.stats.bootstraps.inc();
                     }
                 }
                 if let QueryResult::GetProviders(r) = result {
@@ -1420,7 +1491,7 @@ impl Node {
                 }
             }
             SwarmEvent::Dialing { .. } => {
-                self.stats.dials.fetch_add(1, Ordering::Relaxed);
+                self.stats.dials.inc();
             }
             SwarmEvent::ConnectionEstablished {
                 peer_id,
@@ -1428,9 +1499,7 @@ impl Node {
                 connection_id,
                 ..
             } => {
-                self.stats
-                    .connections_opened
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.connections_opened.inc();
                 self.connected_since
                     .entry(peer_id)
                     .or_insert_with(Instant::now);

@@ -22,7 +22,7 @@
 //! | `GET /admin/v1/peers` | | [`Peers`] |
 //! | `POST /admin/v1/adverts` | a signed advertisement | [`Published`] |
 //! | `GET /admin/v1/adverts/{did}` | | the stored advertisement, as received |
-//! | `GET /admin/v1/metrics` | | libp2p metrics (gossipsub, bandwidth) in the Prometheus text format |
+//! | `GET /admin/v1/metrics` | | libp2p metrics (gossipsub, bandwidth) and the node's own counters (`agentnet_*`) in the Prometheus text format |
 //!
 //! Errors are [`ApiError`] bodies: `{"error": "...", "reason": "..."}`, where `reason` is the
 //! validator's short reason (`stale_seq`, `bad_card`, …) when it refused an advertisement, and
@@ -34,7 +34,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -505,12 +504,12 @@ async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError>
             })
             .collect(),
         stats: Stats {
-            accepted: s.accepted.load(Ordering::Relaxed),
-            ignored: s.ignored.load(Ordering::Relaxed),
+            accepted: s.accepted.get(),
+            ignored: s.ignored.get(),
             rejected_by_reason,
-            throttled: s.throttled.load(Ordering::Relaxed),
+            throttled: s.throttled.get(),
             traffic: c.traffic(),
-            connections_trimmed: s.trimmed.load(Ordering::Relaxed),
+            connections_trimmed: s.trimmed.get(),
         },
     }))
 }

@@ -9,7 +9,7 @@ pub(super) fn refuse(stats: &Stats, r: Reject) -> Error {
     if r.penalize() {
         stats.reject(&r);
     } else {
-        stats.ignored.fetch_add(1, Ordering::Relaxed);
+        stats.ignored.inc();
     }
     Error::Rejected(r)
 }
@@ -72,7 +72,7 @@ pub(super) async fn accept(ctx: &Ctx<'_>, bytes: Vec<u8>, gate: Gate) -> Result<
             match pool.try_take(peer) {
                 Some(slot) => _slot = Some(slot),
                 None => {
-                    stats.resolutions_refused.fetch_add(1, Ordering::Relaxed);
+                    stats.resolutions_refused.inc();
                     return Err(Error::Busy(format!(
                         "no resolution slot for {} from {peer}",
                         pre.did
@@ -124,7 +124,7 @@ pub(super) async fn accept(ctx: &Ctx<'_>, bytes: Vec<u8>, gate: Gate) -> Result<
             },
         )),
         _ => {
-            stats.accepted.fetch_add(1, Ordering::Relaxed);
+            stats.accepted.inc();
             let _ = events.send(Accepted {
                 did: validated.did.clone(),
                 seq: validated.seq,
