@@ -3,11 +3,11 @@
 //! did:web): a did:web flood does not starve honest gossip, a provider-record flood does not
 //! stop the victim's own DHT announcements, the fetch protocol refuses a flood and answers in
 //! bounded size, dials without a peer id fail instead of hanging, nothing of a node outlives its
-//! shutdown, and a restarted node finds its old peers without bootstrap.
+//! shutdown, a restarted node finds its old peers without bootstrap, and connections from many
+//! identities stop at the connection and memory caps.
 
 mod common;
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use agentnet_did::{card, Did, DidUrl, Resolver, SecretKey};
@@ -225,23 +225,12 @@ async fn did_web_flood_from_one_peer_does_not_starve_honest_gossip() {
             start.elapsed() < Duration::from_secs(2),
             "the honest advertisement was not accepted within 2 s during the did:web flood \
              (resolutions refused: {})",
-            victim
-                .client
-                .stats()
-                .resolutions_refused
-                .load(Ordering::Relaxed)
+            victim.client.stats().resolutions_refused.get()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The flood was turned away at the pool, not validated.
-    assert!(
-        victim
-            .client
-            .stats()
-            .resolutions_refused
-            .load(Ordering::Relaxed)
-            >= 70
-    );
+    assert!(victim.client.stats().resolutions_refused.get() >= 70);
     shutdown.cancel();
 }
 
@@ -259,13 +248,7 @@ async fn dropping_the_last_client_stops_every_task_and_releases_the_store() {
     }
     // Some validations are now waiting for the silent server (10 s resolver timeout).
     let start = Instant::now();
-    while victim
-        .client
-        .stats()
-        .resolutions_refused
-        .load(Ordering::Relaxed)
-        == 0
-    {
+    while victim.client.stats().resolutions_refused.get() == 0 {
         assert!(start.elapsed() < Duration::from_secs(5), "flood not seen");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -349,8 +332,8 @@ async fn a_fetch_flood_from_one_peer_is_refused_past_its_share() {
     }
     let stats = victim.client.stats();
     assert_eq!(answered, share, "answers to one peer within one window");
-    assert_eq!(stats.fetches_served.load(Ordering::Relaxed), share as u64);
-    assert_eq!(stats.fetches_refused.load(Ordering::Relaxed), share as u64);
+    assert_eq!(stats.fetches_served.get(), share as u64);
+    assert_eq!(stats.fetches_refused.get(), share as u64);
 
     shutdown.cancel();
 }
@@ -468,8 +451,8 @@ async fn a_provider_record_flood_does_not_stop_own_announcements() {
         }
     }
     let stats = victim.client.stats();
-    let admitted = stats.provider_records_admitted.load(Ordering::Relaxed);
-    let refused = stats.provider_records_refused.load(Ordering::Relaxed);
+    let admitted = stats.provider_records_admitted.get();
+    let refused = stats.provider_records_refused.get();
     assert!(refused > 0, "admitted {admitted}, refused {refused}");
     assert!(
         admitted as usize <= Config::default().provider_keys_per_peer,
@@ -595,13 +578,64 @@ async fn discover_is_bounded_against_a_provider_of_unresolvable_adverts() {
     );
     assert!(found.iter().any(|a| a.did == did), "{found:?}");
     assert!(found.iter().all(|a| !a.did.starts_with("did:web")));
+    assert!(searcher.client.stats().resolutions_refused.get() > 0);
+    shutdown.cancel();
+}
+
+/// Issue 7, "memory per connection": identities cost nothing, so strangers can open as many
+/// connections as the node takes. Past `max_connections` the node holds no more, whatever the
+/// number of identities; and above `max_process_memory` it takes no new connection at all,
+/// while the ones it has stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_from_many_identities_stop_at_the_caps() {
+    let shutdown = CancellationToken::new();
+    let victim = start(31, &shutdown, true, plain_validator(), None, |c| {
+        c.max_connections = 8;
+        c.conn_high = 64; // the connection manager stays out of it
+    })
+    .await;
+    let mut strangers = Vec::new();
+    for i in 0..16u8 {
+        let s = start(40 + i, &shutdown, false, plain_validator(), None, |_| {}).await;
+        // Some dials succeed at the handshake and are closed by the victim's limit right after.
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), s.client.dial(victim.addr.clone())).await;
+        strangers.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = victim.client.peers().await.unwrap().len();
+    assert_eq!(held, 8, "the victim holds exactly its cap of connections");
+
+    // Memory bound: a node already above it refuses every new connection.
+    let full = start(60, &shutdown, true, plain_validator(), None, |c| {
+        c.max_process_memory = Some(1);
+    })
+    .await;
+    let caller = start(61, &shutdown, false, plain_validator(), None, |_| {}).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        caller.client.dial(full.addr.clone()),
+    )
+    .await
+    .expect("the dial returns");
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        searcher
-            .client
-            .stats()
-            .resolutions_refused
-            .load(Ordering::Relaxed)
-            > 0
+        full.client.peers().await.unwrap().is_empty(),
+        "a node above its memory bound took a connection (dial: {r:?})"
     );
+    // The same node with room takes it: the bound, not the setup, refused.
+    let roomy = start(62, &shutdown, true, plain_validator(), None, |c| {
+        c.max_process_memory = Some(usize::MAX / 2);
+    })
+    .await;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        caller.client.dial(roomy.addr.clone()),
+    )
+    .await
+    .expect("the dial returns")
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(roomy.client.peers().await.unwrap().len(), 1);
     shutdown.cancel();
 }

@@ -160,6 +160,10 @@ struct UpArgs {
     /// (the node's own publishing goes on).
     #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().min_free_bytes >> 20)]
     store_min_free_mib: u64,
+    /// Refuse new peer connections while the node's resident memory is above this many MiB
+    /// (connections already open stay); 0: no such bound.
+    #[arg(long, value_name = "MIB", default_value_t = daemon::DEFAULT_MAX_MEMORY_MIB)]
+    max_memory_mib: u64,
     /// Print the start banner as one JSON line.
     #[arg(long)]
     json: bool,
@@ -376,6 +380,10 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             max_peer_bytes: mib("store-peer-mib", args.store_peer_mib)?,
             min_free_bytes: mib("store-min-free-mib", args.store_min_free_mib)?,
             ..StoreLimits::default()
+        },
+        max_memory: match args.max_memory_mib {
+            0 => None,
+            n => Some(usize::try_from(mib("max-memory-mib", n)?)?),
         },
         mdns: !args.no_mdns,
         json: args.json,

@@ -37,6 +37,10 @@ pub const DEFAULT_HTTP: &str = "127.0.0.1:7878";
 /// Default address of the admin listener: loopback, a free port (the commands find it in
 /// `node.json`, so several nodes on one machine never collide).
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
+/// `agentnet up --max-memory-mib`: new peer connections are refused above 2 GiB resident. An
+/// idle node is about 25 MiB, a connection about 115 KiB (`conncost`, docs/BENCHMARKS.md):
+/// the bound is for what no other limit foresaw, not for normal operation.
+pub const DEFAULT_MAX_MEMORY_MIB: u64 = 2048;
 /// How long the HTTP server may take to finish in-flight requests at shutdown.
 const HTTP_DRAIN: Duration = Duration::from_secs(5);
 /// How long the network task may take to stop.
@@ -63,6 +67,9 @@ pub struct Options {
     pub admin_limits: HttpLimits,
     /// What the advert store accepts from other nodes (byte caps, free-disk watermark).
     pub store_limits: StoreLimits,
+    /// `net::Config::max_process_memory`: new peer connections are refused while the process's
+    /// resident memory is above it.
+    pub max_memory: Option<usize>,
     /// mDNS on the LAN.
     pub mdns: bool,
     /// Print the start banner as one JSON line.
@@ -154,7 +161,7 @@ pub enum Error {
     },
     /// The DID resolver could not be built.
     #[error("DID resolver: {0}")]
-    Resolver(String),
+    Resolver(#[source] agentnet_did::web::BuildError),
     /// The network did not start.
     #[error(transparent)]
     Net(#[from] net::Error),
@@ -298,6 +305,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         bootstrap: opts.bootstrap.clone(),
         mdns: opts.mdns,
         transport: TransportKind::Network,
+        max_process_memory: opts.max_memory,
         ..Default::default()
     };
     if !opts.listen.is_empty() {

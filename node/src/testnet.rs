@@ -335,6 +335,8 @@ async fn exercise(
             http_limits: Limits::PUBLIC,
             admin_limits: Limits::ADMIN,
             store_limits: Default::default(),
+            // Several nodes share this process: a process-wide bound would be theirs together.
+            max_memory: None,
             mdns: false,
             json: false,
             quiet: true,

@@ -83,6 +83,21 @@ pub struct Config {
     /// and run at the same moment they slowed the gossip they compete with (measured).
     /// Announcements also run at most two at a time.
     pub provide_delay: Duration,
+    /// How often Kademlia refreshes its routing table (a bootstrap: one lookup per bucket).
+    /// Each refresh contacts O(K log N) peers, most of them not connected, and those connections
+    /// are closed again by `idle_timeout` and the connection manager: libp2p's default of 5
+    /// minutes made that the steady churn of a settled network (measured at 300 nodes: about
+    /// 110 connections opened per node per minute). Every lookup a node makes (announcements,
+    /// discover) refreshes the buckets it crosses anyway, and Kademlia still bootstraps at once
+    /// whenever its routing table holds fewer than K peers. `None`: never periodically.
+    pub kad_bootstrap_interval: Option<Duration>,
+    /// Refuse new connections (both directions) while the process's resident memory is above
+    /// this many bytes; connections already open stay. The last line of the connection bounds,
+    /// after `max_connections` and the per-connection queues: whatever a connection costs,
+    /// strangers cannot take the node past it. Process-wide, so `None` (off) by default: many
+    /// nodes in one process (tests, `simulate`) would share one budget. The daemon sets it
+    /// (`agentnet up --max-memory-mib`).
+    pub max_process_memory: Option<usize>,
 }
 
 impl Default for Config {
@@ -126,6 +141,8 @@ impl Default for Config {
             conn_grace: Duration::from_secs(10),
             max_connections: 512,
             provide_delay: Duration::from_secs(1),
+            kad_bootstrap_interval: Some(Duration::from_secs(30 * 60)),
+            max_process_memory: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use super::*;
 #[derive(NetworkBehaviour)]
 pub(super) struct Behaviour {
     pub(super) limits: libp2p::connection_limits::Behaviour,
+    pub(super) memory: Toggle<libp2p::memory_connection_limits::Behaviour>,
     pub(super) gossipsub: gossipsub::Behaviour,
     pub(super) kad: kad::Behaviour<ProviderStore>,
     pub(super) identify: identify::Behaviour,
@@ -79,9 +80,10 @@ pub(super) fn build_behaviour(
 
     let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
     kad_cfg.set_query_timeout(Duration::from_secs(20));
-    // Kademlia re-bootstraps by itself every 5 minutes and whenever its routing table is short
-    // of peers; the connections its queries open close again after `idle_timeout`.
-    kad_cfg.set_periodic_bootstrap_interval(Some(Duration::from_secs(300)));
+    // Kademlia re-bootstraps by itself every `kad_bootstrap_interval` and whenever its routing
+    // table is short of peers; the connections its queries open close again after
+    // `idle_timeout` (see `Config::kad_bootstrap_interval` for why not libp2p's 5 minutes).
+    kad_cfg.set_periodic_bootstrap_interval(cfg.kad_bootstrap_interval);
     // Peers enter the routing table through `Node::add_kad_address` only.
     kad_cfg.set_kbucket_inserts(kad::BucketInserts::Manual);
     // Inbound records are reported, not stored: `Node::on_inbound_provider` admits provider
@@ -118,8 +120,12 @@ pub(super) fn build_behaviour(
         .with_max_established(Some(cfg.max_connections))
         .with_max_established_per_peer(Some(2))
         .with_max_pending_incoming(Some(cfg.max_connections.div_ceil(4)));
+    let memory = cfg
+        .max_process_memory
+        .map(libp2p::memory_connection_limits::Behaviour::with_max_bytes);
     Ok(Behaviour {
         limits: libp2p::connection_limits::Behaviour::new(limits),
+        memory: memory.into(),
         gossipsub,
         kad,
         identify,
@@ -127,6 +133,17 @@ pub(super) fn build_behaviour(
         fetch,
         mdns: mdns.into(),
     })
+}
+
+/// Inbound streams a connection may have in protocol negotiation at once (libp2p: 128). Each is
+/// a yamux stream whose data the muxer buffers until it is read, up to its 256 KiB window; a
+/// handler reads its streams as they come, so honest peers never have more than a few waiting
+/// (one gossipsub stream, a Kademlia request or two, a fetch).
+const MAX_NEGOTIATING_INBOUND_STREAMS: usize = 16;
+
+fn swarm_config(c: libp2p::swarm::Config, idle: Duration) -> libp2p::swarm::Config {
+    c.with_idle_connection_timeout(idle)
+        .with_max_negotiating_inbound_streams(MAX_NEGOTIATING_INBOUND_STREAMS)
 }
 
 pub(super) fn build_swarm(
@@ -151,7 +168,7 @@ pub(super) fn build_swarm(
             .with_bandwidth_metrics(registry)
             .with_behaviour(|key| build_behaviour(key, cfg, registry))
             .map_err(|e| start(&e))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .with_swarm_config(|c| swarm_config(c, idle))
             .build(),
         TransportKind::Memory => libp2p::SwarmBuilder::with_existing_identity(keypair)
             .with_tokio()
@@ -168,7 +185,7 @@ pub(super) fn build_swarm(
             .with_bandwidth_metrics(registry)
             .with_behaviour(|key| build_behaviour(key, cfg, registry))
             .map_err(|e| start(&e))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .with_swarm_config(|c| swarm_config(c, idle))
             .build(),
     };
     Ok(swarm)
