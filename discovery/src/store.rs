@@ -1539,9 +1539,9 @@ impl Record {
         did: &str,
     ) {
         let value = self.index_value();
-        batch.put_cf(tags, tag_key("", self.issued_at, did), &value);
+        batch.put_cf(tags, tag_key("", self.issued_at, did), value);
         for tag in &self.tags {
-            batch.put_cf(tags, tag_key(tag, self.issued_at, did), &value);
+            batch.put_cf(tags, tag_key(tag, self.issued_at, did), value);
         }
         batch.put_cf(expiry, expiry_key(self.expires_at, did), b"");
     }

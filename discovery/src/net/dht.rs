@@ -219,7 +219,6 @@ impl ProviderQuota {
 
     /// Inbound records held.
     #[cfg(test)]
-
     pub(crate) fn held(&self) -> usize {
         self.held
     }

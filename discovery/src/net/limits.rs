@@ -62,7 +62,6 @@ impl<K: Hash + Eq + Clone> SlotCounts<K> {
 
     /// Slots in use.
     #[cfg(test)]
-
     pub(crate) fn in_use(&self) -> usize {
         self.in_use
     }
@@ -103,7 +102,6 @@ impl ResolveSlots {
 
     /// Slots in use.
     #[cfg(test)]
-
     pub(crate) fn in_use(&self) -> usize {
         self.lock().in_use()
     }
@@ -198,7 +196,6 @@ impl FetchLimiter {
 
     /// Requests in flight.
     #[cfg(test)]
-
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.in_use()
     }
