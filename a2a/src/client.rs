@@ -247,15 +247,20 @@ pub fn choose_interface(card: &Value) -> Result<Endpoint, ClientError> {
     Err(ClientError::NoSupportedInterface { offered })
 }
 
-/// Fetch `<base>/.well-known/agent-card.json`, bounded.
+/// Fetch `<base>/.well-known/agent-card.json` (relative to `base`'s path, as the Python SDK's
+/// card resolver does, so an agent hosted under a path has its card there), bounded.
 pub async fn fetch_card(
     http: &reqwest::Client,
     base: &Url,
     limits: ClientLimits,
 ) -> Result<Value, ClientError> {
-    let url = base
-        .join("/.well-known/agent-card.json")
-        .map_err(|e| ClientError::InvalidCard(format!("card URL from {base}: {e}")))?;
+    let mut url = base.clone();
+    url.set_query(None);
+    url.set_fragment(None);
+    url.path_segments_mut()
+        .map_err(|_| ClientError::InvalidCard(format!("{base} cannot be a base URL")))?
+        .pop_if_empty()
+        .extend([".well-known", "agent-card.json"]);
     let resp = http
         .get(url.clone())
         .header(ACCEPT, "application/json")

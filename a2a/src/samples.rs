@@ -80,7 +80,10 @@ impl Handler for AskName {
     ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
         let work = self.work;
         Box::pin(async move {
-            let asked_before = turn.history.iter().any(|m| m.role == Role::Agent);
+            let asked_before = turn
+                .history
+                .iter()
+                .any(|m| m.role == Role::Agent && text_of(m) == ASK_NAME_QUESTION);
             let _ = updates
                 .status(agent_message(
                     &turn,
@@ -116,4 +119,68 @@ impl Handler for AskName {
             })
         })
     }
+}
+
+/// A 1.0 Agent Card for an agent served at `url` over both bindings (JSON-RPC first).
+pub fn card(name: &str, description: &str, url: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "description": description,
+        "version": "1.0.0",
+        "supportedInterfaces": [
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        ],
+        "capabilities": {"streaming": true, "pushNotifications": false},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{
+            "id": name,
+            "name": name,
+            "description": description,
+            "tags": ["sample"],
+        }],
+    })
+}
+
+/// Both samples on one router: [`Echo`] under `/echo`, [`AskName`] (working `work` per turn)
+/// under `/ask-name`, each with its card pointing at `<base>/echo` and `<base>/ask-name`, the
+/// given policy and limits, an in-memory store each. What the example server and the tests
+/// serve.
+pub fn router(
+    base: &str,
+    work: Duration,
+    config: impl Fn(serde_json::Value) -> crate::server::Config,
+    auth: std::sync::Arc<dyn crate::auth::Authenticator>,
+) -> (
+    axum::Router,
+    std::sync::Arc<crate::server::Server>,
+    std::sync::Arc<crate::server::Server>,
+) {
+    use std::sync::Arc;
+    let base = base.trim_end_matches('/');
+    let echo = crate::server::Server::new(
+        config(card(
+            "echo",
+            "Echoes your message back",
+            &format!("{base}/echo"),
+        )),
+        Arc::new(Echo),
+        Arc::new(crate::store::MemoryStore::default()),
+        auth.clone(),
+    );
+    let ask = crate::server::Server::new(
+        config(card(
+            "ask-name",
+            "Asks your name, then greets you",
+            &format!("{base}/ask-name"),
+        )),
+        Arc::new(AskName { work }),
+        Arc::new(crate::store::MemoryStore::default()),
+        auth,
+    );
+    let router = axum::Router::new()
+        .nest("/echo", echo.router())
+        .nest("/ask-name", ask.router());
+    (router, echo, ask)
 }
