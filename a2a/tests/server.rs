@@ -520,3 +520,33 @@ async fn cancel_ends_a_live_stream() {
     let rest = collect(s).await;
     assert_eq!(state(rest.last().unwrap()), Some(TaskState::Canceled));
 }
+
+/// A ProtoJSON server that omits defaults on its last page: our client reads it anyway (the
+/// a2a-lf type alone would refuse it, see tests/a2a_lf_wire.rs).
+#[tokio::test]
+async fn client_reads_a_list_page_with_defaults_omitted() {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/tasks",
+        get(|| async {
+            (
+                [("content-type", "application/a2a+json")],
+                "{\"tasks\": []}",
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let c = client::Client::new(
+        reqwest::Client::new(),
+        client::Endpoint {
+            url: url::Url::parse(&base).unwrap(),
+            binding: Binding::HttpJson,
+        },
+        None,
+    );
+    let page = c.list_tasks(&list()).await.unwrap();
+    assert!(page.tasks.is_empty());
+    assert_eq!(page.next_page_token, "");
+}
