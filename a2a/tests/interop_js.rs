@@ -64,7 +64,8 @@ async fn js_sdk_client_against_our_server() {
                 "task-not-found",
                 "cancel",
                 "stream",
-                "subscribe"
+                "subscribe",
+                "errors"
             ])
         );
         assert!(out.status.success());

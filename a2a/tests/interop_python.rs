@@ -70,7 +70,8 @@ async fn python_sdk_client_against_our_server() {
                 "task-not-found",
                 "cancel",
                 "stream",
-                "subscribe"
+                "subscribe",
+                "errors"
             ])
         );
         assert!(out.status.success());

@@ -139,6 +139,22 @@ try {
   check(stateOf(evs.at(-1)) === TaskState.TASK_STATE_INPUT_REQUIRED, 'subscribe end');
   done.push('subscribe');
 
+  // Lifecycle errors, mapped to the SDK's error types.
+  async function expectError(name, fn, what) {
+    try {
+      await fn();
+    } catch (e) {
+      check(new RegExp(`^(JsonRpc|Rest)?${name}$`).test(e.constructor.name), `${what}: ${e.constructor.name}: ${e.message}`);
+      return;
+    }
+    throw new CheckFailed(`${what}: no error`);
+  }
+  await expectError('UnsupportedOperationError', () => echo.sendMessage(userMessage('again', task.id)), 'message to terminal');
+  await expectError('TaskNotCancelableError', () => echo.cancelTask({ id: task.id, tenant: '' }), 'cancel terminal');
+  await expectError('UnsupportedOperationError', () => collect(ask.resubscribeTask({ id: working.id, tenant: '' })), 'subscribe terminal');
+  await expectError('TaskNotFoundError', () => collect(ask.resubscribeTask({ id: 'no-such-task', tenant: '' })), 'subscribe unknown');
+  done.push('errors');
+
   console.log(JSON.stringify({ binding, transport, ok: true, checks: done }));
 } catch (e) {
   console.log(JSON.stringify({ binding, transport, ok: false, checks: done, failed: `${e.constructor.name}: ${e.message}` }));

@@ -17,7 +17,8 @@ Usage:
 
 Checks, over the chosen binding: card, SendMessage (blocking), GetTask, ListTasks,
 CancelTask, SendStreamingMessage through INPUT_REQUIRED and on to COMPLETED,
-SubscribeToTask, and that an unknown task maps to the SDK's TaskNotFoundError.
+SubscribeToTask, and that the lifecycle errors (unknown task, message to / cancel of /
+subscribe to a terminal task) map to the SDK's error types.
 
 Exit codes: 0 all checks passed, 1 a check failed, 2 usage / setup error.
 Output: one JSON summary line on stdout; diagnostics on stderr.
@@ -51,8 +52,10 @@ try:
         Role,
         SendMessageRequest,
         SubscribeToTaskRequest,
+        TaskNotCancelableError,
         TaskNotFoundError,
         TaskState,
+        UnsupportedOperationError,
     )
 except ImportError as e:  # pragma: no cover
     _die(2, f'missing dependency ({e}); run interop/setup.sh')
@@ -179,6 +182,24 @@ async def run(base: str, binding: str) -> dict[str, Any]:
         check(events[0].HasField('task') and events[0].task.id == sub_id, 'subscribe starts with the task')
         check(state_of(events[-1]) == TaskState.TASK_STATE_INPUT_REQUIRED, 'subscribe end')
         done.append('subscribe')
+
+        # Lifecycle errors, mapped to the SDK's error types: a message to a terminal task,
+        # cancel of a terminal task, subscribe to a terminal task, subscribe to no task.
+        async def expect(exc: type, coro_or_gen: Any, what: str) -> None:
+            try:
+                if hasattr(coro_or_gen, '__aiter__'):
+                    await collect(coro_or_gen)
+                else:
+                    await coro_or_gen
+            except exc:
+                return
+            raise CheckFailed(f'{what}: no {exc.__name__}')
+
+        await expect(UnsupportedOperationError, collect(echo.send_message(user_message('again', task.id))), 'message to terminal')
+        await expect(TaskNotCancelableError, echo.cancel_task(CancelTaskRequest(id=task.id)), 'cancel terminal')
+        await expect(UnsupportedOperationError, ask.subscribe(SubscribeToTaskRequest(id=working.id)), 'subscribe terminal')
+        await expect(TaskNotFoundError, ask.subscribe(SubscribeToTaskRequest(id='no-such-task')), 'subscribe unknown')
+        done.append('errors')
         return {'binding': binding, 'transport': transport, 'ok': True, 'checks': done}
     except CheckFailed as e:
         return {'binding': binding, 'ok': False, 'checks': done, 'failed': str(e)}
