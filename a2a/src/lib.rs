@@ -36,6 +36,8 @@
 //! - [`client`]: the client for both bindings, with the [`client::Signer`] hook.
 //! - [`sse`]: the bounded Server-Sent Events decoder the client reads streams with.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod auth;
 pub mod client;
 pub mod engine;
