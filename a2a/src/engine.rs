@@ -219,7 +219,8 @@ impl Drop for SubscriberSlot {
 }
 
 /// The events of one task, for an SSE stream: first the task, then its status and artifact
-/// updates, ending after a terminal or interrupted status.
+/// updates, ending after a terminal or interrupted (`INPUT_REQUIRED`, `AUTH_REQUIRED`) status,
+/// and right after the first event when the task is already in one.
 pub struct EventStream {
     first: Option<StreamResponse>,
     rx: broadcast::Receiver<StreamResponse>,
@@ -247,7 +248,8 @@ impl EventStream {
         }
         if let Some(first) = self.first.take() {
             if let StreamResponse::Task(t) = &first {
-                self.ended = t.status.state.is_terminal();
+                // A task already waiting for its caller has nothing more to stream.
+                self.ended = t.status.state.is_terminal() || is_interrupted(&t.status.state);
             }
             return Some(first);
         }

@@ -114,10 +114,9 @@ async fn running_tasks_are_bounded_per_owner_and_in_all() {
                 .unwrap_err()
         ));
         // Slots free up when the turns end.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert_eq!(h.ask.engine().running(), 0);
+        wait_idle(&h.ask).await;
         carol.send_message(&immediately(msg("x"))).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        wait_idle(&h.ask).await;
     }
 }
 
@@ -127,12 +126,14 @@ async fn subscribers_are_bounded_per_task_and_in_all() {
     limits.max_subscribers_per_task = 1;
     limits.max_subscribers = 2;
     limits.keep_alive = Duration::from_millis(100);
-    let h = start_with(Policy::Did, limits, Duration::from_millis(100)).await;
+    let h = start_with(Policy::Did, limits, Duration::from_secs(10)).await;
     let me = h.client("ask-name", Binding::HttpJson, Some("did:example:me"));
-    // Three tasks waiting for input (non-terminal, nothing running).
+    // Three tasks working for a long time: their streams stay open.
     let mut ids = Vec::new();
     for _ in 0..3 {
-        ids.push(id_of(me.send_message(&msg("x")).await.unwrap()));
+        ids.push(id_of(
+            me.send_message(&immediately(msg("x"))).await.unwrap(),
+        ));
     }
     let mut s1 = me.subscribe(&sub(&ids[0])).await.unwrap();
     assert!(s1.next().await.unwrap().is_ok());

@@ -501,9 +501,8 @@ async fn terminal_tasks_refuse_messages_and_cancel_sticks() {
             -32004
         );
     }
-    // Give the last turns time to end; the engine's slots are all free again.
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    assert_eq!(h.ask.engine().running(), 0);
+    // The last turns end and free their slots.
+    wait_idle(&h.ask).await;
 }
 
 #[tokio::test]
@@ -549,4 +548,26 @@ async fn client_reads_a_list_page_with_defaults_omitted() {
     let page = c.list_tasks(&list()).await.unwrap();
     assert!(page.tasks.is_empty());
     assert_eq!(page.next_page_token, "");
+}
+
+/// A task waiting for input has nothing more to stream: subscribe returns it and ends.
+#[tokio::test]
+async fn subscribe_to_a_task_waiting_for_input_ends_after_the_task() {
+    let h = start(Policy::Did).await;
+    for binding in BINDINGS {
+        let me = h.client("ask-name", binding, Some("did:example:me"));
+        let t = task(me.send_message(&msg("hi")).await.unwrap());
+        assert_eq!(t.status.state, TaskState::InputRequired);
+        let evs = collect(
+            me.subscribe(&SubscribeToTaskRequest {
+                id: t.id.clone(),
+                tenant: None,
+            })
+            .await
+            .unwrap(),
+        )
+        .await;
+        assert_eq!(evs.len(), 1, "{binding:?}: {evs:?}");
+        assert_eq!(state(&evs[0]), Some(TaskState::InputRequired));
+    }
 }

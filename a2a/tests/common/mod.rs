@@ -76,7 +76,21 @@ pub async fn start_with(policy: Policy, limits: Limits, work: Duration) -> Harne
 }
 
 pub async fn start(policy: Policy) -> Harness {
-    start_with(policy, Limits::default(), Duration::from_millis(300)).await
+    start_with(policy, Limits::default(), Duration::from_millis(500)).await
+}
+
+/// Wait until `server` runs no turn (at most 10 s).
+pub async fn wait_idle(server: &Server) {
+    for _ in 0..200 {
+        if server.engine().running() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "turns still running after 10 s: {}",
+        server.engine().running()
+    );
 }
 
 impl Harness {
