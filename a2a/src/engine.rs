@@ -672,8 +672,13 @@ impl Engine {
                 Ok(t) => self.inner.publish(&owner, &id, status_event(&t)),
                 Err(_) => return, // canceled before it started
             }
-        } else if let Ok(Some(t)) = self.load(&owner, &id).await {
-            self.inner.publish(&owner, &id, status_event(&t));
+        } else {
+            match self.load(&owner, &id).await {
+                Ok(Some(t)) if !t.status.state.is_terminal() => {
+                    self.inner.publish(&owner, &id, status_event(&t))
+                }
+                _ => return, // canceled between acceptance and start
+            }
         }
 
         let cancel = turn.cancel.clone();
@@ -1019,5 +1024,75 @@ fn add_artifact(t: &mut Task, a: Artifact, max: usize) {
         arts.push(a);
     } else {
         tracing::warn!(task = %t.id, max, "artifact dropped: the task has the most artifacts it may");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::BoxFuture;
+    use crate::handler::HandlerError;
+    use crate::store::MemoryStore;
+    use a2a::Part;
+
+    struct Panics;
+    impl Handler for Panics {
+        fn handle(&self, _: Turn, _: Updates) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+            Box::pin(async { panic!("agent bug") })
+        }
+    }
+
+    fn msg() -> SendMessageRequest {
+        SendMessageRequest {
+            message: Message::new(Role::User, vec![Part::text("x")]),
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn terminal_tasks_are_never_updated() {
+        let store = Arc::new(MemoryStore::default());
+        let e = Engine::new(
+            Arc::new(crate::samples::Echo),
+            store.clone(),
+            Limits::default(),
+        );
+        let o = Owner::Caller("did:x".into());
+        let SendMessageResponse::Task(t) = e.send_message(&o, msg()).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.status.state, TaskState::Completed);
+        let r = e
+            .update(
+                &o,
+                &t.id,
+                ProtocolError::Internal("terminal".into()),
+                |t, _| {
+                    t.status.state = TaskState::Working;
+                    Ok(())
+                },
+            )
+            .await;
+        assert_eq!(r.unwrap_err(), ProtocolError::Internal("terminal".into()));
+        let stored = store.get(&o, &t.id).unwrap().unwrap();
+        assert_eq!(stored.status, t.status);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_agent_fails_its_task_and_frees_its_slot() {
+        let e = Engine::new(
+            Arc::new(Panics),
+            Arc::new(MemoryStore::default()),
+            Limits::default(),
+        );
+        let o = Owner::Anonymous;
+        let SendMessageResponse::Task(t) = e.send_message(&o, msg()).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.status.state, TaskState::Failed);
+        assert_eq!(e.running(), 0);
+        assert!(e.inner.lock_live().channels.is_empty());
     }
 }
