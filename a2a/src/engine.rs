@@ -1,0 +1,1098 @@
+//! The task engine: A2A's operations, independent of the binding that carried them.
+//!
+//! Both bindings of [`crate::server`] call the same [`Engine`] methods, with the caller's
+//! [`Owner`] already decided. The engine:
+//!
+//! - creates a task for every new message (`SUBMITTED`), runs the agent's turn in a task of its
+//!   own (`WORKING`, then what the [`Outcome`] says), and keeps the task in the [`TaskStore`];
+//! - continues a task in `INPUT_REQUIRED` (or `AUTH_REQUIRED`) when the caller's next message
+//!   names it, refuses messages to terminal tasks (`UnsupportedOperation`) and to tasks still
+//!   working;
+//! - makes every change of a task a read-modify-write under a lock striped by task id, and
+//!   refuses to change a terminal task at that one place, so a terminal task never changes:
+//!   a cancel sticks when the agent's work finishes later, and the late outcome is dropped;
+//! - fans updates out to SSE streams through a bounded broadcast channel per live task. A
+//!   stream that falls behind gets the task's current snapshot instead of the missed events.
+//!
+//! # Bounds ([`Limits`])
+//!
+//! Turns running per owner and in all; SSE subscribers per task and in all; history kept per
+//! task and returned per request; artifacts per task; page size; how long a blocking
+//! `SendMessage` waits before it answers with the task as it is (the node's request timeout
+//! is 30 s). The request body limit is applied by the server.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use a2a::{
+    Artifact, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message,
+    Role, SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Owner;
+use crate::error::ProtocolError;
+use crate::handler::{Handler, Outcome, Turn, Update, Updates};
+use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
+
+/// What one agent's engine lets its callers cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Request bodies at most this many bytes (applied by the server): 1 MiB.
+    pub max_body_bytes: usize,
+    /// Messages kept in a task's history (oldest dropped first): 100.
+    pub max_history_stored: usize,
+    /// Messages returned in a task's history, whatever `historyLength` asks: 100.
+    pub max_history_returned: usize,
+    /// Artifacts kept per task (later ones are dropped with a warning): 64.
+    pub max_artifacts: usize,
+    /// `ListTasks` page size when the request sets none: 50 (the spec's default).
+    pub default_page_size: usize,
+    /// Largest `pageSize` accepted: 100 (the spec's maximum).
+    pub max_page_size: usize,
+    /// Turns running at once for one owner: 16.
+    pub max_running_per_owner: usize,
+    /// Turns running at once in all: 1024.
+    pub max_running: usize,
+    /// SSE streams open on one task: 8.
+    pub max_subscribers_per_task: usize,
+    /// SSE streams open in all: 256.
+    pub max_subscribers: usize,
+    /// Events buffered per live task for its streams: 64.
+    pub event_buffer: usize,
+    /// A blocking `SendMessage` answers after this with the task as it is: 25 s, under the
+    /// node's 30 s request timeout.
+    pub max_blocking_wait: Duration,
+    /// SSE keep-alive comment interval: 15 s.
+    pub keep_alive: Duration,
+    /// Longest id (task, context, message) accepted: 256 bytes.
+    pub max_id_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 1 << 20,
+            max_history_stored: 100,
+            max_history_returned: 100,
+            max_artifacts: 64,
+            default_page_size: 50,
+            max_page_size: 100,
+            max_running_per_owner: 16,
+            max_running: 1024,
+            max_subscribers_per_task: 8,
+            max_subscribers: 256,
+            event_buffer: 64,
+            max_blocking_wait: Duration::from_secs(25),
+            keep_alive: Duration::from_secs(15),
+            max_id_len: 256,
+        }
+    }
+}
+
+/// Stripes of the per-task update lock.
+const STRIPES: usize = 64;
+
+/// A live task's fan-out: its event channel, its streams, its running turn.
+struct Channel {
+    tx: broadcast::Sender<StreamResponse>,
+    subscribers: usize,
+    running: Option<CancellationToken>,
+}
+
+#[derive(Default)]
+struct Live {
+    channels: HashMap<(Owner, String), Channel>,
+    running_by_owner: HashMap<Owner, usize>,
+    running: usize,
+    subscribers: usize,
+}
+
+struct Inner {
+    handler: Arc<dyn Handler>,
+    store: Arc<dyn TaskStore>,
+    limits: Limits,
+    live: Mutex<Live>,
+    stripes: Vec<Mutex<()>>,
+    shutdown: CancellationToken,
+}
+
+/// The task engine of one agent. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("limits", &self.inner.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+fn store_error(e: StoreError) -> ProtocolError {
+    match e {
+        StoreError::Full(_) => ProtocolError::Busy(e.to_string()),
+        StoreError::Backend(_) => ProtocolError::Internal(e.to_string()),
+    }
+}
+
+fn now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
+
+/// `INPUT_REQUIRED` and `AUTH_REQUIRED`: the task waits for the caller.
+fn is_interrupted(s: &TaskState) -> bool {
+    matches!(s, TaskState::InputRequired | TaskState::AuthRequired)
+}
+
+fn push_history(task: &mut Task, message: Message, max: usize) {
+    let h = task.history.get_or_insert_with(Vec::new);
+    h.push(message);
+    if h.len() > max {
+        let excess = h.len() - max;
+        h.drain(..excess);
+    }
+}
+
+fn status_event(task: &Task) -> StreamResponse {
+    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: task.status.clone(),
+        metadata: None,
+    })
+}
+
+/// Releases a running-turn slot (and the channel's `running` mark) when the turn ends, however
+/// it ends.
+struct RunSlot {
+    inner: Arc<Inner>,
+    owner: Owner,
+    task_id: Option<String>,
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        let mut live = self.inner.lock_live();
+        live.running = live.running.saturating_sub(1);
+        if let Some(n) = live.running_by_owner.get_mut(&self.owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                live.running_by_owner.remove(&self.owner);
+            }
+        }
+        if let Some(id) = self.task_id.take() {
+            let key = (self.owner.clone(), id);
+            if let Some(ch) = live.channels.get_mut(&key) {
+                ch.running = None;
+                if ch.subscribers == 0 {
+                    live.channels.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Counts one SSE stream; uncounted on drop.
+struct SubscriberSlot {
+    inner: Arc<Inner>,
+    key: (Owner, String),
+}
+
+impl Drop for SubscriberSlot {
+    fn drop(&mut self) {
+        let mut live = self.inner.lock_live();
+        live.subscribers = live.subscribers.saturating_sub(1);
+        if let Some(ch) = live.channels.get_mut(&self.key) {
+            ch.subscribers = ch.subscribers.saturating_sub(1);
+            if ch.subscribers == 0 && ch.running.is_none() {
+                live.channels.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The events of one task, for an SSE stream: first the task, then its status and artifact
+/// updates, ending after a terminal or interrupted (`INPUT_REQUIRED`, `AUTH_REQUIRED`) status,
+/// and right after the first event when the task is already in one.
+pub struct EventStream {
+    first: Option<StreamResponse>,
+    rx: broadcast::Receiver<StreamResponse>,
+    engine: Engine,
+    owner: Owner,
+    task_id: String,
+    ended: bool,
+    _slot: SubscriberSlot,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream")
+            .field("task_id", &self.task_id)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventStream {
+    /// The next event; `None` once the stream has ended.
+    pub async fn next(&mut self) -> Option<StreamResponse> {
+        if self.ended {
+            return None;
+        }
+        if let Some(first) = self.first.take() {
+            if let StreamResponse::Task(t) = &first {
+                // A task already waiting for its caller has nothing more to stream.
+                self.ended = t.status.state.is_terminal() || is_interrupted(&t.status.state);
+            }
+            return Some(first);
+        }
+        let ev = match self.rx.recv().await {
+            Ok(ev) => ev,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::debug!(task = %self.task_id, missed, "SSE stream lagged; sending the task");
+                match self.engine.load(&self.owner, &self.task_id).await {
+                    Ok(Some(t)) => StreamResponse::Task(self.engine.shape(t, None)),
+                    _ => {
+                        self.ended = true;
+                        return None;
+                    }
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => {
+                self.ended = true;
+                return None;
+            }
+        };
+        let state = match &ev {
+            StreamResponse::StatusUpdate(s) => Some(&s.status.state),
+            StreamResponse::Task(t) => Some(&t.status.state),
+            _ => None,
+        };
+        if let Some(s) = state {
+            self.ended = s.is_terminal() || is_interrupted(s);
+        }
+        Some(ev)
+    }
+}
+
+impl Inner {
+    fn lock_live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stripe(&self, id: &str) -> &Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut h);
+        &self.stripes[(h.finish() as usize) % STRIPES]
+    }
+
+    fn publish(&self, owner: &Owner, id: &str, ev: StreamResponse) {
+        let live = self.lock_live();
+        if let Some(ch) = live.channels.get(&(owner.clone(), id.to_string())) {
+            // No receiver is fine: nobody is streaming this task.
+            let _ = ch.tx.send(ev);
+        }
+    }
+}
+
+impl Engine {
+    /// An engine running `handler`'s turns and keeping tasks in `store`.
+    pub fn new(handler: Arc<dyn Handler>, store: Arc<dyn TaskStore>, limits: Limits) -> Self {
+        Engine {
+            inner: Arc::new(Inner {
+                handler,
+                store,
+                limits,
+                live: Mutex::new(Live::default()),
+                stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// The engine's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// Stop every running turn (their tasks stay as stored; the node marks them on restart).
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    /// Turns running now (for tests and metrics).
+    pub fn running(&self) -> usize {
+        self.inner.lock_live().running
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, ProtocolError> + Send + 'static,
+    ) -> Result<T, ProtocolError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| ProtocolError::Internal(format!("task store call: {e}")))?
+    }
+
+    async fn load(&self, owner: &Owner, id: &str) -> Result<Option<Task>, ProtocolError> {
+        let (owner, id) = (owner.clone(), id.to_string());
+        self.blocking(move |i| i.store.get(&owner, &id).map_err(store_error))
+            .await
+    }
+
+    /// Read-modify-write one task under its stripe lock. A terminal task is never changed:
+    /// `on_terminal` is returned instead.
+    async fn update(
+        &self,
+        owner: &Owner,
+        id: &str,
+        on_terminal: ProtocolError,
+        f: impl FnOnce(&mut Task, &Limits) -> Result<(), ProtocolError> + Send + 'static,
+    ) -> Result<Task, ProtocolError> {
+        let (owner, id) = (owner.clone(), id.to_string());
+        self.blocking(move |i| {
+            let _g = i.stripe(&id).lock().unwrap_or_else(|p| p.into_inner());
+            let mut task = i
+                .store
+                .get(&owner, &id)
+                .map_err(store_error)?
+                .ok_or_else(|| ProtocolError::TaskNotFound(id.clone()))?;
+            if task.status.state.is_terminal() {
+                return Err(on_terminal);
+            }
+            f(&mut task, &i.limits)?;
+            i.store.put(&owner, &task).map_err(store_error)?;
+            Ok(task)
+        })
+        .await
+    }
+
+    /// A task as returned to a caller: history cut to `history_length` (bounded).
+    fn shape(&self, mut task: Task, history_length: Option<i32>) -> Task {
+        let max = self.inner.limits.max_history_returned;
+        let keep = match history_length {
+            Some(n) => (n.max(0) as usize).min(max),
+            None => max,
+        };
+        if keep == 0 {
+            task.history = None;
+        } else if let Some(h) = task.history.as_mut() {
+            if h.len() > keep {
+                h.drain(..h.len() - keep);
+            }
+        }
+        task
+    }
+
+    fn check_id(&self, what: &str, id: &str) -> Result<(), ProtocolError> {
+        if id.is_empty() || id.len() > self.inner.limits.max_id_len {
+            return Err(ProtocolError::InvalidParams(format!(
+                "{what} must be 1 to {} bytes",
+                self.inner.limits.max_id_len
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_history_length(&self, h: Option<i32>) -> Result<(), ProtocolError> {
+        match h {
+            Some(n) if n < 0 => Err(ProtocolError::InvalidParams(
+                "historyLength must not be negative".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn reserve_run(&self, owner: &Owner) -> Result<RunSlot, ProtocolError> {
+        let l = &self.inner.limits;
+        let mut live = self.inner.lock_live();
+        if live.running >= l.max_running {
+            return Err(ProtocolError::Busy(format!(
+                "{} tasks are running on this agent",
+                l.max_running
+            )));
+        }
+        let mine = live.running_by_owner.get(owner).copied().unwrap_or(0);
+        if mine >= l.max_running_per_owner {
+            return Err(ProtocolError::Busy(format!(
+                "you have {mine} tasks running on this agent (at most {})",
+                l.max_running_per_owner
+            )));
+        }
+        live.running += 1;
+        *live.running_by_owner.entry(owner.clone()).or_default() += 1;
+        Ok(RunSlot {
+            inner: self.inner.clone(),
+            owner: owner.clone(),
+            task_id: None,
+        })
+    }
+
+    /// Open a stream slot on the task's channel (creating the channel), bounded.
+    fn subscribe_channel(
+        &self,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<(broadcast::Receiver<StreamResponse>, SubscriberSlot), ProtocolError> {
+        let l = &self.inner.limits;
+        let key = (owner.clone(), id.to_string());
+        let mut live = self.inner.lock_live();
+        if live.subscribers >= l.max_subscribers {
+            return Err(ProtocolError::Busy(format!(
+                "{} streams are open on this agent",
+                l.max_subscribers
+            )));
+        }
+        let buffer = l.event_buffer.max(1);
+        let ch = live.channels.entry(key.clone()).or_insert_with(|| Channel {
+            tx: broadcast::channel(buffer).0,
+            subscribers: 0,
+            running: None,
+        });
+        if ch.subscribers >= l.max_subscribers_per_task {
+            let n = ch.subscribers;
+            if n == 0 && ch.running.is_none() {
+                live.channels.remove(&key);
+            }
+            return Err(ProtocolError::Busy(format!(
+                "{n} streams are open on this task (at most {})",
+                l.max_subscribers_per_task
+            )));
+        }
+        ch.subscribers += 1;
+        let rx = ch.tx.subscribe();
+        live.subscribers += 1;
+        Ok((
+            rx,
+            SubscriberSlot {
+                inner: self.inner.clone(),
+                key,
+            },
+        ))
+    }
+
+    fn validate_send(&self, req: &SendMessageRequest) -> Result<(), ProtocolError> {
+        let m = &req.message;
+        self.check_id("message.messageId", &m.message_id)?;
+        if m.role != Role::User {
+            return Err(ProtocolError::InvalidParams(
+                "message.role must be ROLE_USER".into(),
+            ));
+        }
+        if m.parts.is_empty() {
+            return Err(ProtocolError::InvalidParams(
+                "message.parts: at least one part is required".into(),
+            ));
+        }
+        if let Some(t) = &m.task_id {
+            self.check_id("message.taskId", t)?;
+        }
+        if let Some(c) = &m.context_id {
+            self.check_id("message.contextId", c)?;
+        }
+        if let Some(cfg) = &req.configuration {
+            if cfg.task_push_notification_config.is_some() {
+                return Err(ProtocolError::PushNotificationNotSupported);
+            }
+            self.check_history_length(cfg.history_length)?;
+        }
+        Ok(())
+    }
+
+    /// Accept a message: create or continue its task, start the turn. Returns the task as
+    /// accepted, the stream (when asked for) and the turn's completion signal.
+    async fn begin(
+        &self,
+        owner: &Owner,
+        req: SendMessageRequest,
+        stream: bool,
+    ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<()>), ProtocolError> {
+        self.validate_send(&req)?;
+        let mut slot = self.reserve_run(owner)?;
+        let mut message = req.message;
+        let max_hist = self.inner.limits.max_history_stored;
+        let new_id = uuid::Uuid::new_v4().to_string();
+        // The stream slot is taken before the task is created or moved, so that a refusal
+        // leaves no task behind and no event is missed.
+        let sub = if stream {
+            let id = message.task_id.as_deref().unwrap_or(&new_id);
+            Some(self.subscribe_channel(owner, id)?)
+        } else {
+            None
+        };
+
+        let (task, history) = match message.task_id.clone() {
+            Some(id) => {
+                let msg = message.clone();
+                let task = self
+                    .update(
+                        owner,
+                        &id,
+                        ProtocolError::UnsupportedOperation(format!(
+                            "task {id} is in a terminal state and takes no more messages"
+                        )),
+                        {
+                            move |t, l| {
+                                if !is_interrupted(&t.status.state) {
+                                    return Err(ProtocolError::UnsupportedOperation(format!(
+                                        "task {} is still working; wait for it or cancel it",
+                                        t.id
+                                    )));
+                                }
+                                if let Some(c) = &msg.context_id {
+                                    if c != &t.context_id {
+                                        return Err(ProtocolError::InvalidParams(
+                                            "message.contextId does not match the task's".into(),
+                                        ));
+                                    }
+                                }
+                                let mut msg = msg;
+                                msg.context_id = Some(t.context_id.clone());
+                                push_history(t, msg, l.max_history_stored);
+                                t.status = TaskStatus {
+                                    state: TaskState::Working,
+                                    message: None,
+                                    timestamp: Some(now()),
+                                };
+                                Ok(())
+                            }
+                        },
+                    )
+                    .await?;
+                let mut before = task.history.clone().unwrap_or_default();
+                before.pop(); // the message just added is the turn's message, not its history
+                message.context_id = Some(task.context_id.clone());
+                (task, before)
+            }
+            None => {
+                let id = new_id;
+                let context_id = message
+                    .context_id
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                message.task_id = Some(id.clone());
+                message.context_id = Some(context_id.clone());
+                let mut task = Task {
+                    id: id.clone(),
+                    context_id,
+                    status: TaskStatus {
+                        state: TaskState::Submitted,
+                        message: None,
+                        timestamp: Some(now()),
+                    },
+                    artifacts: None,
+                    history: None,
+                    metadata: None,
+                };
+                push_history(&mut task, message.clone(), max_hist);
+                let (o, t) = (owner.clone(), task.clone());
+                self.blocking(move |i| i.store.put(&o, &t).map_err(store_error))
+                    .await?;
+                (task, Vec::new())
+            }
+        };
+        message.task_id = Some(task.id.clone());
+
+        let events = if let Some((rx, sub)) = sub {
+            Some(EventStream {
+                first: Some(StreamResponse::Task(self.shape(task.clone(), None))),
+                rx,
+                engine: self.clone(),
+                owner: owner.clone(),
+                task_id: task.id.clone(),
+                ended: false,
+                _slot: sub,
+            })
+        } else {
+            None
+        };
+
+        // Mark the channel running (creating it if no stream opened it).
+        let cancel = self.inner.shutdown.child_token();
+        {
+            let buffer = self.inner.limits.event_buffer.max(1);
+            let mut live = self.inner.lock_live();
+            let ch = live
+                .channels
+                .entry((owner.clone(), task.id.clone()))
+                .or_insert_with(|| Channel {
+                    tx: broadcast::channel(buffer).0,
+                    subscribers: 0,
+                    running: None,
+                });
+            ch.running = Some(cancel.clone());
+        }
+        slot.task_id = Some(task.id.clone());
+
+        let (done_tx, done_rx) = oneshot::channel();
+        let turn = Turn {
+            task_id: task.id.clone(),
+            context_id: task.context_id.clone(),
+            caller: owner.clone(),
+            message,
+            history,
+            cancel,
+        };
+        let engine = self.clone();
+        let owner = owner.clone();
+        let fresh = task.status.state == TaskState::Submitted;
+        tokio::spawn(async move {
+            engine.drive(owner, turn, fresh).await;
+            drop(slot);
+            let _ = done_tx.send(());
+        });
+        Ok((task, events, done_rx))
+    }
+
+    /// Run one turn to its end and store what it produced.
+    async fn drive(&self, owner: Owner, turn: Turn, fresh: bool) {
+        let id = turn.task_id.clone();
+        let gone = || ProtocolError::UnsupportedOperation(String::new());
+        if fresh {
+            match self
+                .update(&owner, &id, gone(), |t, _| {
+                    t.status = TaskStatus {
+                        state: TaskState::Working,
+                        message: None,
+                        timestamp: Some(now()),
+                    };
+                    Ok(())
+                })
+                .await
+            {
+                Ok(t) => self.inner.publish(&owner, &id, status_event(&t)),
+                Err(_) => return, // canceled before it started
+            }
+        } else {
+            match self.load(&owner, &id).await {
+                Ok(Some(t)) if !t.status.state.is_terminal() => {
+                    self.inner.publish(&owner, &id, status_event(&t))
+                }
+                _ => return, // canceled between acceptance and start
+            }
+        }
+
+        let cancel = turn.cancel.clone();
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut work = tokio::spawn(self.inner.handler.handle(turn, Updates { tx }));
+        let result = loop {
+            tokio::select! {
+                r = &mut work => break Some(r),
+                Some(u) = rx.recv() => self.apply_update(&owner, &id, u).await,
+                _ = cancel.cancelled() => { work.abort(); break None; }
+            }
+        };
+        // Updates sent just before the outcome are applied first.
+        while let Ok(u) = rx.try_recv() {
+            self.apply_update(&owner, &id, u).await;
+        }
+        let Some(result) = result else {
+            return; // canceled: the cancel wrote the state
+        };
+        let outcome = match result {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => Outcome::Failed {
+                message: agent_text(&id, &e.0),
+            },
+            Err(join) => {
+                tracing::warn!(task = %id, error = %join, "agent turn panicked");
+                Outcome::Failed {
+                    message: agent_text(&id, "the agent failed"),
+                }
+            }
+        };
+        let (state, message, artifacts) = match outcome {
+            Outcome::Completed { message, artifacts } => (TaskState::Completed, message, artifacts),
+            Outcome::InputRequired { message } => (TaskState::InputRequired, Some(message), vec![]),
+            Outcome::Failed { message } => (TaskState::Failed, Some(message), vec![]),
+            Outcome::Rejected { message } => (TaskState::Rejected, Some(message), vec![]),
+        };
+        let outcome_artifacts = artifacts.clone();
+        let res = self
+            .update(&owner, &id, gone(), {
+                move |t, l| {
+                    for a in artifacts {
+                        add_artifact(t, a, l.max_artifacts);
+                    }
+                    let message = message.map(|mut m| {
+                        m.task_id = Some(t.id.clone());
+                        m.context_id = Some(t.context_id.clone());
+                        m.role = Role::Agent;
+                        m
+                    });
+                    if let Some(m) = &message {
+                        push_history(t, m.clone(), l.max_history_stored);
+                    }
+                    t.status = TaskStatus {
+                        state,
+                        message,
+                        timestamp: Some(now()),
+                    };
+                    Ok(())
+                }
+            })
+            .await;
+        match res {
+            Ok(t) => {
+                // The outcome's artifacts, as events, before the final status.
+                for a in outcome_artifacts {
+                    self.inner.publish(
+                        &owner,
+                        &id,
+                        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                            task_id: t.id.clone(),
+                            context_id: t.context_id.clone(),
+                            artifact: a,
+                            append: None,
+                            last_chunk: None,
+                            metadata: None,
+                        }),
+                    );
+                }
+                self.inner.publish(&owner, &id, status_event(&t));
+            }
+            Err(e) => tracing::debug!(task = %id, error = %e, "turn outcome dropped"),
+        }
+    }
+
+    async fn apply_update(&self, owner: &Owner, id: &str, u: Update) {
+        let gone = ProtocolError::UnsupportedOperation(String::new());
+        match u {
+            Update::Status(m) => {
+                let r = self
+                    .update(owner, id, gone, move |t, l| {
+                        let mut m = m;
+                        m.task_id = Some(t.id.clone());
+                        m.context_id = Some(t.context_id.clone());
+                        m.role = Role::Agent;
+                        push_history(t, m.clone(), l.max_history_stored);
+                        t.status = TaskStatus {
+                            state: TaskState::Working,
+                            message: Some(m),
+                            timestamp: Some(now()),
+                        };
+                        Ok(())
+                    })
+                    .await;
+                if let Ok(t) = r {
+                    self.inner.publish(owner, id, status_event(&t));
+                }
+            }
+            Update::Artifact(a) => {
+                let ev_artifact = a.clone();
+                let r = self
+                    .update(owner, id, gone, move |t, l| {
+                        add_artifact(t, a, l.max_artifacts);
+                        Ok(())
+                    })
+                    .await;
+                if let Ok(t) = r {
+                    self.inner.publish(
+                        owner,
+                        id,
+                        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                            task_id: t.id.clone(),
+                            context_id: t.context_id.clone(),
+                            artifact: ev_artifact,
+                            append: None,
+                            last_chunk: None,
+                            metadata: None,
+                        }),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `SendMessage`: blocking unless `returnImmediately`; answers `{"task": …}`.
+    pub async fn send_message(
+        &self,
+        owner: &Owner,
+        req: SendMessageRequest,
+    ) -> Result<SendMessageResponse, ProtocolError> {
+        let (immediately, history_length) = req
+            .configuration
+            .as_ref()
+            .map(|c| (c.return_immediately.unwrap_or(false), c.history_length))
+            .unwrap_or((false, None));
+        let (task, _, done) = self.begin(owner, req, false).await?;
+        if immediately {
+            return Ok(SendMessageResponse::Task(self.shape(task, history_length)));
+        }
+        let _ = tokio::time::timeout(self.inner.limits.max_blocking_wait, done).await;
+        let task = self
+            .load(owner, &task.id)
+            .await?
+            .ok_or_else(|| ProtocolError::TaskNotFound(task.id.clone()))?;
+        Ok(SendMessageResponse::Task(self.shape(task, history_length)))
+    }
+
+    /// `SendStreamingMessage`: the task, then its updates until a terminal or interrupted
+    /// state.
+    pub async fn send_streaming(
+        &self,
+        owner: &Owner,
+        req: SendMessageRequest,
+    ) -> Result<EventStream, ProtocolError> {
+        let (_, events, _) = self.begin(owner, req, true).await?;
+        events.ok_or_else(|| ProtocolError::Internal("stream not opened".into()))
+    }
+
+    /// `GetTask`.
+    pub async fn get_task(
+        &self,
+        owner: &Owner,
+        req: GetTaskRequest,
+    ) -> Result<Task, ProtocolError> {
+        self.check_history_length(req.history_length)?;
+        if req.id.is_empty() || req.id.len() > self.inner.limits.max_id_len {
+            return Err(ProtocolError::TaskNotFound(req.id));
+        }
+        let task = self
+            .load(owner, &req.id)
+            .await?
+            .ok_or_else(|| ProtocolError::TaskNotFound(req.id.clone()))?;
+        Ok(self.shape(task, req.history_length))
+    }
+
+    /// `ListTasks`: the caller's tasks, newest status first. Anonymous callers own no list.
+    pub async fn list_tasks(
+        &self,
+        owner: &Owner,
+        req: ListTasksRequest,
+    ) -> Result<ListTasksResponse, ProtocolError> {
+        let l = &self.inner.limits;
+        self.check_history_length(req.history_length)?;
+        let page_size = match req.page_size {
+            None | Some(0) => l.default_page_size,
+            Some(n) if n < 0 || n as usize > l.max_page_size => {
+                return Err(ProtocolError::InvalidParams(format!(
+                    "pageSize must be 1 to {}",
+                    l.max_page_size
+                )))
+            }
+            Some(n) => n as usize,
+        };
+        let cursor = match req.page_token.as_deref() {
+            None | Some("") => None,
+            Some(t) => Some(Cursor::from_token(t).ok_or_else(|| {
+                ProtocolError::InvalidParams("pageToken is not one this server issued".into())
+            })?),
+        };
+        if let Some(c) = &req.context_id {
+            self.check_id("contextId", c)?;
+        }
+        if matches!(owner, Owner::Anonymous) {
+            return Ok(ListTasksResponse {
+                tasks: vec![],
+                next_page_token: String::new(),
+                page_size: page_size as i32,
+                total_size: 0,
+            });
+        }
+        let query = ListQuery {
+            context_id: req.context_id.clone(),
+            status: req.status.clone().filter(|s| *s != TaskState::Unspecified),
+            status_after: req.status_timestamp_after,
+            page_size,
+            cursor,
+        };
+        let o = owner.clone();
+        let page = self
+            .blocking(move |i| i.store.list(&o, &query).map_err(store_error))
+            .await?;
+        let include_artifacts = req.include_artifacts.unwrap_or(false);
+        let history_length = Some(req.history_length.unwrap_or(0));
+        let tasks = page
+            .tasks
+            .into_iter()
+            .map(|t| {
+                let mut t = self.shape(t, history_length);
+                if !include_artifacts {
+                    t.artifacts = None;
+                }
+                t
+            })
+            .collect();
+        Ok(ListTasksResponse {
+            tasks,
+            next_page_token: page.next.map(|c| c.to_token()).unwrap_or_default(),
+            page_size: page_size as i32,
+            total_size: page.total_size.min(i32::MAX as usize) as i32,
+        })
+    }
+
+    /// `CancelTask`: the task becomes `CANCELED` for good; its running turn is stopped.
+    pub async fn cancel_task(
+        &self,
+        owner: &Owner,
+        req: CancelTaskRequest,
+    ) -> Result<Task, ProtocolError> {
+        if req.id.is_empty() || req.id.len() > self.inner.limits.max_id_len {
+            return Err(ProtocolError::TaskNotFound(req.id));
+        }
+        let task = self
+            .update(
+                owner,
+                &req.id,
+                ProtocolError::TaskNotCancelable(req.id.clone()),
+                |t, _| {
+                    t.status = TaskStatus {
+                        state: TaskState::Canceled,
+                        message: None,
+                        timestamp: Some(now()),
+                    };
+                    Ok(())
+                },
+            )
+            .await?;
+        self.inner.publish(owner, &task.id, status_event(&task));
+        let running = self
+            .inner
+            .lock_live()
+            .channels
+            .get(&(owner.clone(), task.id.clone()))
+            .and_then(|c| c.running.clone());
+        if let Some(token) = running {
+            token.cancel();
+        }
+        Ok(self.shape(task, None))
+    }
+
+    /// `SubscribeToTask`: the task, then its updates. Terminal tasks are refused.
+    pub async fn subscribe(
+        &self,
+        owner: &Owner,
+        req: SubscribeToTaskRequest,
+    ) -> Result<EventStream, ProtocolError> {
+        if req.id.is_empty() || req.id.len() > self.inner.limits.max_id_len {
+            return Err(ProtocolError::TaskNotFound(req.id));
+        }
+        let terminal = |id: &str| {
+            ProtocolError::UnsupportedOperation(format!(
+                "task {id} is in a terminal state; there is nothing to subscribe to"
+            ))
+        };
+        let task = self
+            .load(owner, &req.id)
+            .await?
+            .ok_or_else(|| ProtocolError::TaskNotFound(req.id.clone()))?;
+        if task.status.state.is_terminal() {
+            return Err(terminal(&req.id));
+        }
+        let (rx, slot) = self.subscribe_channel(owner, &req.id)?;
+        // Read again after subscribing, so that no update falls between snapshot and stream.
+        let task = self
+            .load(owner, &req.id)
+            .await?
+            .ok_or_else(|| ProtocolError::TaskNotFound(req.id.clone()))?;
+        if task.status.state.is_terminal() {
+            return Err(terminal(&req.id));
+        }
+        Ok(EventStream {
+            first: Some(StreamResponse::Task(self.shape(task, None))),
+            rx,
+            engine: self.clone(),
+            owner: owner.clone(),
+            task_id: req.id,
+            ended: false,
+            _slot: slot,
+        })
+    }
+}
+
+fn agent_text(task_id: &str, text: &str) -> Message {
+    let mut m = Message::new(Role::Agent, vec![a2a::Part::text(text)]);
+    m.task_id = Some(task_id.to_string());
+    m
+}
+
+fn add_artifact(t: &mut Task, a: Artifact, max: usize) {
+    let arts = t.artifacts.get_or_insert_with(Vec::new);
+    if let Some(existing) = arts.iter_mut().find(|x| x.artifact_id == a.artifact_id) {
+        *existing = a;
+    } else if arts.len() < max {
+        arts.push(a);
+    } else {
+        tracing::warn!(task = %t.id, max, "artifact dropped: the task has the most artifacts it may");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::BoxFuture;
+    use crate::handler::HandlerError;
+    use crate::store::MemoryStore;
+    use a2a::Part;
+
+    struct Panics;
+    impl Handler for Panics {
+        fn handle(&self, _: Turn, _: Updates) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+            Box::pin(async { panic!("agent bug") })
+        }
+    }
+
+    fn msg() -> SendMessageRequest {
+        SendMessageRequest {
+            message: Message::new(Role::User, vec![Part::text("x")]),
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn terminal_tasks_are_never_updated() {
+        let store = Arc::new(MemoryStore::default());
+        let e = Engine::new(
+            Arc::new(crate::samples::Echo),
+            store.clone(),
+            Limits::default(),
+        );
+        let o = Owner::Caller("did:x".into());
+        let SendMessageResponse::Task(t) = e.send_message(&o, msg()).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.status.state, TaskState::Completed);
+        let r = e
+            .update(
+                &o,
+                &t.id,
+                ProtocolError::Internal("terminal".into()),
+                |t, _| {
+                    t.status.state = TaskState::Working;
+                    Ok(())
+                },
+            )
+            .await;
+        assert_eq!(r.unwrap_err(), ProtocolError::Internal("terminal".into()));
+        let stored = store.get(&o, &t.id).unwrap().unwrap();
+        assert_eq!(stored.status, t.status);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_agent_fails_its_task_and_frees_its_slot() {
+        let e = Engine::new(
+            Arc::new(Panics),
+            Arc::new(MemoryStore::default()),
+            Limits::default(),
+        );
+        let o = Owner::Anonymous;
+        let SendMessageResponse::Task(t) = e.send_message(&o, msg()).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.status.state, TaskState::Failed);
+        assert_eq!(e.running(), 0);
+        assert!(e.inner.lock_live().channels.is_empty());
+    }
+}

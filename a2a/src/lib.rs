@@ -1,0 +1,52 @@
+//! A2A 1.0 for agentnet: a task engine and server over a handler trait, serving both the
+//! JSON-RPC and the HTTP+JSON bindings, a client for both bindings, and the task store trait.
+//!
+//! The wire types are those of the official Rust SDK's type crate (`a2a-lf`), re-exported as
+//! [`types`]; `docs/A2A.md` says why, and where we do not rely on them.
+//!
+//! ```no_run
+//! # async fn run() -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use agentnet_a2a::{auth, samples, server, store};
+//!
+//! let card = serde_json::json!({"name": "echo", "supportedInterfaces": []});
+//! let server = server::Server::new(
+//!     server::Config::new(card).policy(auth::Policy::Open),
+//!     Arc::new(samples::Echo),
+//!     Arc::new(store::MemoryStore::default()),
+//!     Arc::new(auth::NoAuth),
+//! );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! axum::serve(listener, server.router()).await
+//! # }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`error`]: [`ProtocolError`], every error a caller can get, with its JSON-RPC code, HTTP
+//!   status and `google.rpc.ErrorInfo` reason.
+//! - [`auth`]: the [`auth::Authenticator`] hook, the per-agent [`auth::Policy`] and the task
+//!   [`auth::Owner`].
+//! - [`store`]: the blocking [`store::TaskStore`] trait (owner-scoped keys, cursor pages) and
+//!   [`store::MemoryStore`].
+//! - [`handler`]: the [`handler::Handler`] trait an agent implements: one turn of work.
+//! - [`samples`]: the built-in agents [`samples::Echo`] and [`samples::AskName`].
+//! - [`engine`]: the binding-independent task engine and its [`engine::Limits`].
+//! - [`server`]: both bindings as an `axum::Router`.
+//! - [`client`]: the client for both bindings, with the [`client::Signer`] hook.
+//! - [`sse`]: the bounded Server-Sent Events decoder the client reads streams with.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod auth;
+pub mod client;
+pub mod engine;
+pub mod error;
+pub mod handler;
+pub mod samples;
+pub mod server;
+pub mod sse;
+pub mod store;
+
+pub use a2a as types;
+pub use error::ProtocolError;

@@ -1,0 +1,678 @@
+//! The A2A server: one [`Engine`] behind both bindings, as an [`axum::Router`].
+//!
+//! [`Server::router`] serves, relative to where it is mounted (the node nests it under the
+//! agent's path on its public listener, behind its bounded HTTP server):
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `GET /.well-known/agent-card.json` | the agent's card, as configured (a signed card is served byte-for-byte as its JSON value) |
+//! | `POST /` | JSON-RPC 2.0: `SendMessage`, `SendStreamingMessage` (SSE), `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (SSE), `GetExtendedAgentCard`; the push-config methods answer `PushNotificationNotSupported` |
+//! | `POST /message:send`, `POST /message:stream` | HTTP+JSON send, blocking and SSE |
+//! | `GET /tasks/{id}`, `GET /tasks`, `POST /tasks/{id}:cancel` | HTTP+JSON get, list (query parameters in camelCase), cancel |
+//! | `GET` or `POST /tasks/{id}:subscribe` | HTTP+JSON subscribe, SSE (the proto says GET, the spec's table and the Python SDK POST) |
+//! | `/tasks/{id}/pushNotificationConfigs…` | `PushNotificationNotSupported` |
+//! | `GET /extendedAgentCard` | the extended card, if configured, to identified callers |
+//!
+//! Every request except the card goes through, in this order: the body read with the size
+//! limit (413), the content type of a body (`application/a2a+json` or `application/json`,
+//! else 415), for JSON-RPC the JSON parse (-32700) and the request object (-32600), the
+//! `A2A-Version` header or query parameter (missing means 0.3; only 1.0 is served, else
+//! `VersionNotSupported`), then the [`Authenticator`] and the agent's [`Policy`] (401). JSON-RPC
+//! errors travel with HTTP 200, except 401, 413 and 415; HTTP+JSON errors use the spec's status
+//! codes and a `google.rpc.Status` body.
+//!
+//! SSE streams send a keep-alive comment every [`Limits::keep_alive`], and are never cut by a
+//! timeout here (the node's request timeout covers the response head only).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use a2a::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, StreamResponse,
+    SubscribeToTaskRequest,
+};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+
+use crate::auth::{decide, Authenticator, Owner, Policy, RequestParts};
+use crate::engine::{Engine, EventStream, Limits};
+use crate::error::ProtocolError;
+use crate::handler::Handler;
+use crate::store::TaskStore;
+
+/// The media type of the HTTP+JSON binding.
+pub const A2A_JSON: &str = "application/a2a+json";
+
+/// The protocol version this server speaks.
+pub const PROTOCOL_VERSION: &str = "1.0";
+
+/// The version header (A2A 1.0 section 3.6).
+pub const VERSION_HEADER: &str = "A2A-Version";
+
+/// How one agent is served.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// The public Agent Card, served as is at `/.well-known/agent-card.json`.
+    pub card: Value,
+    /// The extended card for identified callers (`GetExtendedAgentCard`); `None` answers
+    /// `ExtendedAgentCardNotConfigured`.
+    pub extended_card: Option<Value>,
+    /// Who may call.
+    pub policy: Policy,
+    /// The bounds.
+    pub limits: Limits,
+}
+
+impl Config {
+    /// Serve `card` with the default policy ([`Policy::Did`]) and limits.
+    pub fn new(card: Value) -> Self {
+        Config {
+            card,
+            extended_card: None,
+            policy: Policy::default(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// With this policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// With these limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// With an extended card.
+    pub fn extended_card(mut self, card: Value) -> Self {
+        self.extended_card = Some(card);
+        self
+    }
+}
+
+/// One agent's A2A server.
+pub struct Server {
+    engine: Engine,
+    card: Value,
+    extended_card: Option<Value>,
+    policy: Policy,
+    auth: Arc<dyn Authenticator>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("policy", &self.policy)
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which binding a request came by, for the shape of its errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    JsonRpc,
+    Rest,
+}
+
+impl Server {
+    /// A server for `handler`'s agent, keeping tasks in `store`, identifying callers with
+    /// `auth`.
+    pub fn new(
+        config: Config,
+        handler: Arc<dyn Handler>,
+        store: Arc<dyn TaskStore>,
+        auth: Arc<dyn Authenticator>,
+    ) -> Arc<Server> {
+        Arc::new(Server {
+            engine: Engine::new(handler, store, config.limits),
+            card: config.card,
+            extended_card: config.extended_card,
+            policy: config.policy,
+            auth,
+        })
+    }
+
+    /// The engine (to shut it down, or for tests).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The routes of both bindings, relative to the agent's base URL.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/.well-known/agent-card.json", get(card))
+            .route("/", post(jsonrpc))
+            .route("/message:send", post(rest_send))
+            .route("/message:stream", post(rest_stream))
+            .route("/tasks", get(rest_list))
+            .route(
+                "/tasks/{*rest}",
+                get(rest_task).post(rest_task).delete(rest_task),
+            )
+            .route("/extendedAgentCard", get(rest_extended_card))
+            .fallback(rest_not_found)
+            .with_state(self.clone())
+    }
+
+    /// Size, media type, version: the checks before anything is parsed or authenticated.
+    async fn read(&self, req: Request) -> Result<(Parts, Bytes), ProtocolError> {
+        let (parts, body) = req.into_parts();
+        let limit = self.engine.limits().max_body_bytes;
+        if let Some(len) = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            if len > limit as u64 {
+                return Err(ProtocolError::TooLarge(limit));
+            }
+        }
+        let bytes = axum::body::to_bytes(body, limit)
+            .await
+            .map_err(|_| ProtocolError::TooLarge(limit))?;
+        if !bytes.is_empty() || parts.method == Method::POST {
+            check_media_type(&parts.headers, bytes.is_empty())?;
+        }
+        Ok((
+            Parts {
+                method: parts.method,
+                uri: parts.uri,
+                headers: parts.headers,
+            },
+            bytes,
+        ))
+    }
+
+    async fn caller(&self, parts: &Parts, body: &[u8]) -> Result<Owner, ProtocolError> {
+        let identity = self
+            .auth
+            .authenticate(RequestParts {
+                method: &parts.method,
+                uri: &parts.uri,
+                headers: &parts.headers,
+                body,
+            })
+            .await;
+        decide(self.policy, identity)
+    }
+
+    fn extended(&self, owner: &Owner) -> Result<Value, ProtocolError> {
+        match (&self.extended_card, owner) {
+            (Some(card), Owner::Caller(_)) => Ok(card.clone()),
+            _ => Err(ProtocolError::ExtendedAgentCardNotConfigured),
+        }
+    }
+}
+
+/// What the server keeps of a request after reading its body.
+struct Parts {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+fn check_media_type(headers: &HeaderMap, empty: bool) -> Result<(), ProtocolError> {
+    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
+        // A POST without a body (cancel, subscribe) needs no content type.
+        return if empty {
+            Ok(())
+        } else {
+            Err(ProtocolError::MediaType(String::new()))
+        };
+    };
+    let ct = ct.to_str().unwrap_or("");
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if essence == A2A_JSON || essence == "application/json" {
+        Ok(())
+    } else {
+        Err(ProtocolError::MediaType(ct.chars().take(100).collect()))
+    }
+}
+
+/// The requested version: the header, else the `A2A-Version` query parameter, else 0.3.
+fn check_version(parts: &Parts) -> Result<(), ProtocolError> {
+    let from_header = parts
+        .headers
+        .get(VERSION_HEADER)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_string());
+    let from_query = || {
+        url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+            .find(|(k, _)| k.eq_ignore_ascii_case(VERSION_HEADER))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let v = from_header
+        .filter(|v| !v.is_empty())
+        .or_else(|| from_query().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "0.3".to_string());
+    // Major.Minor decides; a patch number, which clients should not send, is ignored.
+    let mut it = v.split('.');
+    let (major, minor) = (it.next(), it.next());
+    let patch_ok = it
+        .next()
+        .is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if major == Some("1") && minor == Some("0") && patch_ok && it.next().is_none() {
+        Ok(())
+    } else {
+        Err(ProtocolError::VersionNotSupported(
+            v.chars().take(32).collect(),
+        ))
+    }
+}
+
+fn json_response(status: StatusCode, content_type: &'static str, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut r = Response::new(Body::from(bytes));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ProtocolError> {
+    serde_json::to_value(v).map_err(|e| ProtocolError::Internal(format!("serializing: {e}")))
+}
+
+fn parse<T: DeserializeOwned>(v: Value) -> Result<T, ProtocolError> {
+    serde_json::from_value(v).map_err(|e| ProtocolError::InvalidParams(e.to_string()))
+}
+
+fn error_response(binding: Binding, id: &Value, e: &ProtocolError) -> Response {
+    let mut r = match binding {
+        Binding::JsonRpc => {
+            let status = match e {
+                ProtocolError::Unauthenticated(_)
+                | ProtocolError::TooLarge(_)
+                | ProtocolError::MediaType(_) => e.http_status(),
+                _ => StatusCode::OK,
+            };
+            json_response(
+                status,
+                "application/json",
+                &json!({"jsonrpc": "2.0", "id": id, "error": e.to_jsonrpc()}),
+            )
+        }
+        Binding::Rest => json_response(e.http_status(), A2A_JSON, &e.to_rest()),
+    };
+    if matches!(e, ProtocolError::Unauthenticated(_)) {
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Signature"),
+        );
+    }
+    r
+}
+
+/// An SSE response over `events`; each event's data is `wrap(StreamResponse)`.
+fn sse(
+    events: EventStream,
+    keep_alive: std::time::Duration,
+    wrap: impl Fn(&StreamResponse) -> Value + Send + Sync + 'static,
+) -> Response {
+    let stream = futures_util::stream::unfold((events, wrap), |(mut events, wrap)| async move {
+        let ev = events.next().await?;
+        let data = serde_json::to_string(&wrap(&ev)).unwrap_or_default();
+        Some((
+            Ok::<_, Infallible>(Event::default().data(data)),
+            (events, wrap),
+        ))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(keep_alive))
+        .into_response()
+}
+
+async fn card(State(s): State<Arc<Server>>) -> Response {
+    json_response(StatusCode::OK, "application/json", &s.card)
+}
+
+// ---- JSON-RPC ------------------------------------------------------------------------------
+
+async fn jsonrpc(State(s): State<Arc<Server>>, req: Request) -> Response {
+    let mut id = Value::Null;
+    match jsonrpc_inner(&s, req, &mut id).await {
+        Ok(r) => r,
+        Err(e) => error_response(Binding::JsonRpc, &id, &e),
+    }
+}
+
+async fn jsonrpc_inner(
+    s: &Arc<Server>,
+    req: Request,
+    id_out: &mut Value,
+) -> Result<Response, ProtocolError> {
+    let (parts, body) = s.read(req).await?;
+    let v: Value =
+        serde_json::from_slice(&body).map_err(|e| ProtocolError::Parse(e.to_string()))?;
+    let Value::Object(mut obj) = v else {
+        return Err(ProtocolError::InvalidRequest(
+            "a JSON-RPC request must be an object (batches are not supported)".into(),
+        ));
+    };
+    match obj.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => *id_out = id.clone(),
+        Some(_) => {
+            return Err(ProtocolError::InvalidRequest(
+                "id must be a string, a number or null".into(),
+            ))
+        }
+        None => return Err(ProtocolError::InvalidRequest("id is required".into())),
+    }
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(ProtocolError::InvalidRequest(
+            "jsonrpc must be \"2.0\"".into(),
+        ));
+    }
+    let Some(Value::String(method)) = obj.remove("method") else {
+        return Err(ProtocolError::InvalidRequest(
+            "method must be a string".into(),
+        ));
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            return Err(ProtocolError::InvalidRequest(
+                "params must be an object".into(),
+            ))
+        }
+    };
+    check_version(&parts)?;
+    let owner = s.caller(&parts, &body).await?;
+    let id = id_out.clone();
+    let ok = |result: Value| {
+        json_response(
+            StatusCode::OK,
+            "application/json",
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        )
+    };
+    let e = &s.engine;
+    let keep_alive = e.limits().keep_alive;
+    Ok(match method.as_str() {
+        "SendMessage" => ok(to_value(&e.send_message(&owner, parse(params)?).await?)?),
+        "GetTask" => ok(to_value(
+            &e.get_task(&owner, parse::<GetTaskRequest>(params)?).await?,
+        )?),
+        "ListTasks" => ok(to_value(
+            &e.list_tasks(&owner, parse::<ListTasksRequest>(params)?)
+                .await?,
+        )?),
+        "CancelTask" => ok(to_value(
+            &e.cancel_task(&owner, parse::<CancelTaskRequest>(params)?)
+                .await?,
+        )?),
+        "GetExtendedAgentCard" => ok(s.extended(&owner)?),
+        "SendStreamingMessage" | "SubscribeToTask" => {
+            let events = if method == "SendStreamingMessage" {
+                e.send_streaming(&owner, parse::<SendMessageRequest>(params)?)
+                    .await?
+            } else {
+                e.subscribe(&owner, parse::<SubscribeToTaskRequest>(params)?)
+                    .await?
+            };
+            let id = id_out.clone();
+            sse(
+                events,
+                keep_alive,
+                move |ev| json!({"jsonrpc": "2.0", "id": id, "result": ev}),
+            )
+        }
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => {
+            return Err(ProtocolError::PushNotificationNotSupported)
+        }
+        other => {
+            return Err(ProtocolError::MethodNotFound(
+                other.chars().take(64).collect(),
+            ))
+        }
+    })
+}
+
+// ---- HTTP+JSON -----------------------------------------------------------------------------
+
+fn rest_ok(v: Value) -> Response {
+    json_response(StatusCode::OK, A2A_JSON, &v)
+}
+
+fn rest_result(r: Result<Response, ProtocolError>) -> Response {
+    r.unwrap_or_else(|e| error_response(Binding::Rest, &Value::Null, &e))
+}
+
+/// Read, check version, authenticate: the common start of every HTTP+JSON operation.
+async fn rest_start(s: &Server, req: Request) -> Result<(Parts, Bytes, Owner), ProtocolError> {
+    let (parts, body) = s.read(req).await?;
+    check_version(&parts)?;
+    let owner = s.caller(&parts, &body).await?;
+    Ok((parts, body, owner))
+}
+
+fn body_json(body: &[u8]) -> Result<Value, ProtocolError> {
+    if body.is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    serde_json::from_slice(body).map_err(|e| ProtocolError::Parse(e.to_string()))
+}
+
+/// Query parameters as the JSON object of a request message: camelCase names, numbers and
+/// booleans typed as the named fields are. Unknown names are ignored.
+fn query_object(uri: &Uri) -> Result<Map<String, Value>, ProtocolError> {
+    let mut m = Map::new();
+    for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        let value = match k.as_ref() {
+            "pageSize" | "historyLength" => Value::from(
+                v.parse::<i32>()
+                    .map_err(|_| ProtocolError::InvalidParams(format!("{k} must be an integer")))?,
+            ),
+            "includeArtifacts" => match v.as_ref() {
+                "true" | "True" => Value::Bool(true),
+                "false" | "False" => Value::Bool(false),
+                _ => {
+                    return Err(ProtocolError::InvalidParams(
+                        "includeArtifacts must be true or false".into(),
+                    ))
+                }
+            },
+            "contextId" | "status" | "pageToken" | "statusTimestampAfter" => {
+                Value::String(v.into_owned())
+            }
+            _ => continue,
+        };
+        m.insert(k.into_owned(), value);
+    }
+    Ok(m)
+}
+
+async fn rest_send(State(s): State<Arc<Server>>, req: Request) -> Response {
+    rest_result(
+        async {
+            let (_, body, owner) = rest_start(&s, req).await?;
+            let r = s
+                .engine
+                .send_message(&owner, parse(body_json(&body)?)?)
+                .await?;
+            Ok(rest_ok(to_value(&r)?))
+        }
+        .await,
+    )
+}
+
+async fn rest_stream(State(s): State<Arc<Server>>, req: Request) -> Response {
+    rest_result(
+        async {
+            let (_, body, owner) = rest_start(&s, req).await?;
+            let events = s
+                .engine
+                .send_streaming(&owner, parse(body_json(&body)?)?)
+                .await?;
+            Ok(sse(events, s.engine.limits().keep_alive, |ev| {
+                serde_json::to_value(ev).unwrap_or_default()
+            }))
+        }
+        .await,
+    )
+}
+
+async fn rest_list(State(s): State<Arc<Server>>, req: Request) -> Response {
+    rest_result(
+        async {
+            let (parts, _, owner) = rest_start(&s, req).await?;
+            let q = parse::<ListTasksRequest>(Value::Object(query_object(&parts.uri)?))?;
+            Ok(rest_ok(to_value(&s.engine.list_tasks(&owner, q).await?)?))
+        }
+        .await,
+    )
+}
+
+async fn rest_task(
+    State(s): State<Arc<Server>>,
+    Path(rest): Path<String>,
+    req: Request,
+) -> Response {
+    rest_result(
+        async {
+            let method = req.method().clone();
+            let (parts, body, owner) = rest_start(&s, req).await?;
+            let e = &s.engine;
+            if rest.contains("/pushNotificationConfigs") {
+                return Err(ProtocolError::PushNotificationNotSupported);
+            }
+            if let Some(id) = rest.strip_suffix(":cancel") {
+                if method != Method::POST {
+                    return Err(ProtocolError::MethodNotFound(format!("{method} :cancel")));
+                }
+                let mut obj = match body_json(&body)? {
+                    Value::Object(o) => o,
+                    _ => {
+                        return Err(ProtocolError::InvalidParams(
+                            "body must be an object".into(),
+                        ))
+                    }
+                };
+                obj.insert("id".into(), Value::String(id.to_string()));
+                let t = e.cancel_task(&owner, parse(Value::Object(obj))?).await?;
+                return Ok(rest_ok(to_value(&t)?));
+            }
+            if let Some(id) = rest.strip_suffix(":subscribe") {
+                if method == Method::DELETE {
+                    return Err(ProtocolError::MethodNotFound(format!(
+                        "{method} :subscribe"
+                    )));
+                }
+                let events = e
+                    .subscribe(
+                        &owner,
+                        SubscribeToTaskRequest {
+                            id: id.to_string(),
+                            tenant: None,
+                        },
+                    )
+                    .await?;
+                return Ok(sse(events, e.limits().keep_alive, |ev| {
+                    serde_json::to_value(ev).unwrap_or_default()
+                }));
+            }
+            if method != Method::GET || rest.contains('/') || rest.contains(':') {
+                return Err(ProtocolError::MethodNotFound(format!(
+                    "{method} /tasks/{}",
+                    rest.chars().take(64).collect::<String>()
+                )));
+            }
+            let mut q = query_object(&parts.uri)?;
+            q.insert("id".into(), Value::String(rest.clone()));
+            let t = e.get_task(&owner, parse(Value::Object(q))?).await?;
+            Ok(rest_ok(to_value(&t)?))
+        }
+        .await,
+    )
+}
+
+async fn rest_extended_card(State(s): State<Arc<Server>>, req: Request) -> Response {
+    rest_result(
+        async {
+            let (_, _, owner) = rest_start(&s, req).await?;
+            Ok(rest_ok(s.extended(&owner)?))
+        }
+        .await,
+    )
+}
+
+async fn rest_not_found(uri: Uri, method: Method) -> Response {
+    error_response(
+        Binding::Rest,
+        &Value::Null,
+        &ProtocolError::MethodNotFound(format!(
+            "{method} {}",
+            uri.path().chars().take(64).collect::<String>()
+        )),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(header: Option<&str>, query: &str) -> Parts {
+        let mut headers = HeaderMap::new();
+        if let Some(h) = header {
+            headers.insert(VERSION_HEADER, HeaderValue::from_str(h).unwrap());
+        }
+        Parts {
+            method: Method::GET,
+            uri: format!("/tasks{query}").parse().unwrap(),
+            headers,
+        }
+    }
+
+    #[test]
+    fn version_rules() {
+        assert!(check_version(&parts(Some("1.0"), "")).is_ok());
+        assert!(check_version(&parts(Some(" 1.0 "), "")).is_ok());
+        assert!(check_version(&parts(Some("1.0.1"), "")).is_ok());
+        assert!(check_version(&parts(None, "?A2A-Version=1.0")).is_ok());
+        assert_eq!(
+            check_version(&parts(None, "")),
+            Err(ProtocolError::VersionNotSupported("0.3".into()))
+        );
+        for bad in ["0.3", "1.1", "2.0", "1", "1.0.x", "1.0.1.2", "abc"] {
+            assert!(check_version(&parts(Some(bad), "")).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn media_types() {
+        let mut h = HeaderMap::new();
+        assert!(check_media_type(&h, true).is_ok());
+        assert!(check_media_type(&h, false).is_err());
+        for ok in [
+            "application/json",
+            "application/a2a+json",
+            "Application/JSON; charset=utf-8",
+        ] {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ok));
+            assert!(check_media_type(&h, false).is_ok(), "{ok}");
+        }
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert!(check_media_type(&h, false).is_err());
+    }
+}

@@ -1,0 +1,364 @@
+//! Where tasks live: the [`TaskStore`] trait and the in-memory [`MemoryStore`].
+//!
+//! # The trait is blocking
+//!
+//! The node implements this trait on RocksDB, whose calls block; the engine therefore calls
+//! every method from `tokio::task::spawn_blocking`, never from an async worker thread, and an
+//! implementation may block freely. One engine serves one agent: a node that hosts several
+//! agents gives each its own store (for RocksDB, a key prefix per agent).
+//!
+//! # Keys a RocksDB implementation would use
+//!
+//! Every task is stored under its owner, so that a lookup by another owner misses by
+//! construction and the existence of someone else's task is never revealed:
+//!
+//! - `task / <owner key> / <task id>` → the task as JSON (history and artifacts included);
+//! - `by_time / <owner key> / <u64::MAX - status time in µs, big-endian> / <task id>` → empty,
+//!   the list index, newest first; [`TaskStore::put`] moves a task's index entry when its
+//!   status time changes.
+//!
+//! [`Owner::key`] gives the owner key. A page is a bounded forward scan of the owner's
+//! `by_time` range starting after the [`Cursor`]; the cursor is the last index entry returned,
+//! so pages stay consistent while tasks are added.
+//!
+//! # Read-modify-write
+//!
+//! The engine serializes the updates of one task itself (a lock striped by task id around
+//! get-then-put), so a store needs no transactions: `put` replaces the task whole.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use a2a::{Task, TaskState};
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+
+use crate::auth::Owner;
+
+/// A store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store holds as many tasks as it may; a new one is refused.
+    #[error("task store full ({0} tasks)")]
+    Full(usize),
+    /// The backend failed (I/O, corruption); the message says what was being done.
+    #[error("task store: {0}")]
+    Backend(String),
+}
+
+/// Where a page starts: just after the index entry `(time, id)`, times in µs since the epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// The status time of the last task of the previous page, in µs since the epoch.
+    pub time_micros: i64,
+    /// Its id.
+    pub id: String,
+}
+
+impl Cursor {
+    /// The opaque page token (`nextPageToken`): base64url of `<time>:<id>`.
+    pub fn to_token(&self) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(format!("{}:{}", self.time_micros, self.id))
+    }
+
+    /// Parse a page token; `None` when it is not one of ours.
+    pub fn from_token(token: &str) -> Option<Cursor> {
+        if token.len() > 1024 {
+            return None;
+        }
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .ok()?;
+        let raw = String::from_utf8(raw).ok()?;
+        let (t, id) = raw.split_once(':')?;
+        Some(Cursor {
+            time_micros: t.parse().ok()?,
+            id: id.to_string(),
+        })
+    }
+}
+
+/// What to list: the owner's tasks matching every filter that is set, newest status first.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Only tasks of this context.
+    pub context_id: Option<String>,
+    /// Only tasks in this state.
+    pub status: Option<TaskState>,
+    /// Only tasks whose status time is after this.
+    pub status_after: Option<DateTime<Utc>>,
+    /// At most this many tasks (the engine has bounded it already).
+    pub page_size: usize,
+    /// Start after this entry; `None` for the first page.
+    pub cursor: Option<Cursor>,
+}
+
+/// One page of tasks.
+#[derive(Debug, Clone, Default)]
+pub struct TaskPage {
+    /// The tasks, newest status first.
+    pub tasks: Vec<Task>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<Cursor>,
+    /// How many of the owner's tasks match the filters; an implementation may stop counting at
+    /// a bound of its own (the in-memory store counts at most [`MAX_COUNT`]).
+    pub total_size: usize,
+}
+
+/// The in-memory store stops counting `total_size` here.
+pub const MAX_COUNT: usize = 10_000;
+
+/// Task persistence. Blocking; see the module doc.
+pub trait TaskStore: Send + Sync + 'static {
+    /// The owner's task with this id, if the owner has one.
+    fn get(&self, owner: &Owner, id: &str) -> Result<Option<Task>, StoreError>;
+    /// Insert or replace the owner's task (`task.id`), moving its list-index entry to its
+    /// current status time.
+    fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError>;
+    /// One page of the owner's tasks.
+    fn list(&self, owner: &Owner, query: &ListQuery) -> Result<TaskPage, StoreError>;
+}
+
+/// A task's status time in µs, the list order; a task without one sorts as the epoch.
+pub fn status_micros(task: &Task) -> i64 {
+    task.status
+        .timestamp
+        .map(|t| t.timestamp_micros())
+        .unwrap_or(0)
+}
+
+/// Index key: owner, then newest first, then id.
+type IndexKey = (Owner, std::cmp::Reverse<i64>, String);
+
+#[derive(Debug, Default)]
+struct Mem {
+    tasks: HashMap<(Owner, String), Task>,
+    index: BTreeSet<IndexKey>,
+}
+
+/// The in-memory store, for tests and examples: the same owner-scoped keys and index as the
+/// RocksDB layout above, with a cap on the number of tasks.
+#[derive(Debug)]
+pub struct MemoryStore {
+    max_tasks: usize,
+    inner: Mutex<Mem>,
+}
+
+impl MemoryStore {
+    /// A store that refuses new tasks beyond `max_tasks`.
+    pub fn new(max_tasks: usize) -> Self {
+        MemoryStore {
+            max_tasks,
+            inner: Mutex::new(Mem::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Mem> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new(100_000)
+    }
+}
+
+fn matches(task: &Task, q: &ListQuery) -> bool {
+    if let Some(c) = &q.context_id {
+        if &task.context_id != c {
+            return false;
+        }
+    }
+    if let Some(s) = &q.status {
+        if &task.status.state != s {
+            return false;
+        }
+    }
+    if let Some(after) = &q.status_after {
+        match task.status.timestamp {
+            Some(t) if t > *after => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+impl TaskStore for MemoryStore {
+    fn get(&self, owner: &Owner, id: &str) -> Result<Option<Task>, StoreError> {
+        Ok(self
+            .lock()
+            .tasks
+            .get(&(owner.clone(), id.to_string()))
+            .cloned())
+    }
+
+    fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+        let mut m = self.lock();
+        let key = (owner.clone(), task.id.clone());
+        match m.tasks.get(&key) {
+            Some(old) => {
+                let old_idx = (
+                    owner.clone(),
+                    std::cmp::Reverse(status_micros(old)),
+                    task.id.clone(),
+                );
+                m.index.remove(&old_idx);
+            }
+            None if m.tasks.len() >= self.max_tasks => {
+                return Err(StoreError::Full(self.max_tasks))
+            }
+            None => {}
+        }
+        m.index.insert((
+            owner.clone(),
+            std::cmp::Reverse(status_micros(task)),
+            task.id.clone(),
+        ));
+        m.tasks.insert(key, task.clone());
+        Ok(())
+    }
+
+    fn list(&self, owner: &Owner, q: &ListQuery) -> Result<TaskPage, StoreError> {
+        use std::cmp::Reverse;
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let m = self.lock();
+        let start = match &q.cursor {
+            Some(c) => Excluded((owner.clone(), Reverse(c.time_micros), c.id.clone())),
+            None => Included((owner.clone(), Reverse(i64::MAX), String::new())),
+        };
+        let mut page = TaskPage::default();
+        let mut last: Option<Cursor> = None;
+        for (o, Reverse(t), id) in m.index.range((start, Unbounded)) {
+            if o < owner {
+                continue;
+            }
+            if o != owner {
+                break;
+            }
+            let Some(task) = m.tasks.get(&(o.clone(), id.clone())) else {
+                continue;
+            };
+            if !matches(task, q) {
+                continue;
+            }
+            if page.tasks.len() == q.page_size {
+                page.next = last.clone();
+                break;
+            }
+            page.tasks.push(task.clone());
+            last = Some(Cursor {
+                time_micros: *t,
+                id: id.clone(),
+            });
+        }
+        // Count the owner's matching tasks, bounded.
+        page.total_size = m
+            .index
+            .range((
+                Included((owner.clone(), Reverse(i64::MAX), String::new())),
+                Unbounded,
+            ))
+            .take_while(|(o, _, _)| o == owner)
+            .filter(|(o, _, id)| {
+                m.tasks
+                    .get(&(o.clone(), id.clone()))
+                    .is_some_and(|t| matches(t, q))
+            })
+            .take(MAX_COUNT)
+            .count();
+        Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use a2a::TaskStatus;
+
+    fn task(id: &str, micros: i64, state: TaskState) -> Task {
+        Task {
+            id: id.into(),
+            context_id: "ctx".into(),
+            status: TaskStatus {
+                state,
+                message: None,
+                timestamp: DateTime::from_timestamp_micros(micros),
+            },
+            artifacts: None,
+            history: None,
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn owner_scoped_and_paged_newest_first() {
+        let s = MemoryStore::new(100);
+        let alice = Owner::Caller("did:alice".into());
+        let bob = Owner::Caller("did:bob".into());
+        for i in 0..5 {
+            s.put(
+                &alice,
+                &task(&format!("a{i}"), 1000 + i, TaskState::Working),
+            )
+            .unwrap();
+        }
+        s.put(&bob, &task("b0", 5000, TaskState::Working)).unwrap();
+        assert!(s.get(&bob, "a0").unwrap().is_none());
+        assert!(s.get(&Owner::Anonymous, "a0").unwrap().is_none());
+
+        let mut q = ListQuery {
+            page_size: 2,
+            ..Default::default()
+        };
+        let p1 = s.list(&alice, &q).unwrap();
+        assert_eq!(
+            p1.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+            ["a4", "a3"]
+        );
+        assert_eq!(p1.total_size, 5);
+        q.cursor = Some(Cursor::from_token(&p1.next.unwrap().to_token()).unwrap());
+        let p2 = s.list(&alice, &q).unwrap();
+        assert_eq!(
+            p2.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+            ["a2", "a1"]
+        );
+        q.cursor = p2.next;
+        let p3 = s.list(&alice, &q).unwrap();
+        assert_eq!(
+            p3.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+            ["a0"]
+        );
+        assert!(p3.next.is_none());
+
+        // An update moves the task to the front.
+        s.put(&alice, &task("a0", 9000, TaskState::Completed))
+            .unwrap();
+        q.cursor = None;
+        q.status = Some(TaskState::Completed);
+        let p = s.list(&alice, &q).unwrap();
+        assert_eq!(p.tasks.len(), 1);
+        assert_eq!(p.total_size, 1);
+    }
+
+    #[test]
+    fn full_store_refuses_new_tasks_but_updates_old_ones() {
+        let s = MemoryStore::new(1);
+        let o = Owner::Anonymous;
+        s.put(&o, &task("x", 1, TaskState::Working)).unwrap();
+        assert_eq!(
+            s.put(&o, &task("y", 1, TaskState::Working)),
+            Err(StoreError::Full(1))
+        );
+        s.put(&o, &task("x", 2, TaskState::Completed)).unwrap();
+    }
+
+    #[test]
+    fn garbage_tokens_are_refused() {
+        assert!(Cursor::from_token("!!!").is_none());
+        assert!(Cursor::from_token("bm9jb2xvbg").is_none()); // "nocolon"
+        assert!(Cursor::from_token(&"A".repeat(2000)).is_none());
+    }
+}

@@ -1,0 +1,378 @@
+//! Attacker tests: every bound an outsider can push against, on a real loopback server, each
+//! checked at the bound and (where it frees up) again after.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentnet_a2a::auth::Policy;
+use agentnet_a2a::client::{self, Binding, ClientError, ClientLimits, Endpoint};
+use agentnet_a2a::engine::Limits;
+use agentnet_a2a::samples;
+use agentnet_a2a::server::{Config, Server};
+use agentnet_a2a::store::MemoryStore;
+use agentnet_a2a::types::{GetTaskRequest, SendMessageResponse, SubscribeToTaskRequest, TaskState};
+use common::*;
+use reqwest::Method;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn id_of(r: SendMessageResponse) -> String {
+    match r {
+        SendMessageResponse::Task(t) => t.id,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn sub(id: &str) -> SubscribeToTaskRequest {
+    SubscribeToTaskRequest {
+        id: id.into(),
+        tenant: None,
+    }
+}
+
+fn busy(e: &ClientError) -> bool {
+    e.remote()
+        .is_some_and(|r| r.reason.as_deref() == Some("RESOURCE_EXHAUSTED"))
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused() {
+    let mut limits = Limits::default();
+    limits.max_body_bytes = 4096;
+    let h = start_with(Policy::Open, limits, Duration::from_millis(10)).await;
+    let big = json!({"message": {"messageId": "m", "role": "ROLE_USER",
+        "parts": [{"text": "x".repeat(5000)}]}});
+    let (status, r) = h
+        .rest(Method::POST, "/echo/message:send", None, Some(big.clone()))
+        .await;
+    assert_eq!(status, 413);
+    assert_eq!(r["error"]["code"], 413);
+    let (status, r) = h.rpc("echo", None, "SendMessage", big).await;
+    assert_eq!(status, 413);
+    assert_eq!(r["error"]["code"], -32600);
+    // Just under the limit is served.
+    let ok = json!({"message": {"messageId": "m", "role": "ROLE_USER",
+        "parts": [{"text": "x".repeat(3500)}]}});
+    let (status, _) = h
+        .rest(Method::POST, "/echo/message:send", None, Some(ok))
+        .await;
+    assert_eq!(status, 200);
+
+    // A chunked body without Content-Length is cut at the limit too.
+    let addr = h.base.trim_start_matches("http://").to_string();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nTransfer-Encoding: chunked\r\n\r\n";
+    s.write_all(head.as_bytes()).await.unwrap();
+    for _ in 0..10 {
+        let chunk = "y".repeat(1000);
+        if s.write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes())
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let mut resp = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut resp))
+        .await
+        .unwrap()
+        .unwrap();
+    let head = String::from_utf8_lossy(&resp[..n]);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+}
+
+#[tokio::test]
+async fn running_tasks_are_bounded_per_owner_and_in_all() {
+    let mut limits = Limits::default();
+    limits.max_running_per_owner = 2;
+    limits.max_running = 3;
+    let h = start_with(Policy::Did, limits, Duration::from_millis(800)).await;
+    for binding in BINDINGS {
+        let alice = h.client("ask-name", binding, Some("did:example:alice"));
+        let bob = h.client("ask-name", binding, Some("did:example:bob"));
+        let carol = h.client("ask-name", binding, Some("did:example:carol"));
+        for _ in 0..2 {
+            alice.send_message(&immediately(msg("x"))).await.unwrap();
+        }
+        let e = alice
+            .send_message(&immediately(msg("x")))
+            .await
+            .unwrap_err();
+        assert!(busy(&e), "{binding:?}: {e}");
+        if binding == Binding::HttpJson {
+            assert_eq!(e.remote().unwrap().status, 429);
+        }
+        // Another owner still gets the last slot; then the agent is full for everyone.
+        bob.send_message(&immediately(msg("x"))).await.unwrap();
+        assert!(busy(
+            &carol
+                .send_message(&immediately(msg("x")))
+                .await
+                .unwrap_err()
+        ));
+        // Slots free up when the turns end.
+        wait_idle(&h.ask).await;
+        carol.send_message(&immediately(msg("x"))).await.unwrap();
+        wait_idle(&h.ask).await;
+    }
+}
+
+#[tokio::test]
+async fn subscribers_are_bounded_per_task_and_in_all() {
+    let mut limits = Limits::default();
+    limits.max_subscribers_per_task = 1;
+    limits.max_subscribers = 2;
+    limits.keep_alive = Duration::from_millis(100);
+    let h = start_with(Policy::Did, limits, Duration::from_secs(10)).await;
+    let me = h.client("ask-name", Binding::HttpJson, Some("did:example:me"));
+    // Three tasks working for a long time: their streams stay open.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(id_of(
+            me.send_message(&immediately(msg("x"))).await.unwrap(),
+        ));
+    }
+    let mut s1 = me.subscribe(&sub(&ids[0])).await.unwrap();
+    assert!(s1.next().await.unwrap().is_ok());
+    let e = me.subscribe(&sub(&ids[0])).await.unwrap_err();
+    assert!(busy(&e), "second stream on one task: {e}");
+    let s2 = me.subscribe(&sub(&ids[1])).await.unwrap();
+    let e = me.subscribe(&sub(&ids[2])).await.unwrap_err();
+    assert!(busy(&e), "third stream in all: {e}");
+    // Closing a stream frees its slot (the server notices at the next keep-alive).
+    drop(s1);
+    let mut again = None;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Ok(s) = me.subscribe(&sub(&ids[0])).await {
+            again = Some(s);
+            break;
+        }
+    }
+    assert!(
+        again.is_some(),
+        "slot not released after the client went away"
+    );
+    drop(s2);
+}
+
+#[tokio::test]
+async fn pages_history_and_ids_are_bounded() {
+    let mut limits = Limits::default();
+    limits.max_history_returned = 2;
+    limits.max_history_stored = 3;
+    let h = start_with(Policy::Did, limits, Duration::from_millis(10)).await;
+    for binding in BINDINGS {
+        let me = h.client("ask-name", binding, Some("did:example:me"));
+        let id = id_of(me.send_message(&msg("first")).await.unwrap());
+        let t = me.send_message(&reply(&id, "Ada")).await.unwrap();
+        let SendMessageResponse::Task(t) = t else {
+            panic!()
+        };
+        assert_eq!(t.status.state, TaskState::Completed);
+        // Whatever historyLength asks, at most max_history_returned come back.
+        let g = me
+            .get_task(&GetTaskRequest {
+                id: id.clone(),
+                history_length: Some(1000),
+                tenant: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(g.history.unwrap().len(), 2);
+        // Negative historyLength is refused.
+        let e = me
+            .get_task(&GetTaskRequest {
+                id: id.clone(),
+                history_length: Some(-1),
+                tenant: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.remote().unwrap().code, -32602);
+    }
+    // Stored history is bounded: read it with a server that returns everything stored.
+    let mut limits = Limits::default();
+    limits.max_history_stored = 3;
+    let h = start_with(Policy::Did, limits, Duration::from_millis(10)).await;
+    let me = h.client("ask-name", Binding::JsonRpc, Some("did:example:me"));
+    let id = id_of(me.send_message(&msg("first")).await.unwrap());
+    me.send_message(&reply(&id, "Ada")).await.unwrap();
+    let g = me
+        .get_task(&GetTaskRequest {
+            id,
+            history_length: None,
+            tenant: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(g.history.unwrap().len(), 3);
+
+    // Page size over the maximum, or negative, is refused on both bindings.
+    let (_, r) = h
+        .rpc(
+            "echo",
+            Some("did:example:me"),
+            "ListTasks",
+            json!({"pageSize": 101}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602);
+    let (status, _) = h
+        .rest(
+            Method::GET,
+            "/echo/tasks?pageSize=-1",
+            Some("did:example:me"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 400);
+    let (status, _) = h
+        .rest(
+            Method::GET,
+            "/echo/tasks?pageToken=garbage!",
+            Some("did:example:me"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 400);
+    let (status, r) = h
+        .rest(
+            Method::GET,
+            "/echo/tasks?pageSize=100",
+            Some("did:example:me"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(r["pageSize"], 100);
+
+    // Ids over 256 bytes: refused as parameters, not found as lookups.
+    let long = "t".repeat(300);
+    let (_, r) = h
+        .rpc(
+            "echo",
+            Some("did:example:me"),
+            "SendMessage",
+            json!({"message": {"messageId": long, "role": "ROLE_USER", "parts": [{"text": "x"}]}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602);
+    let (status, _) = h
+        .rest(
+            Method::GET,
+            &format!("/echo/tasks/{long}"),
+            Some("did:example:me"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_full_store_refuses_new_tasks() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = Server::new(
+        Config::new(samples::card("echo", "echo", &base)).policy(Policy::Open),
+        Arc::new(samples::Echo),
+        Arc::new(MemoryStore::new(2)),
+        Arc::new(TestAuth),
+    );
+    tokio::spawn(async move { axum::serve(listener, server.router()).await });
+    let c = client::Client::new(
+        reqwest::Client::new(),
+        Endpoint {
+            url: url::Url::parse(&base).unwrap(),
+            binding: Binding::HttpJson,
+        },
+        None,
+    );
+    c.send_message(&msg("1")).await.unwrap();
+    c.send_message(&msg("2")).await.unwrap();
+    let e = c.send_message(&msg("3")).await.unwrap_err();
+    assert!(busy(&e), "{e}");
+    assert_eq!(e.remote().unwrap().status, 429);
+}
+
+#[tokio::test]
+async fn sse_keep_alives_flow_while_a_turn_works() {
+    let mut limits = Limits::default();
+    limits.keep_alive = Duration::from_millis(100);
+    let h = start_with(Policy::Open, limits, Duration::from_millis(1000)).await;
+    let mut r = h
+        .http
+        .post(h.url("/ask-name/message:stream"))
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0")
+        .body(
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let mut all = Vec::new();
+    while let Some(c) = r.chunk().await.unwrap() {
+        all.extend_from_slice(&c);
+    }
+    let text = String::from_utf8(all).unwrap();
+    let comments = text.lines().filter(|l| l.starts_with(':')).count();
+    assert!(
+        comments >= 3,
+        "keep-alive comments during a 1 s turn: {comments}\n{text}"
+    );
+    assert!(text.contains("TASK_STATE_INPUT_REQUIRED"));
+}
+
+/// A hostile A2A server: endless lines, huge bodies. The client's bounds hold.
+#[tokio::test]
+async fn client_bounds_hold_against_a_hostile_server() {
+    use axum::routing::{get, post};
+    let app = axum::Router::new()
+        .route(
+            "/message:stream",
+            post(|| async {
+                (
+                    [("content-type", "text/event-stream")],
+                    format!("data: {}", "z".repeat(300_000)),
+                )
+            }),
+        )
+        .route(
+            "/tasks/{id}",
+            get(|| async { ([("content-type", "application/json")], "[".repeat(300_000)) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut limits = ClientLimits::default();
+    limits.max_sse_line = 100_000;
+    limits.max_response_bytes = 100_000;
+    let c = client::Client::new(
+        reqwest::Client::new(),
+        Endpoint {
+            url: url::Url::parse(&base).unwrap(),
+            binding: Binding::HttpJson,
+        },
+        None,
+    )
+    .with_limits(limits);
+    let mut s = c.send_streaming(&msg("x")).await.unwrap();
+    let e = s.next().await.unwrap().unwrap_err();
+    assert!(matches!(e, ClientError::Stream { .. }), "{e}");
+    assert!(s.next().await.is_none());
+    let e = c
+        .get_task(&GetTaskRequest {
+            id: "t".into(),
+            history_length: None,
+            tenant: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::TooLarge { .. }), "{e}");
+}

@@ -1,0 +1,73 @@
+//! Interop: the official JavaScript SDK's client (`@a2a-js/sdk` 1.3.0,
+//! `interop/node/a2a_client.mjs`) against this crate's server, in-process on loopback, over
+//! both bindings: the same checks as the Python interop test.
+//!
+//! Needs `node` and `interop/node/node_modules` (`interop/setup.sh` installs them); without
+//! them the test says so and passes without running.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentnet_a2a::auth::Policy;
+use agentnet_a2a::engine::Limits;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_client_against_our_server() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/node");
+    let node_ok = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node_ok || !dir.join("node_modules/@a2a-js/sdk").exists() {
+        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+        return;
+    }
+    let h = common::start_with(Policy::Did, Limits::default(), Duration::from_millis(500)).await;
+    for (binding, transport) in [
+        ("JSONRPC", "JsonRpcTransport"),
+        ("HTTP+JSON", "_RestTransport"),
+    ] {
+        let out = tokio::time::timeout(
+            Duration::from_secs(120),
+            tokio::process::Command::new("node")
+                .current_dir(&dir)
+                .arg("a2a_client.mjs")
+                .arg(&h.base)
+                .arg(binding)
+                .output(),
+        )
+        .await
+        .expect("node client timed out")
+        .expect("running the node client");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!("{binding}: no JSON summary ({e})\nstdout: {stdout}\nstderr: {stderr}")
+        });
+        assert_eq!(
+            summary["ok"], true,
+            "{binding}: {summary}\nstderr: {stderr}"
+        );
+        assert_eq!(
+            summary["transport"], transport,
+            "{binding}: the SDK chose another binding"
+        );
+        assert_eq!(
+            summary["checks"],
+            serde_json::json!([
+                "card",
+                "send",
+                "get",
+                "list",
+                "task-not-found",
+                "cancel",
+                "stream",
+                "subscribe",
+                "errors"
+            ])
+        );
+        assert!(out.status.success());
+    }
+}

@@ -1,0 +1,79 @@
+//! Interop: the official Python SDK's client (`a2a-sdk` 1.3.0, `interop/python/a2a_client.py`)
+//! against this crate's server, in-process on loopback, over both bindings: card, send, get,
+//! list, cancel, streaming through INPUT_REQUIRED to COMPLETED, subscribe, error mapping.
+//!
+//! The venv is `$AGENTNET_VENV` or `~/.cache/agentnet/venv` (`interop/setup.sh` creates it);
+//! without it the test says so and passes without running.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentnet_a2a::auth::Policy;
+use agentnet_a2a::engine::Limits;
+
+fn venv_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("AGENTNET_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/agentnet/venv"))
+        })?;
+    let py = venv.join("bin/python");
+    py.exists().then_some(py)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_client_against_our_server() {
+    let Some(python) = venv_python() else {
+        eprintln!("SKIPPED: no Python venv with a2a-sdk (run interop/setup.sh)");
+        return;
+    };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/python/a2a_client.py");
+    // `did` policy: the script identifies itself with the test authenticator's header.
+    let h = common::start_with(Policy::Did, Limits::default(), Duration::from_millis(500)).await;
+    for (binding, transport) in [
+        ("JSONRPC", "JsonRpcTransport"),
+        ("HTTP+JSON", "RestTransport"),
+    ] {
+        let out = tokio::time::timeout(
+            Duration::from_secs(120),
+            tokio::process::Command::new(&python)
+                .arg(&script)
+                .arg(&h.base)
+                .arg(binding)
+                .output(),
+        )
+        .await
+        .expect("python client timed out")
+        .expect("running the python client");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!("{binding}: no JSON summary ({e})\nstdout: {stdout}\nstderr: {stderr}")
+        });
+        assert_eq!(
+            summary["ok"], true,
+            "{binding}: {summary}\nstderr: {stderr}"
+        );
+        assert_eq!(
+            summary["transport"], transport,
+            "{binding}: the SDK chose another binding"
+        );
+        assert_eq!(
+            summary["checks"],
+            serde_json::json!([
+                "card",
+                "send",
+                "get",
+                "list",
+                "task-not-found",
+                "cancel",
+                "stream",
+                "subscribe",
+                "errors"
+            ])
+        );
+        assert!(out.status.success());
+    }
+}
