@@ -695,8 +695,10 @@ impl Engine {
         while let Ok(u) = rx.try_recv() {
             self.apply_update(&owner, &id, u).await;
         }
-        let Some(result) = result else {
-            return; // canceled: the cancel wrote the state
+        // Canceled (the cancel wrote the state) or shut down (the task stays as stored): a
+        // handler that noticed the cancel first and returned does not get to write either.
+        let Some(result) = result.filter(|_| !cancel.is_cancelled()) else {
+            return;
         };
         let outcome = match result {
             Ok(Ok(o)) => o,

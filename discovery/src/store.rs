@@ -397,6 +397,31 @@ impl Store {
     /// Open the store at `path`, creating the directory and column families if missing, and
     /// migrating a store of an earlier layout (see the module documentation).
     pub fn open_with(path: &Path, limits: Limits) -> Result<Self, StoreError> {
+        Self::open_with_families(path, limits, &[])
+    }
+
+    /// [`open_with`](Self::open_with), also opening (creating if missing) the column families
+    /// `families`, which the caller owns and reaches through [`Store::family`]: so that other
+    /// parts of the node (the A2A task store) keep their data in this one database. A name of
+    /// this module's own layout, or an empty one, is refused.
+    pub fn open_with_families(
+        path: &Path,
+        limits: Limits,
+        families: &[&'static str],
+    ) -> Result<Self, StoreError> {
+        for name in families {
+            if name.is_empty()
+                || *name == "default"
+                || COLUMN_FAMILIES.contains(name)
+                || OBSOLETE_COLUMN_FAMILIES.contains(name)
+            {
+                return Err(invalid(
+                    "column family",
+                    name,
+                    "empty or one of the store's own",
+                ));
+            }
+        }
         std::fs::create_dir_all(path).map_err(|source| StoreError::CreateDir {
             path: path.to_owned(),
             source,
@@ -415,6 +440,12 @@ impl Store {
         // earlier layouts too, which are then dropped.
         let existing = DB::list_cf(&opts, path).ok();
         let mut names: Vec<String> = COLUMN_FAMILIES.iter().map(|n| n.to_string()).collect();
+        for name in families {
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
+        let own = names.len();
         for name in existing.iter().flatten() {
             if !names.contains(name) {
                 names.push(name.clone());
@@ -426,7 +457,7 @@ impl Store {
         let db_err = |context: String| move |source| StoreError::Db { context, source };
         let mut db = DB::open_cf_descriptors(&opts, path, cfs)
             .map_err(db_err(format!("opening store at {}", path.display())))?;
-        for name in &names[COLUMN_FAMILIES.len()..] {
+        for name in &names[own..] {
             if OBSOLETE_COLUMN_FAMILIES.contains(&name.as_str()) {
                 info!(cf = %name, "dropping column family of an earlier layout");
                 db.drop_cf(name)
@@ -1050,6 +1081,15 @@ impl Store {
         })?;
         peers.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
         Ok(peers)
+    }
+
+    /// A column family opened by [`open_with_families`](Self::open_with_families).
+    pub fn family(&self, name: &'static str) -> Result<Family, StoreError> {
+        self.cf(name)?;
+        Ok(Family {
+            store: self.clone(),
+            name,
+        })
     }
 
     // ---- helpers ----
@@ -1849,3 +1889,161 @@ fn saturating_sub(counter: &AtomicUsize, n: usize) {
 
 #[cfg(test)]
 mod tests;
+
+/// One write of a [`Family::write`] batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FamilyOp {
+    /// Set `key` to `value`.
+    Put(Vec<u8>, Vec<u8>),
+    /// Delete `key`.
+    Delete(Vec<u8>),
+}
+
+/// A caller-owned column family of the store's database (see
+/// [`Store::open_with_families`]): raw keys and values, atomic batches, bounded range scans.
+/// The layout inside is the caller's; this module never reads it. Blocking, like every store
+/// method. Cheap to clone.
+#[derive(Clone)]
+pub struct Family {
+    store: Store,
+    name: &'static str,
+}
+
+impl fmt::Debug for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Family").field("name", &self.name).finish()
+    }
+}
+
+impl Family {
+    fn err(&self, what: &str) -> impl FnOnce(rocksdb::Error) -> StoreError {
+        let context = format!("{what} in column family {}", self.name);
+        move |source| StoreError::Db { context, source }
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let cf = self.store.cf(self.name)?;
+        self.store
+            .inner
+            .db
+            .get_cf(cf, key)
+            .map_err(self.err("reading"))
+    }
+
+    /// Apply `ops` as one atomic batch (written to the WAL without fsync, like adverts).
+    pub fn write(&self, ops: Vec<FamilyOp>) -> Result<(), StoreError> {
+        Family::write_all(ops.into_iter().map(|op| (self, op)))
+    }
+
+    /// Apply writes to several families of one store as one atomic batch. Every family must
+    /// belong to the same store (else [`StoreError::InvalidInput`]).
+    pub fn write_all<'a>(
+        ops: impl IntoIterator<Item = (&'a Family, FamilyOp)>,
+    ) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        let mut store: Option<&Store> = None;
+        for (family, op) in ops {
+            match store {
+                None => store = Some(&family.store),
+                Some(s) if Arc::ptr_eq(&s.inner, &family.store.inner) => {}
+                Some(_) => {
+                    return Err(invalid(
+                        "column family",
+                        family.name,
+                        "of another store in one batch",
+                    ))
+                }
+            }
+            let cf = family.store.cf(family.name)?;
+            match op {
+                FamilyOp::Put(k, v) => batch.put_cf(cf, k, v),
+                FamilyOp::Delete(k) => batch.delete_cf(cf, k),
+            }
+        }
+        let Some(store) = store else {
+            return Ok(());
+        };
+        store
+            .inner
+            .db
+            .write(batch)
+            .map_err(|source| StoreError::Db {
+                context: "writing a batch of caller column families".into(),
+                source,
+            })
+    }
+
+    /// The entries with `start <= key < end` in key order, at most `limit` of them; `f` may
+    /// stop the scan early by returning `false`.
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let cf = self.store.cf(self.name)?;
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(end.to_vec());
+        let mut it = self.store.inner.db.raw_iterator_cf_opt(cf, ro);
+        it.seek(start);
+        let mut n = 0;
+        while let Some((k, v)) = it.item() {
+            if n >= limit || !f(k, v) {
+                break;
+            }
+            n += 1;
+            it.next();
+        }
+        it.status().map_err(self.err("scanning"))
+    }
+}
+
+#[cfg(test)]
+mod family_tests {
+    use super::*;
+
+    #[test]
+    fn caller_families_persist_and_own_names_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["adverts", "default", "", "did_docs"] {
+            assert!(matches!(
+                Store::open_with_families(dir.path(), Limits::default(), &[bad]),
+                Err(StoreError::InvalidInput { .. })
+            ));
+        }
+        {
+            let s = Store::open_with_families(dir.path(), Limits::default(), &["x_tasks"]).unwrap();
+            let f = s.family("x_tasks").unwrap();
+            f.write(vec![
+                FamilyOp::Put(b"a1".to_vec(), b"one".to_vec()),
+                FamilyOp::Put(b"a2".to_vec(), b"two".to_vec()),
+                FamilyOp::Put(b"b1".to_vec(), b"three".to_vec()),
+            ])
+            .unwrap();
+            f.write(vec![FamilyOp::Delete(b"a2".to_vec())]).unwrap();
+            assert!(s.family("nope").is_err());
+            s.flush().unwrap();
+        }
+        // Opened without the family, it is left in place; opened with it, the data is there.
+        drop(Store::open(dir.path()).unwrap());
+        let s = Store::open_with_families(dir.path(), Limits::default(), &["x_tasks"]).unwrap();
+        let f = s.family("x_tasks").unwrap();
+        assert_eq!(f.get(b"a1").unwrap().as_deref(), Some(&b"one"[..]));
+        let mut seen = Vec::new();
+        f.scan(b"a", b"b", 10, |k, _| {
+            seen.push(k.to_vec());
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, vec![b"a1".to_vec()]);
+        let mut n = 0;
+        f.scan(b"", b"\xff", 1, |_, _| {
+            n += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(n, 1, "the limit bounds the scan");
+    }
+}

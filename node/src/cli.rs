@@ -138,14 +138,24 @@ struct UpArgs {
     /// Peer to dial at start, e.g. /ip4/203.0.113.7/tcp/4001/p2p/12D3Koo… (repeatable).
     #[arg(long, value_name = "MULTIADDR")]
     bootstrap: Vec<String>,
-    /// Address of the public HTTP listener (well-known files); port 0 picks a free one.
-    #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_HTTP)]
-    http: String,
+    /// The node's configuration file (TOML): `[node]` settings (each flag here overrides its
+    /// value), `[tasks]` retention, `[auth]` verifier bounds, and the hosted A2A agents
+    /// (`[[agent]]`: echo, ask, command, proxy). See docs/A2A.md.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address of the public HTTP listener (well-known files, hosted agents); port 0 picks a
+    /// free one. Default 127.0.0.1:7878.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// How clients reach the public listener, http(s)://host[:port] (behind a proxy, or when
+    /// listening on 0.0.0.0); default http://<bound address>.
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
     /// Address of the admin API listener: a loopback address only; port 0 (the default) picks a
     /// free one. The commands find it in <data-dir>/node.json and authenticate with the token
-    /// in <data-dir>/admin.token, written anew at every start.
-    #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_ADMIN)]
-    admin: String,
+    /// in <data-dir>/admin.token, written anew at every start. Default 127.0.0.1:0.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
     /// Do not look for peers on the LAN with mDNS.
     #[arg(long)]
     no_mdns: bool,
@@ -367,12 +377,40 @@ fn mib(flag: &str, n: u64) -> anyhow::Result<u64> {
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let cfg = match &args.config {
+        Some(p) => crate::hosted::FileConfig::read(p)?,
+        None => Default::default(),
+    };
+    let n = &cfg.node;
+    // A flag wins over the file; the file over the default.
+    let data_dir = data_dir::resolve(args.dir.data_dir.as_deref().or(n.data_dir.as_deref()))?;
+    let listen = if args.listen.is_empty() {
+        n.listen.clone().unwrap_or_default()
+    } else {
+        args.listen.clone()
+    };
+    let bootstrap = if args.bootstrap.is_empty() {
+        n.bootstrap.clone().unwrap_or_default()
+    } else {
+        args.bootstrap.clone()
+    };
+    let http = args
+        .http
+        .clone()
+        .or_else(|| n.http.clone())
+        .unwrap_or_else(|| daemon::DEFAULT_HTTP.into());
+    let admin = args
+        .admin
+        .clone()
+        .or_else(|| n.admin.clone())
+        .unwrap_or_else(|| daemon::DEFAULT_ADMIN.into());
     let opts = daemon::Options {
-        data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
-        listen: parse_multiaddrs("listen", &args.listen)?,
-        bootstrap: parse_multiaddrs("bootstrap", &args.bootstrap)?,
-        http: parse_addr("http", &args.http)?,
-        admin: parse_addr("admin", &args.admin)?,
+        data_dir,
+        listen: parse_multiaddrs("listen", &listen)?,
+        bootstrap: parse_multiaddrs("bootstrap", &bootstrap)?,
+        http: parse_addr("http", &http)?,
+        admin: parse_addr("admin", &admin)?,
+        public_url: args.public_url.clone().or_else(|| n.public_url.clone()),
         http_limits: crate::server::Limits::PUBLIC,
         admin_limits: crate::server::Limits::ADMIN,
         store_limits: StoreLimits {
@@ -385,9 +423,10 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             0 => None,
             n => Some(usize::try_from(mib("max-memory-mib", n)?)?),
         },
-        mdns: !args.no_mdns,
+        mdns: !args.no_mdns && n.mdns.unwrap_or(true),
         json: args.json,
         quiet: false,
+        hosted: cfg,
     };
     daemon::run(opts).await?;
     Ok(ExitCode::SUCCESS)

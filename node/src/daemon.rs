@@ -21,12 +21,15 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::a2a_auth::{DidAuthConfig, DidAuthenticator};
 use crate::admin::{AdminState, Guard};
 use crate::auth::{Token, TokenError};
 use crate::data_dir::AgentKeys;
+use crate::hosted::{self, FileConfig, Hosted};
 use crate::http::{self, WellKnown};
 use crate::publisher::Publisher;
 use crate::server::{self, Limits as HttpLimits};
+use crate::tasks::{self, Retention, TaskDb};
 
 /// File the running daemon writes into its data directory so that other commands find it.
 pub const NODE_FILE: &str = "node.json";
@@ -77,6 +80,35 @@ pub struct Options {
     /// Print nothing at start (no banner, no "created a new node key"): for callers that run
     /// several nodes in one process and report on them themselves (`agentnet testnet`).
     pub quiet: bool,
+    /// How clients reach the public listener (`http://host:port`, no path); default
+    /// `http://<bound address>`. Hosted agents' card URLs and DID signature checks use it.
+    pub public_url: Option<String>,
+    /// The hosted agents, task retention and verifier bounds (`agentnet up --config`).
+    pub hosted: FileConfig,
+}
+
+impl Options {
+    /// Options for a local node in `data_dir` (tests, embedding): loopback listeners on free
+    /// ports (HTTP, admin, libp2p TCP), no mDNS, quiet, no hosted agents.
+    pub fn local(data_dir: PathBuf) -> Options {
+        Options {
+            data_dir,
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a literal multiaddr")],
+            bootstrap: vec![],
+            http: "127.0.0.1:0".parse().expect("a literal address"),
+            admin: "127.0.0.1:0".parse().expect("a literal address"),
+            http_limits: HttpLimits::PUBLIC,
+            admin_limits: HttpLimits::ADMIN,
+            store_limits: StoreLimits::default(),
+            // Tests run several nodes in one process: a process-wide bound would be shared.
+            max_memory: None,
+            mdns: false,
+            json: false,
+            quiet: true,
+            public_url: None,
+            hosted: FileConfig::default(),
+        }
+    }
 }
 
 /// `<data-dir>/node.json`: how to reach the running node.
@@ -196,7 +228,21 @@ pub enum Error {
     /// Installing the signal handlers failed.
     #[error("installing signal handlers: {0}")]
     Signal(std::io::Error),
+    /// The task store could not be opened or recovered.
+    #[error("A2A task store: {0}")]
+    Tasks(#[from] agentnet_a2a::store::StoreError),
+    /// The hosted agents' configuration cannot be used.
+    #[error(transparent)]
+    Hosted(#[from] hosted::ConfigError),
+    /// `--public-url` is not an `http(s)://host[:port]` URL.
+    #[error("public URL {0:?} must be http(s)://host[:port] without a path")]
+    PublicUrl(String),
 }
+
+/// How often expired tasks are swept.
+const TASK_SWEEP: Duration = Duration::from_secs(60);
+/// Most tasks deleted per sweep.
+const TASK_SWEEP_MAX: usize = 10_000;
 
 /// `addr` with `/p2p/<peer>` appended, unless it already names a peer.
 fn with_peer(addr: &Multiaddr, peer: libp2p::PeerId) -> Multiaddr {
@@ -259,6 +305,10 @@ pub struct Running {
     net_stop: CancellationToken,
     net_task: tokio::task::JoinHandle<()>,
     store: Store,
+    hosted: Vec<Hosted>,
+    task_db: Arc<TaskDb>,
+    sweep_stop: CancellationToken,
+    sweep_task: tokio::task::JoinHandle<()>,
     /// What node.json says.
     pub info: NodeFile,
 }
@@ -290,16 +340,45 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
 
     let store_path = opts.data_dir.join(STORE_DIR);
     let store_limits = opts.store_limits.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open_with(&store_path, store_limits))
+    let store = tokio::task::spawn_blocking(move || {
+        Store::open_with_families(&store_path, store_limits, &tasks::FAMILIES)
+    })
+    .await
+    .map_err(|source| Error::Task {
+        what: "opening the store",
+        source,
+    })??;
+    let task_cfg = &opts.hosted.tasks;
+    let retention = Retention {
+        keep: task_cfg
+            .retention_hours
+            .map(|h| Duration::from_secs(h.saturating_mul(3600)))
+            .unwrap_or(Retention::default().keep),
+        max_tasks: task_cfg.max_tasks.unwrap_or(Retention::default().max_tasks),
+        max_per_owner: task_cfg
+            .max_per_owner
+            .unwrap_or(Retention::default().max_per_owner),
+    };
+    let task_db = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = TaskDb::open(&store, retention)?;
+            let failed = db.recover()?;
+            if failed > 0 {
+                tracing::warn!(failed, "tasks left working by the last run marked failed");
+            }
+            Ok::<_, agentnet_a2a::store::StoreError>(db)
+        })
         .await
         .map_err(|source| Error::Task {
-            what: "opening the store",
+            what: "opening the task store",
             source,
-        })??;
+        })??
+    };
     let resolver = Resolver::new(Default::default()).map_err(Error::Resolver)?;
     let limits = Limits::default();
     let max_ttl = limits.max_ttl;
-    let validator = Validator::new(resolver, limits);
+    let validator = Validator::new(resolver.clone(), limits);
 
     let mut cfg = net::Config {
         bootstrap: opts.bootstrap.clone(),
@@ -329,6 +408,72 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let (admin_listener, admin_addr) = bind(opts.admin).await?;
     let token = Token::create(&opts.data_dir)?;
     let well_known = WellKnown::new(&key)?;
+
+    // The hosted agents, on the public listener.
+    let public_base = match &opts.public_url {
+        Some(u) => {
+            let parsed = url::Url::parse(u).map_err(|_| Error::PublicUrl(u.clone()))?;
+            if !matches!(parsed.scheme(), "http" | "https")
+                || parsed.host_str().is_none()
+                || parsed.path() != "/"
+                || parsed.query().is_some()
+            {
+                return Err(Error::PublicUrl(u.clone()));
+            }
+            u.trim_end_matches('/').to_string()
+        }
+        None => format!("http://{http_addr}"),
+    };
+    let a = &opts.hosted.auth;
+    let mut auth_cfg = DidAuthConfig::new(public_base.clone());
+    auth_cfg.per_did_nonces = a.per_did_nonces.unwrap_or(auth_cfg.per_did_nonces);
+    auth_cfg.max_nonces = a.max_nonces.unwrap_or(auth_cfg.max_nonces);
+    auth_cfg.fetch_burst = a.fetch_burst.unwrap_or(auth_cfg.fetch_burst);
+    auth_cfg.fetches_per_minute = a.fetches_per_minute.unwrap_or(auth_cfg.fetches_per_minute);
+    let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
+    let upstream_http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| Error::Resolver(format!("HTTP client: {e}")))?;
+    let hosted = hosted::build(
+        &opts.hosted,
+        &public_base,
+        &opts.data_dir,
+        &task_db,
+        authenticator,
+        upstream_http,
+    )?;
+    for h in hosted.iter().filter(|h| h.publish) {
+        let key = SecretKey::from_seed(&h.key.seed());
+        if let Err(error) = publisher.publish(&h.card, key, h.ttl.min(max_ttl)).await {
+            tracing::warn!(agent = %h.id, %error, "publishing a hosted agent");
+        }
+    }
+    let sweep_stop = CancellationToken::new();
+    let sweep_task = {
+        let db = task_db.clone();
+        let stop = sweep_stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(TASK_SWEEP) => {}
+                }
+                let db = db.clone();
+                match tokio::task::spawn_blocking(move || {
+                    db.sweep(chrono::Utc::now(), TASK_SWEEP_MAX)
+                })
+                .await
+                {
+                    Ok(Ok(0)) => {}
+                    Ok(Ok(n)) => tracing::debug!(n, "swept expired A2A tasks"),
+                    Ok(Err(error)) => tracing::warn!(%error, "sweeping A2A tasks"),
+                    Err(error) => tracing::warn!(%error, "sweeping A2A tasks"),
+                }
+            }
+        })
+    };
     let admin = AdminState {
         client: client.clone(),
         publisher,
@@ -338,7 +483,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(server::serve(
         listener,
-        http::router(well_known),
+        http::router(well_known).merge(hosted::router(&hosted)),
         opts.http_limits,
         http_stop.clone(),
     ));
@@ -382,7 +527,15 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     } else if !opts.quiet {
         println!("did: {did}");
         println!("peer id: {peer_id}");
-        println!("listening on http://{http_addr} (well-known files)");
+        println!("listening on http://{http_addr} (well-known files, hosted agents)");
+        for h in &hosted {
+            println!(
+                "hosting {} ({}) at {}",
+                h.id,
+                h.key.did_key(),
+                hosted::agent_url(&public_base, &h.id)
+            );
+        }
         println!(
             "admin API on http://{admin_addr} (token in {})",
             crate::auth::token_file(&opts.data_dir).display()
@@ -404,11 +557,25 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         net_stop,
         net_task,
         store,
+        hosted,
+        task_db,
+        sweep_stop,
+        sweep_task,
         info,
     })
 }
 
 impl Running {
+    /// The hosted agents.
+    pub fn hosted(&self) -> &[Hosted] {
+        &self.hosted
+    }
+
+    /// The task store.
+    pub fn task_db(&self) -> &Arc<TaskDb> {
+        &self.task_db
+    }
+
     /// Resolves if an HTTP listener stops by itself (they only should at shutdown).
     async fn http_task_failed(&self) -> Result<(), Error> {
         // Poll the tasks' completion without consuming the handles.
@@ -440,6 +607,12 @@ impl Running {
             }
             Err(_) => tracing::warn!("HTTP server did not drain in time"),
         }
+        // Running turns stop; their tasks stay as stored (marked failed at the next start).
+        for h in &self.hosted {
+            h.server.engine().shutdown();
+        }
+        self.sweep_stop.cancel();
+        let _ = self.sweep_task.await;
         // 2. Stop re-announcing: it uses the network.
         self.publisher_stop.cancel();
         let _ = self.publisher_task.await;

@@ -14,20 +14,26 @@
 //! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
 //!   `publish`, `discover`, `peers`, `testnet`).
 //! - [`daemon`]: `agentnet up`: start, `node.json`, shutdown order.
+//! - [`hosted`]: the hosted A2A agents from the configuration file, mounted at `/a2a/<id>`.
 //! - [`http`]: the public HTTP surface: the well-known files.
+//! - [`a2a_auth`]: the DID authenticator of the hosted agents (RFC 9421, `DIDWba`), bounded.
 //! - [`admin`]: the admin API (its own loopback listener, bearer token) and its client.
 //! - [`auth`]: the admin token in the data directory.
 //! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
 //! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
 //! - [`data_dir`]: where the node keeps its key, the agents' keys and its state.
+//! - [`tasks`]: the hosted agents' A2A tasks in the node's RocksDB.
 //! - [`testnet`]: `agentnet testnet`: several nodes in one process, discovery end to end.
 
+pub mod a2a_auth;
 pub mod admin;
 pub mod auth;
 pub mod cli;
 pub mod daemon;
 pub mod data_dir;
+pub mod hosted;
 pub mod http;
 pub mod publisher;
 pub mod server;
+pub mod tasks;
 pub mod testnet;

@@ -340,6 +340,8 @@ async fn exercise(
             mdns: false,
             json: false,
             quiet: true,
+            public_url: None,
+            hosted: Default::default(),
         })
         .await
         .with_context(|| format!("starting node {} in {}", i + 1, data_dir.display()))?;

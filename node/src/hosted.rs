@@ -1,0 +1,827 @@
+//! Hosted agents: the A2A agents the node serves for others, from its configuration file.
+//!
+//! `agentnet up --config node.toml` reads a TOML file ([`FileConfig`], unknown keys refused);
+//! the command line's flags override its `[node]` values. Each `[[agent]]` becomes an A2A 1.0
+//! server ([`agentnet_a2a::server::Server`]) mounted on the node's **public** listener at
+//! `/a2a/<id>` (JSON-RPC at `POST /a2a/<id>`, HTTP+JSON under `/a2a/<id>/…`, its card at
+//! `/a2a/<id>/.well-known/agent-card.json`), with its tasks in the node's RocksDB
+//! ([`crate::tasks`]) and callers identified by their DID signatures ([`crate::a2a_auth`]).
+//!
+//! Kinds ([`Kind`]):
+//! - `echo`: completes at once with the message's text as the artifact `echo`;
+//! - `ask`: asks "What is your name?" (`INPUT_REQUIRED`) and greets on the answer; each turn
+//!   works `work_ms` milliseconds (default 1000);
+//! - `command`: runs `command` (argv, no shell) with the message's text on standard input; its
+//!   standard output (at most `max_output_bytes`, default 64 KiB, else the task fails) becomes
+//!   the artifact `output`; a non-zero exit fails the task with the end of standard error; the
+//!   process is killed at `timeout_secs` (default 60) and when the task is canceled;
+//! - `proxy`: forwards each turn to the upstream A2A server at `upstream` (its card is fetched
+//!   from `<upstream>/.well-known/agent-card.json`, an interface chosen as `agentnet call`
+//!   does), follows the upstream task to a terminal or interrupted state (polling `GetTask`
+//!   with backoff), and maps it back: artifacts, status message, state. An `INPUT_REQUIRED`
+//!   upstream task is continued by the caller's next message (the upstream ids travel in the
+//!   question's metadata, `agentnet.upstream`); a cancel is forwarded.
+//!
+//! Each agent has a policy, `did` (default: callers must sign) or `open`, and a key: by default
+//! a did:key generated at first start and kept in `<data-dir>/hosted/<id>.jwk` (mode 0600),
+//! or the private JWK file `key`. Its card (built here from the configuration) lists both
+//! interfaces with URLs on the node's public URL, declares the DID security scheme
+//! (`securitySchemes.agentnetDid`, an HTTP auth scheme `DIDWba`) and the extension
+//! [`DID_AUTH_EXTENSION`] in `capabilities.extensions` (required when the policy is `did`), is
+//! signed with the agent's key (JWS, as `agentnet card sign` does), served as is, and published
+//! to the network (unless `publish = false`) so others find it by its skill tags.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentnet_a2a::auth::{Authenticator, BoxFuture, Policy};
+use agentnet_a2a::client::{self, Client, ClientLimits};
+use agentnet_a2a::handler::{Handler, HandlerError, Outcome, Turn, Updates};
+use agentnet_a2a::samples::{self, agent_message, text_of};
+use agentnet_a2a::server::{Config as ServerConfig, Server};
+use agentnet_a2a::types::{
+    Artifact, CancelTaskRequest, GetTaskRequest, Message, Part, SendMessageRequest,
+    SendMessageResponse, Task, TaskState,
+};
+use agentnet_did::{card, SecretKey};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::tasks::TaskDb;
+
+/// The extension URI a card declares when its agent accepts DID-signed requests
+/// (`docs/PROTOCOL.md`, "A2A: the DID security scheme").
+pub const DID_AUTH_EXTENSION: &str = "urn:agentnet:a2a:did-auth:v1";
+/// The name of the DID scheme in a card's `securitySchemes`.
+pub const DID_SCHEME: &str = "agentnetDid";
+/// Where hosted agents are mounted on the public listener.
+pub const MOUNT: &str = "/a2a";
+/// Most hosted agents.
+pub const MAX_AGENTS: usize = 64;
+/// Longest configuration file read.
+const MAX_CONFIG: u64 = 1 << 20;
+/// Most standard error kept from a failed command.
+const MAX_STDERR: usize = 4096;
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Reading the file failed.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is larger than we read.
+    #[error("{} is larger than {MAX_CONFIG} bytes", .0.display())]
+    TooLarge(PathBuf),
+    /// Not TOML of our shape (unknown keys included).
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: toml::de::Error,
+    },
+    /// A value that parses but cannot be used.
+    #[error("agent {agent:?}: {reason}")]
+    Invalid {
+        /// The agent id (or `node`).
+        agent: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An agent key could not be loaded or created.
+    #[error("agent {agent:?} key {}: {source}", path.display())]
+    Key {
+        /// The agent.
+        agent: String,
+        /// The key file.
+        path: PathBuf,
+        /// Why.
+        source: agentnet_did::key::KeyError,
+    },
+    /// The card could not be signed.
+    #[error("agent {agent:?} card: {source}")]
+    Card {
+        /// The agent.
+        agent: String,
+        /// Why.
+        source: card::CardSignatureError,
+    },
+}
+
+/// The configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Node settings; each has a flag of `agentnet up` that overrides it.
+    #[serde(default)]
+    pub node: NodeSection,
+    /// Task storage.
+    #[serde(default)]
+    pub tasks: TasksSection,
+    /// The DID verifier's bounds.
+    #[serde(default)]
+    pub auth: AuthSection,
+    /// The hosted agents.
+    #[serde(default)]
+    pub agent: Vec<AgentConfig>,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--http`.
+    pub http: Option<String>,
+    /// `--admin`.
+    pub admin: Option<String>,
+    /// `--listen`.
+    pub listen: Option<Vec<String>>,
+    /// `--bootstrap`.
+    pub bootstrap: Option<Vec<String>>,
+    /// `--public-url`: how clients reach the public listener (`http://host:port`); default the
+    /// listener's bound address.
+    pub public_url: Option<String>,
+    /// mDNS (`--no-mdns` turns it off).
+    pub mdns: Option<bool>,
+}
+
+/// `[tasks]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksSection {
+    /// Keep tasks that are not running this many hours after their last status: 168.
+    pub retention_hours: Option<u64>,
+    /// Most tasks in all.
+    pub max_tasks: Option<u64>,
+    /// Most tasks per caller and agent.
+    pub max_per_owner: Option<u64>,
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Live nonces per DID.
+    pub per_did_nonces: Option<usize>,
+    /// Live nonces in all.
+    pub max_nonces: Option<usize>,
+    /// Uncached DID resolutions per client address, burst.
+    pub fetch_burst: Option<u32>,
+    /// And per minute.
+    pub fetches_per_minute: Option<u32>,
+}
+
+/// What an agent does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Kind {
+    /// The built-in echo sample.
+    Echo,
+    /// The built-in sample that asks for the caller's name first.
+    Ask,
+    /// A local command.
+    Command,
+    /// An upstream A2A server.
+    Proxy,
+}
+
+/// Who may call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyName {
+    /// Callers must sign with their DID.
+    #[default]
+    Did,
+    /// Anyone.
+    Open,
+}
+
+/// `[[agent]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The path segment: `/a2a/<id>`; 1 to 64 of `a-z 0-9 - _`.
+    pub id: String,
+    /// What it does.
+    pub kind: Kind,
+    /// Who may call.
+    #[serde(default)]
+    pub policy: PolicyName,
+    /// The card's name; default the id.
+    pub name: Option<String>,
+    /// The card's description.
+    pub description: Option<String>,
+    /// The skill tags it is discovered by; default `[<kind>]`.
+    pub tags: Option<Vec<String>>,
+    /// Publish its card to the network: default true.
+    pub publish: Option<bool>,
+    /// Advert lifetime, seconds: default 3600.
+    pub ttl: Option<u64>,
+    /// A private Ed25519 JWK file to use as the agent's key instead of a generated one.
+    pub key: Option<PathBuf>,
+    /// `ask`: milliseconds each turn works.
+    pub work_ms: Option<u64>,
+    /// `command`: the argv.
+    pub command: Option<Vec<String>>,
+    /// `command`: seconds before the process is killed.
+    pub timeout_secs: Option<u64>,
+    /// `command`: most bytes of standard output.
+    pub max_output_bytes: Option<usize>,
+    /// `proxy`: the upstream agent's base URL.
+    pub upstream: Option<String>,
+}
+
+impl FileConfig {
+    /// Read and check `path`.
+    pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
+        use std::io::Read as _;
+        let read = |source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let f = std::fs::File::open(path).map_err(read)?;
+        let mut text = String::new();
+        f.take(MAX_CONFIG + 1)
+            .read_to_string(&mut text)
+            .map_err(read)?;
+        if text.len() as u64 > MAX_CONFIG {
+            return Err(ConfigError::TooLarge(path.to_owned()));
+        }
+        let cfg: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// The checks serde cannot make.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.agent.len() > MAX_AGENTS {
+            return Err(invalid("node", format!("more than {MAX_AGENTS} agents")));
+        }
+        let mut ids = HashSet::new();
+        for a in &self.agent {
+            a.check()?;
+            if !ids.insert(a.id.as_str()) {
+                return Err(invalid(&a.id, "id used twice".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid(agent: &str, reason: String) -> ConfigError {
+    ConfigError::Invalid {
+        agent: agent.chars().take(80).collect(),
+        reason,
+    }
+}
+
+impl AgentConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        let bad = |r: &str| Err(invalid(&self.id, r.to_string()));
+        if self.id.is_empty()
+            || self.id.len() > 64
+            || !self
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
+            return bad("id must be 1 to 64 of a-z 0-9 - _");
+        }
+        let has = (
+            self.work_ms.is_some(),
+            self.command.is_some()
+                || self.timeout_secs.is_some()
+                || self.max_output_bytes.is_some(),
+            self.upstream.is_some(),
+        );
+        match self.kind {
+            Kind::Echo if has != (false, false, false) => {
+                return bad("echo takes no work_ms, command or upstream")
+            }
+            Kind::Ask if has.1 || has.2 => return bad("ask takes only work_ms"),
+            Kind::Command if has.0 || has.2 => {
+                return bad("command takes command, timeout_secs, max_output_bytes")
+            }
+            Kind::Command
+                if self
+                    .command
+                    .as_ref()
+                    .is_none_or(|c| c.is_empty() || c[0].is_empty()) =>
+            {
+                return bad("command needs a non-empty command = [\"program\", \"arg\", …]")
+            }
+            Kind::Proxy if has.0 || has.1 => return bad("proxy takes only upstream"),
+            Kind::Proxy => {
+                let u = self.upstream.as_deref().unwrap_or_default();
+                match url::Url::parse(u) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                    _ => return bad("proxy needs upstream = \"http(s)://…\""),
+                }
+            }
+            _ => {}
+        }
+        if self.work_ms.is_some_and(|w| w > 600_000) {
+            return bad("work_ms at most 600000");
+        }
+        if self.timeout_secs.is_some_and(|t| t == 0 || t > 3600) {
+            return bad("timeout_secs 1 to 3600");
+        }
+        if self.max_output_bytes.is_some_and(|m| m == 0 || m > 4 << 20) {
+            return bad("max_output_bytes 1 to 4194304");
+        }
+        Ok(())
+    }
+
+    fn policy(&self) -> Policy {
+        match self.policy {
+            PolicyName::Did => Policy::Did,
+            PolicyName::Open => Policy::Open,
+        }
+    }
+}
+
+/// A hosted agent, built and ready to mount.
+pub struct Hosted {
+    /// Its id (path segment).
+    pub id: String,
+    /// Its key.
+    pub key: SecretKey,
+    /// Its signed card, as served and published.
+    pub card: Value,
+    /// Publish it?
+    pub publish: bool,
+    /// Advert lifetime.
+    pub ttl: u64,
+    /// The A2A server.
+    pub server: Arc<Server>,
+}
+
+impl std::fmt::Debug for Hosted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hosted")
+            .field("id", &self.id)
+            .field("did", &self.key.did_key().to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The key file of a hosted agent in `data_dir`.
+pub fn key_path(data_dir: &Path, id: &str) -> PathBuf {
+    data_dir.join("hosted").join(format!("{id}.jwk"))
+}
+
+/// The URL of agent `id` under `public_base`.
+pub fn agent_url(public_base: &str, id: &str) -> String {
+    format!("{}{MOUNT}/{id}", public_base.trim_end_matches('/'))
+}
+
+/// The unsigned card of `a`, served at `url`.
+pub fn card_for(a: &AgentConfig, url: &str) -> Value {
+    let name = a.name.clone().unwrap_or_else(|| a.id.clone());
+    let description = a.description.clone().unwrap_or_else(|| match a.kind {
+        Kind::Echo => "Echoes your message back".into(),
+        Kind::Ask => "Asks your name, then greets you".into(),
+        Kind::Command => "Runs a local command on your message".into(),
+        Kind::Proxy => "Forwards to an upstream A2A agent".into(),
+    });
+    let kind = match a.kind {
+        Kind::Echo => "echo",
+        Kind::Ask => "ask",
+        Kind::Command => "command",
+        Kind::Proxy => "proxy",
+    };
+    let tags = a.tags.clone().unwrap_or_else(|| vec![kind.to_string()]);
+    let required = a.policy == PolicyName::Did;
+    let mut c = json!({
+        "name": name,
+        "description": description,
+        "version": env!("CARGO_PKG_VERSION"),
+        "supportedInterfaces": [
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        ],
+        "capabilities": {
+            "streaming": true,
+            "pushNotifications": false,
+            "extensions": [{
+                "uri": DID_AUTH_EXTENSION,
+                "description": "Requests may be signed with the caller's DID: RFC 9421 HTTP Message Signatures in the ANP profile (Signature-Input, Signature, Content-Digest; keyid a DID URL of an authentication key) or ANP's Authorization: DIDWba header. Tasks belong to the signer's DID.",
+                "required": required,
+            }],
+        },
+        "securitySchemes": {
+            DID_SCHEME: {"httpAuthSecurityScheme": {
+                "scheme": "DIDWba",
+                "description": format!("DID signature of the request, see {DID_AUTH_EXTENSION}"),
+            }},
+        },
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{
+            "id": a.id,
+            "name": name,
+            "description": description,
+            "tags": tags,
+        }],
+    });
+    if required {
+        c["securityRequirements"] = json!([{"schemes": {DID_SCHEME: {"list": []}}}]);
+    }
+    c
+}
+
+/// Build every hosted agent of `cfg`.
+pub fn build(
+    cfg: &FileConfig,
+    public_base: &str,
+    data_dir: &Path,
+    tasks: &Arc<TaskDb>,
+    auth: Arc<dyn Authenticator>,
+    http: reqwest::Client,
+) -> Result<Vec<Hosted>, ConfigError> {
+    let mut out = Vec::new();
+    for a in &cfg.agent {
+        let path = a.key.clone().unwrap_or_else(|| key_path(data_dir, &a.id));
+        let key_err = |source| ConfigError::Key {
+            agent: a.id.clone(),
+            path: path.clone(),
+            source,
+        };
+        let key = if a.key.is_some() {
+            SecretKey::load(&path).map_err(key_err)?
+        } else {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|source| ConfigError::Read {
+                    path: parent.to_owned(),
+                    source,
+                })?;
+            }
+            SecretKey::load_or_create(&path).map_err(key_err)?.0
+        };
+        let url = agent_url(public_base, &a.id);
+        let did = key.did_key();
+        let signed = card::sign(
+            &card_for(a, &url),
+            &key,
+            &did.with_fragment(did.method_specific_id()),
+        )
+        .map_err(|source| ConfigError::Card {
+            agent: a.id.clone(),
+            source,
+        })?;
+        let handler: Arc<dyn Handler> = match a.kind {
+            Kind::Echo => Arc::new(samples::Echo),
+            Kind::Ask => Arc::new(samples::AskName {
+                work: Duration::from_millis(a.work_ms.unwrap_or(1000)),
+            }),
+            Kind::Command => Arc::new(CommandAgent {
+                argv: a.command.clone().unwrap_or_default(),
+                timeout: Duration::from_secs(a.timeout_secs.unwrap_or(60)),
+                max_output: a.max_output_bytes.unwrap_or(64 * 1024),
+            }),
+            Kind::Proxy => Arc::new(ProxyAgent {
+                upstream: a.upstream.clone().unwrap_or_default(),
+                http: http.clone(),
+                client: Arc::new(tokio::sync::OnceCell::new()),
+            }),
+        };
+        let server = Server::new(
+            ServerConfig::new(signed.clone()).policy(a.policy()),
+            handler,
+            Arc::new(tasks.agent(&a.id)),
+            auth.clone(),
+        );
+        out.push(Hosted {
+            id: a.id.clone(),
+            key,
+            card: signed,
+            publish: a.publish.unwrap_or(true),
+            ttl: a.ttl.unwrap_or(3600),
+            server,
+        });
+    }
+    Ok(out)
+}
+
+/// The routes of every hosted agent, for the public listener: `/a2a/<id>/…`, with the origin
+/// layer the DID authenticator needs.
+pub fn router(hosted: &[Hosted]) -> axum::Router {
+    let mut r = axum::Router::new();
+    for h in hosted {
+        r = r.nest(&format!("{MOUNT}/{}", h.id), h.server.router());
+    }
+    r.layer(axum::middleware::from_fn(crate::a2a_auth::origin_layer))
+}
+
+fn text_artifact(name: &str, text: String) -> Artifact {
+    Artifact {
+        artifact_id: uuid_v4(),
+        name: Some(name.to_string()),
+        description: None,
+        parts: vec![Part::text(text)],
+        metadata: None,
+        extensions: None,
+    }
+}
+
+fn uuid_v4() -> String {
+    let mut b = [0u8; 16];
+    rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// Runs a local command per turn.
+#[derive(Debug)]
+struct CommandAgent {
+    argv: Vec<String>,
+    timeout: Duration,
+    max_output: usize,
+}
+
+/// Read at most `max` bytes; `Err` with what was read if there was more.
+async fn read_capped(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    max: usize,
+) -> std::io::Result<Result<Vec<u8>, Vec<u8>>> {
+    let mut out = Vec::new();
+    (&mut *r).take(max as u64 + 1).read_to_end(&mut out).await?;
+    if out.len() > max {
+        out.truncate(max);
+        return Ok(Err(out));
+    }
+    Ok(Ok(out))
+}
+
+impl Handler for CommandAgent {
+    fn handle(
+        &self,
+        turn: Turn,
+        _updates: Updates,
+    ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+        let argv = self.argv.clone();
+        let timeout = self.timeout;
+        let max = self.max_output;
+        Box::pin(async move {
+            let input = text_of(&turn.message);
+            let mut child = tokio::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| HandlerError(format!("starting {}: {e}", argv[0])))?;
+            let mut stdin = child.stdin.take();
+            let mut stdout = child
+                .stdout
+                .take()
+                .ok_or_else(|| HandlerError("no stdout".into()))?;
+            let mut stderr = child
+                .stderr
+                .take()
+                .ok_or_else(|| HandlerError("no stderr".into()))?;
+            let work = async {
+                let feed = async {
+                    if let Some(mut s) = stdin.take() {
+                        // A command that does not read its input is fine.
+                        let _ = s.write_all(input.as_bytes()).await;
+                        let _ = s.shutdown().await;
+                    }
+                };
+                let (_, out, err) = tokio::join!(
+                    feed,
+                    read_capped(&mut stdout, max),
+                    read_capped(&mut stderr, MAX_STDERR)
+                );
+                (out, err)
+            };
+            let (out, err) = tokio::select! {
+                r = work => r,
+                _ = turn.cancel.cancelled() => {
+                    let _ = child.kill().await;
+                    return Err(HandlerError("canceled".into()));
+                }
+                _ = tokio::time::sleep(timeout) => {
+                    let _ = child.kill().await;
+                    return Ok(Outcome::Failed {
+                        message: agent_message(&turn, format!("the command took longer than {} s and was stopped", timeout.as_secs())),
+                    });
+                }
+            };
+            let out = out.map_err(|e| HandlerError(format!("reading output: {e}")))?;
+            let Ok(out) = out else {
+                let _ = child.kill().await;
+                return Ok(Outcome::Failed {
+                    message: agent_message(
+                        &turn,
+                        format!("the command wrote more than {max} bytes"),
+                    ),
+                });
+            };
+            let status = tokio::select! {
+                s = child.wait() => s.map_err(|e| HandlerError(format!("waiting: {e}")))?,
+                _ = tokio::time::sleep(timeout) => {
+                    let _ = child.kill().await;
+                    return Err(HandlerError("the command did not exit".into()));
+                }
+            };
+            if !status.success() {
+                let err = err
+                    .ok()
+                    .map(|r| r.unwrap_or_else(|e| e))
+                    .unwrap_or_default();
+                return Ok(Outcome::Failed {
+                    message: agent_message(
+                        &turn,
+                        format!(
+                            "the command failed ({status}): {}",
+                            String::from_utf8_lossy(&err).trim()
+                        ),
+                    ),
+                });
+            }
+            Ok(Outcome::Completed {
+                message: None,
+                artifacts: vec![text_artifact(
+                    "output",
+                    String::from_utf8_lossy(&out).into_owned(),
+                )],
+            })
+        })
+    }
+}
+
+/// Forwards turns to an upstream A2A agent.
+struct ProxyAgent {
+    upstream: String,
+    http: reqwest::Client,
+    client: Arc<tokio::sync::OnceCell<Arc<Client>>>,
+}
+
+/// The metadata key carrying the upstream task's ids in an `INPUT_REQUIRED` question.
+const UPSTREAM_KEY: &str = "agentnet.upstream";
+/// Longest a proxied turn follows its upstream task.
+const PROXY_MAX_WAIT: Duration = Duration::from_secs(600);
+
+impl ProxyAgent {
+    async fn client(&self) -> Result<Arc<Client>, HandlerError> {
+        self.client
+            .get_or_try_init(|| async {
+                let base = url::Url::parse(&self.upstream)
+                    .map_err(|e| HandlerError(format!("upstream URL: {e}")))?;
+                let card = client::fetch_card(&self.http, &base, ClientLimits::default())
+                    .await
+                    .map_err(|e| HandlerError(format!("upstream card: {e}")))?;
+                Client::from_card(self.http.clone(), &card, None)
+                    .map(Arc::new)
+                    .map_err(|e| HandlerError(format!("upstream: {e}")))
+            })
+            .await
+            .cloned()
+    }
+}
+
+fn outcome_of(turn: &Turn, task: Task) -> Option<Outcome> {
+    let status_msg = |fallback: &str| {
+        let mut m = task
+            .status
+            .message
+            .clone()
+            .unwrap_or_else(|| agent_message(turn, fallback));
+        m.task_id = Some(turn.task_id.clone());
+        m.context_id = Some(turn.context_id.clone());
+        m
+    };
+    match task.status.state {
+        TaskState::Completed => Some(Outcome::Completed {
+            message: task.status.message.clone().map(|_| status_msg("")),
+            artifacts: task.artifacts.clone().unwrap_or_default(),
+        }),
+        TaskState::InputRequired | TaskState::AuthRequired => {
+            let mut m = status_msg("the upstream agent needs more input");
+            m.metadata.get_or_insert_with(Default::default).insert(
+                UPSTREAM_KEY.into(),
+                json!({"taskId": task.id, "contextId": task.context_id}),
+            );
+            Some(Outcome::InputRequired { message: m })
+        }
+        TaskState::Failed | TaskState::Canceled => Some(Outcome::Failed {
+            message: status_msg("the upstream task failed"),
+        }),
+        TaskState::Rejected => Some(Outcome::Rejected {
+            message: status_msg("the upstream agent rejected the task"),
+        }),
+        _ => None,
+    }
+}
+
+impl Handler for ProxyAgent {
+    fn handle(
+        &self,
+        turn: Turn,
+        _updates: Updates,
+    ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+        let this = ProxyAgent {
+            upstream: self.upstream.clone(),
+            http: self.http.clone(),
+            client: self.client.clone(),
+        };
+        Box::pin(async move {
+            let client = this.client().await?;
+            // Continue the upstream task this one is waiting on, if any.
+            let upstream_ids = turn.history.iter().rev().find_map(|m| {
+                m.metadata.as_ref()?.get(UPSTREAM_KEY).and_then(|v| {
+                    Some((
+                        v["taskId"].as_str()?.to_string(),
+                        v["contextId"].as_str()?.to_string(),
+                    ))
+                })
+            });
+            let mut msg = Message::new(turn.message.role.clone(), turn.message.parts.clone());
+            if let Some((t, c)) = &upstream_ids {
+                msg.task_id = Some(t.clone());
+                msg.context_id = Some(c.clone());
+            }
+            let req = SendMessageRequest {
+                message: msg,
+                configuration: None,
+                metadata: None,
+                tenant: None,
+            };
+            let resp = tokio::select! {
+                r = client.send_message(&req) => r.map_err(|e| HandlerError(format!("upstream: {e}")))?,
+                _ = turn.cancel.cancelled() => return Err(HandlerError("canceled".into())),
+            };
+            let mut task = match resp {
+                SendMessageResponse::Message(m) => {
+                    return Ok(Outcome::Completed {
+                        message: None,
+                        artifacts: vec![Artifact {
+                            artifact_id: uuid_v4(),
+                            name: Some("reply".into()),
+                            description: None,
+                            parts: m.parts,
+                            metadata: None,
+                            extensions: None,
+                        }],
+                    })
+                }
+                SendMessageResponse::Task(t) => t,
+            };
+            let deadline = tokio::time::Instant::now() + PROXY_MAX_WAIT;
+            let mut wait = Duration::from_millis(100);
+            loop {
+                if let Some(o) = outcome_of(&turn, task.clone()) {
+                    return Ok(o);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(HandlerError(
+                        "the upstream task did not finish in time".into(),
+                    ));
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = turn.cancel.cancelled() => {
+                        let _ = client.cancel_task(&CancelTaskRequest { id: task.id.clone(), metadata: None, tenant: None }).await;
+                        return Err(HandlerError("canceled".into()));
+                    }
+                }
+                wait = (wait * 2).min(Duration::from_secs(5));
+                task = client
+                    .get_task(&GetTaskRequest {
+                        id: task.id.clone(),
+                        history_length: Some(0),
+                        tenant: None,
+                    })
+                    .await
+                    .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+            }
+        })
+    }
+}

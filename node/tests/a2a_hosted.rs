@@ -1,0 +1,401 @@
+//! Hosted A2A agents on a real node (RocksDB files, the bounded public HTTP server, the DID
+//! verifier), attacked and used over real HTTP on loopback.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agentnet_did::httpsig;
+use agentnet_did::SecretKey;
+use agentnet_node::daemon::{self, Options, Running};
+use agentnet_node::hosted::FileConfig;
+use serde_json::{json, Value};
+
+const CONFIG: &str = r#"
+[auth]
+per_did_nonces = 5
+
+[[agent]]
+id = "echo"
+kind = "echo"
+tags = ["echo-did"]
+publish = false
+
+[[agent]]
+id = "open-echo"
+kind = "echo"
+policy = "open"
+publish = false
+
+[[agent]]
+id = "ask"
+kind = "ask"
+work_ms = 1500
+publish = false
+
+[[agent]]
+id = "shout"
+kind = "command"
+command = ["tr", "a-z", "A-Z"]
+policy = "open"
+publish = false
+"#;
+
+async fn start(dir: &Path, request_timeout: Option<Duration>) -> Running {
+    let mut o = Options::local(dir.to_path_buf());
+    o.hosted = toml_config(CONFIG);
+    if let Some(t) = request_timeout {
+        o.http_limits.request_timeout = t;
+    }
+    daemon::start(o).await.expect("the node starts")
+}
+
+fn toml_config(s: &str) -> FileConfig {
+    let path = std::env::temp_dir().join(format!("agentnet-a2a-{}.toml", std::process::id()));
+    std::fs::write(&path, s).unwrap();
+    let c = FileConfig::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    c
+}
+
+struct Caller {
+    key: SecretKey,
+}
+
+impl Caller {
+    fn new() -> Self {
+        Caller {
+            key: SecretKey::generate(),
+        }
+    }
+
+    fn did(&self) -> String {
+        self.key.did_key().to_string()
+    }
+
+    fn headers(&self, method: &str, url: &str, body: &[u8], nonce: &str) -> Vec<(String, String)> {
+        let did = self.key.did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let h = httpsig::sign(&self.key, &kid, method, url, body, now, nonce).unwrap();
+        vec![
+            ("content-digest".into(), h.content_digest),
+            ("signature-input".into(), h.signature_input),
+            ("signature".into(), h.signature),
+        ]
+    }
+}
+
+fn send_body(text: &str, task_id: Option<&str>) -> Vec<u8> {
+    let mut msg = json!({"role": "ROLE_USER", "parts": [{"text": text}], "messageId": uuid()});
+    if let Some(t) = task_id {
+        msg["taskId"] = json!(t);
+    }
+    serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg}}),
+    )
+    .unwrap()
+}
+
+fn rpc_body(method: &str, params: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": params}))
+        .unwrap()
+}
+
+fn uuid() -> String {
+    format!("{:032x}", rand_u128())
+}
+
+fn rand_u128() -> u128 {
+    let mut b = [0u8; 16];
+    rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut b);
+    u128::from_le_bytes(b)
+}
+
+/// POST a JSON-RPC body, signed by `caller` if given (with `nonce`, fresh if `None`).
+async fn post(url: &str, body: Vec<u8>, caller: Option<(&Caller, Option<&str>)>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0");
+    if let Some((c, nonce)) = caller {
+        let n = nonce.map(str::to_owned).unwrap_or_else(httpsig::new_nonce);
+        for (k, v) in c.headers("POST", url, &body, &n) {
+            req = req.header(k, v);
+        }
+    }
+    let resp = req.body(body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let v = resp.json().await.unwrap_or(Value::Null);
+    (status, v)
+}
+
+fn base(r: &Running) -> String {
+    format!("http://{}", r.info.http)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn did_policy_ownership_replay_and_flood() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path(), None).await;
+    let url = format!("{}/a2a/echo", base(&node));
+
+    // The card is public, signed, and declares the DID scheme.
+    let card: Value = reqwest::get(format!("{url}/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["supportedInterfaces"][0]["url"], url);
+    assert_eq!(
+        card["supportedInterfaces"][1]["protocolBinding"],
+        "HTTP+JSON"
+    );
+    assert_eq!(
+        card["capabilities"]["extensions"][0]["uri"],
+        agentnet_node::hosted::DID_AUTH_EXTENSION
+    );
+    assert!(card["signatures"][0]["protected"].is_string());
+    assert!(card["securitySchemes"]["agentnetDid"].is_object());
+
+    // No identity: 401.
+    let (s, _) = post(&url, send_body("hi", None), None).await;
+    assert_eq!(s, 401);
+
+    // A bad signature: 401 (signed for another body).
+    let alice = Caller::new();
+    let body = send_body("hi", None);
+    let mut req = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0");
+    for (k, v) in alice.headers("POST", &url, b"another body", &httpsig::new_nonce()) {
+        req = req.header(k, v);
+    }
+    let resp = req.body(body).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+
+    // A signature for another server (another authority) does not verify here.
+    let other_url = "http://203.0.113.9:7878/a2a/echo";
+    let body = send_body("hi", None);
+    let mut req = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0");
+    for (k, v) in alice.headers("POST", other_url, &body, &httpsig::new_nonce()) {
+        req = req.header(k, v);
+    }
+    assert_eq!(req.body(body).send().await.unwrap().status().as_u16(), 401);
+
+    // Signed: the task completes with its artifact.
+    let (s, v) = post(&url, send_body("hello", None), Some((&alice, None))).await;
+    assert_eq!(s, 200, "{v}");
+    let task = &v["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "hello");
+    let id = task["id"].as_str().unwrap().to_string();
+
+    // Replayed nonce: refused.
+    let nonce = httpsig::new_nonce();
+    let (s, _) = post(
+        &url,
+        rpc_body("GetTask", json!({"id": id})),
+        Some((&alice, Some(&nonce))),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, v) = post(
+        &url,
+        rpc_body("GetTask", json!({"id": id})),
+        Some((&alice, Some(&nonce))),
+    )
+    .await;
+    assert_eq!(s, 401, "{v}");
+
+    // Another DID: the task does not exist for it.
+    let bob = Caller::new();
+    let (s, v) = post(
+        &url,
+        rpc_body("GetTask", json!({"id": id})),
+        Some((&bob, None)),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["error"]["code"], -32001, "{v}");
+    let (s, v) = post(
+        &url,
+        rpc_body("CancelTask", json!({"id": id})),
+        Some((&bob, None)),
+    )
+    .await;
+    assert_eq!((s, v["error"]["code"].clone()), (200, json!(-32001)));
+    // Nor over HTTP+JSON.
+    let rest = format!("{url}/tasks/{id}");
+    let mut req = reqwest::Client::new()
+        .get(&rest)
+        .header("A2A-Version", "1.0");
+    for (k, v) in bob.headers("GET", &rest, b"", &httpsig::new_nonce()) {
+        req = req.header(k, v);
+    }
+    assert_eq!(req.send().await.unwrap().status().as_u16(), 404);
+    // Bob's list is empty; Alice's has her task.
+    let (_, v) = post(&url, rpc_body("ListTasks", json!({})), Some((&bob, None))).await;
+    assert_eq!(v["result"]["tasks"], json!([]), "{v}");
+
+    // A message to a terminal task is refused.
+    let (_, v) = post(&url, send_body("again", Some(&id)), Some((&alice, None))).await;
+    assert_eq!(v["error"]["code"], -32004, "{v}");
+
+    // Flood: Alice signs until her nonce quota (5 in this config) is used up; she is then
+    // refused, and another DID is not.
+    let mut refused = None;
+    for i in 0..6 {
+        let (s, v) = post(&url, send_body("flood", None), Some((&alice, None))).await;
+        if s == 401 {
+            refused = Some((i, v));
+            break;
+        }
+    }
+    let (i, v) = refused.expect("the flood is refused");
+    assert!(i <= 3, "refused after {i} more requests");
+    assert!(v.to_string().contains("too many"), "{v}");
+    let carol = Caller::new();
+    let (s, v) = post(&url, send_body("still here", None), Some((&carol, None))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let _ = (alice.did(), bob.did());
+
+    // The open agent serves anonymous callers; a bad signature there is still 401.
+    let open = format!("{}/a2a/open-echo", base(&node));
+    let (s, v) = post(&open, send_body("anon", None), None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+
+    // The command agent: stdin in, stdout out.
+    let shout = format!("{}/a2a/shout", base(&node));
+    let (_, v) = post(&shout, send_body("quiet please", None), None).await;
+    assert_eq!(
+        v["result"]["task"]["artifacts"][0]["parts"][0]["text"], "QUIET PLEASE",
+        "{v}"
+    );
+
+    // The admin API is not on the public listener.
+    let r = reqwest::get(format!("{}/v1/peers", base(&node)))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_tasks_and_fails_the_working_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let alice = Caller::new();
+    let (done_id, working_id, waiting_id);
+    {
+        let node = start(dir.path(), None).await;
+        let echo = format!("{}/a2a/echo", base(&node));
+        let ask = format!("{}/a2a/ask", base(&node));
+        let (_, v) = post(&echo, send_body("keep me", None), Some((&alice, None))).await;
+        done_id = v["result"]["task"]["id"].as_str().unwrap().to_string();
+        // One task waiting for input (the first turn ends after 1.5 s)...
+        let (_, v) = post(&ask, send_body("greet me", None), Some((&alice, None))).await;
+        assert_eq!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{v}"
+        );
+        waiting_id = v["result"]["task"]["id"].as_str().unwrap().to_string();
+        // ... and one working when the node stops.
+        let body = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"role": "ROLE_USER", "parts": [{"text": "slow"}], "messageId": uuid()},
+            "configuration": {"returnImmediately": true}}}),
+        )
+        .unwrap();
+        let (_, v) = post(&ask, body, Some((&alice, None))).await;
+        working_id = v["result"]["task"]["id"].as_str().unwrap().to_string();
+        assert_ne!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{v}"
+        );
+        node.shutdown().await;
+    }
+    let node = start(dir.path(), None).await;
+    let echo = format!("{}/a2a/echo", base(&node));
+    let ask = format!("{}/a2a/ask", base(&node));
+    let (_, v) = post(
+        &echo,
+        rpc_body("GetTask", json!({"id": done_id})),
+        Some((&alice, None)),
+    )
+    .await;
+    let t = &v["result"];
+    assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    assert_eq!(t["artifacts"][0]["parts"][0]["text"], "keep me");
+    assert_eq!(t["history"][0]["parts"][0]["text"], "keep me");
+    let (_, v) = post(
+        &ask,
+        rpc_body("GetTask", json!({"id": working_id})),
+        Some((&alice, None)),
+    )
+    .await;
+    assert_eq!(v["result"]["status"]["state"], "TASK_STATE_FAILED", "{v}");
+    assert_eq!(
+        v["result"]["status"]["message"]["parts"][0]["text"],
+        agentnet_node::tasks::RESTART_MESSAGE
+    );
+    // The waiting task goes on where it was.
+    let (_, v) = post(
+        &ask,
+        send_body("Ada", Some(&waiting_id)),
+        Some((&alice, None)),
+    )
+    .await;
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    assert!(v["result"]["task"]["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Hello, Ada! You asked: greet me"));
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_outlives_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    // Requests must answer within 1 s; the ask agent's turn takes 1.5 s.
+    let node = start(dir.path(), Some(Duration::from_secs(1))).await;
+    let ask = format!("{}/a2a/ask", base(&node));
+    let alice = Caller::new();
+    let body = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"role": "ROLE_USER", "parts": [{"text": "stream"}], "messageId": uuid()}}}),
+    )
+    .unwrap();
+    let mut req = reqwest::Client::new()
+        .post(&ask)
+        .header("content-type", "application/a2a+json")
+        .header("accept", "text/event-stream")
+        .header("A2A-Version", "1.0");
+    for (k, v) in alice.headers("POST", &ask, &body, &httpsig::new_nonce()) {
+        req = req.header(k, v);
+    }
+    let started = std::time::Instant::now();
+    let resp = req.body(body).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(1400));
+    assert!(text.contains("TASK_STATE_INPUT_REQUIRED"), "{text}");
+    node.shutdown().await;
+}

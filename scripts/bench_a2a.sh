@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Load benchmark: JSON-RPC SendMessage to a hosted `echo` agent (policy open) of a real node,
+# tasks persisted in its RocksDB, with wrk at 16 connections.
+#   scripts/bench_a2a.sh [AGENTNET_BINARY] [SECONDS]
+# Prints wrk's summary and the node's resident memory idle and after the load.
+set -euo pipefail
+BIN=${1:-target/release/agentnet}
+SECS=${2:-10}
+command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
+DIR=$(mktemp -d)
+trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$DIR"' EXIT
+cat > "$DIR/node.toml" <<'TOML'
+[node]
+http = "127.0.0.1:0"
+mdns = false
+listen = ["/ip4/127.0.0.1/tcp/0"]
+[tasks]
+max_per_owner = 100000000
+max_tasks = 100000000
+[[agent]]
+id = "echo"
+kind = "echo"
+policy = "open"
+publish = false
+TOML
+"$BIN" up --config "$DIR/node.toml" --data-dir "$DIR/data" >"$DIR/up.out" 2>"$DIR/up.err" &
+PID=$!
+for _ in $(seq 300); do [ -f "$DIR/data/node.json" ] && break; sleep 0.1; done
+HTTP=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['http'])" "$DIR/data/node.json")
+URL="http://$HTTP/a2a/echo"
+cat > "$DIR/send.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/a2a+json"
+wrk.headers["A2A-Version"] = "1.0"
+local n = 0
+request = function()
+  n = n + 1
+  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"m-' .. n .. '-' .. math.random(1e9) .. '"}}}'
+  return wrk.format(nil, nil, nil, body)
+end
+LUA
+echo "idle RSS: $(grep VmRSS /proc/$PID/status)"
+wrk -t2 -c16 -d"${SECS}s" --latency -s "$DIR/send.lua" "$URL"
+echo "after-load RSS: $(grep VmRSS /proc/$PID/status)"
+# One response, to show a completed task with its artifact.
+curl -s -H 'Content-Type: application/a2a+json' -H 'A2A-Version: 1.0' \
+  -d '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"check"}],"messageId":"check-1"}}}' "$URL" | head -c 300; echo

@@ -1,0 +1,304 @@
+//! End to end with the real binary: `agentnet up --config node.toml` hosting A2A agents,
+//! called by the official Python SDK client (a2a-sdk) over both bindings, anonymously and with
+//! requests signed by the official ANP SDK (PyPI `anp`); tasks surviving a killed node.
+//!
+//! Needs the interop venv (`bash interop/setup.sh`); fails (never skips) without it.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agentnet_did::{httpsig, SecretKey};
+use common::{agentnet, json_of, p, stderr, stdout, BIN};
+use serde_json::{json, Value};
+
+const CONFIG: &str = r#"
+[node]
+mdns = false
+listen = ["/ip4/127.0.0.1/tcp/0"]
+
+[[agent]]
+id = "echo"
+kind = "echo"
+tags = ["e2e-echo"]
+
+[[agent]]
+id = "ask"
+kind = "ask"
+work_ms = 300
+publish = false
+
+[[agent]]
+id = "open-echo"
+kind = "echo"
+policy = "open"
+publish = false
+
+[[agent]]
+id = "open-ask"
+kind = "ask"
+policy = "open"
+work_ms = 300
+publish = false
+"#;
+
+struct Node {
+    child: Child,
+    dir: PathBuf,
+    info: Value,
+}
+
+impl Node {
+    /// `agentnet up --config <dir>/node.toml --http 127.0.0.1:0` (the flag overrides the file).
+    fn start(dir: &Path) -> Node {
+        std::fs::create_dir_all(dir).unwrap();
+        let config = dir.join("node.toml");
+        std::fs::write(&config, CONFIG).unwrap();
+        let _ = std::fs::remove_file(dir.join("node.json"));
+        let child = Command::new(BIN)
+            .args([
+                "up",
+                "--config",
+                p(&config),
+                "--data-dir",
+                p(dir),
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .env_remove("AGENTNET_DATA_DIR")
+            .stdin(Stdio::null())
+            .stdout(File::create(dir.join("up.out")).unwrap())
+            .stderr(File::create(dir.join("up.err")).unwrap())
+            .spawn()
+            .expect("agentnet up starts");
+        let mut node = Node {
+            child,
+            dir: dir.to_owned(),
+            info: Value::Null,
+        };
+        let pid = node.child.id();
+        for _ in 0..120 {
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("agentnet up exited with {status}: {}", node.log());
+            }
+            if let Some(v) = std::fs::read(dir.join("node.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .filter(|v| v["pid"] == json!(pid))
+            {
+                node.info = v;
+                return node;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!("no node.json: {}", node.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+    }
+
+    fn agent(&self, id: &str) -> String {
+        format!("http://{}/a2a/{id}", self.info["http"].as_str().unwrap())
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- node log ---\n{}", self.log());
+        }
+    }
+}
+
+fn python() -> PathBuf {
+    let venv = std::env::var_os("AGENTNET_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/agentnet/venv")
+        });
+    let py = venv.join("bin/python");
+    assert!(
+        py.is_file(),
+        "no interop venv at {}; run bash interop/setup.sh",
+        py.display()
+    );
+    py
+}
+
+/// A caller identity: a did:key with its key file and DID document on disk.
+fn caller(dir: &Path) -> (SecretKey, PathBuf, PathBuf) {
+    let home = dir.join("caller");
+    let out = json_of(&["init", "--data-dir", p(&home), "--json"]);
+    let did = out["did"].as_str().unwrap();
+    let resolved = json_of(&["resolve", did, "--json"]);
+    let doc = dir.join("caller-doc.json");
+    std::fs::write(&doc, resolved["didDocument"].to_string()).unwrap();
+    let key_file = PathBuf::from(out["keyFile"].as_str().unwrap());
+    (SecretKey::load(&key_file).unwrap(), key_file, doc)
+}
+
+#[test]
+fn python_sdk_calls_hosted_agents_anonymously_and_signed_by_anp() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(&dir.path().join("node"));
+    let (_, key, doc) = caller(dir.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/a2a_node_client.py");
+    for binding in ["JSONRPC", "HTTP+JSON"] {
+        let runs: [(&str, &str, Vec<&str>); 3] = [
+            ("open-echo", "open-ask", vec![]),
+            ("echo", "ask", vec!["--did-doc", p(&doc), "--key", p(&key)]),
+            ("echo", "ask", vec!["--expect-401"]),
+        ];
+        for (echo, ask, extra) in runs {
+            let out = Command::new(python())
+                .arg(&script)
+                .args([&node.agent(echo), &node.agent(ask), binding])
+                .args(&extra)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{binding} {echo} {extra:?}: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: Value = serde_json::from_str(text.trim()).unwrap();
+            let want = if binding == "JSONRPC" {
+                "JsonRpcTransport"
+            } else {
+                "RestTransport"
+            };
+            assert_eq!(v["transport"], want, "{v}");
+            let n = if extra.contains(&"--expect-401") {
+                2
+            } else {
+                7
+            };
+            assert_eq!(v["checks"].as_array().unwrap().len(), n, "{v}");
+        }
+    }
+
+    // The hosted echo agent was published: discovery by its skill finds its signed card, whose
+    // interfaces point at the node.
+    let found = json_of(&[
+        "discover",
+        "--skill",
+        "e2e-echo",
+        "--json",
+        "--data-dir",
+        p(&node.dir),
+    ]);
+    let card = &found[0]["card"];
+    assert_eq!(
+        card["supportedInterfaces"][0]["url"],
+        node.agent("echo"),
+        "{found}"
+    );
+    let served: Value = reqwest_blocking(&format!(
+        "{}/.well-known/agent-card.json",
+        node.agent("echo")
+    ));
+    assert_eq!(&served, card);
+}
+
+fn reqwest_blocking(url: &str) -> Value {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { reqwest::get(url).await.unwrap().json().await.unwrap() })
+}
+
+/// POST a signed JSON-RPC request.
+fn signed_rpc(key: &SecretKey, url: &str, method: &str, params: Value) -> Value {
+    let body =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .unwrap();
+    let did = key.did_key();
+    let kid = did.with_fragment(did.method_specific_id());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let h = httpsig::sign(key, &kid, "POST", url, &body, now, &httpsig::new_nonce()).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/a2a+json")
+            .header("A2A-Version", "1.0")
+            .header("content-digest", h.content_digest)
+            .header("signature-input", h.signature_input)
+            .header("signature", h.signature)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
+}
+
+#[test]
+fn tasks_survive_a_killed_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    let (key, _, _) = caller(dir.path());
+    let node = Node::start(&node_dir);
+    let msg = json!({"message": {"role": "ROLE_USER", "parts": [{"text": "remember me"}], "messageId": "m-1"}});
+    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
+    let id = v["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    let card_before = reqwest_blocking(&format!(
+        "{}/.well-known/agent-card.json",
+        node.agent("echo")
+    ));
+    // SIGKILL: no flush, no clean shutdown.
+    drop(node);
+    let node = Node::start(&node_dir);
+    let v = signed_rpc(&key, &node.agent("echo"), "GetTask", json!({"id": id}));
+    assert_eq!(
+        v["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    assert_eq!(
+        v["result"]["artifacts"][0]["parts"][0]["text"],
+        "remember me"
+    );
+    // The agent keeps its identity across restarts.
+    let card_after = reqwest_blocking(&format!(
+        "{}/.well-known/agent-card.json",
+        node.agent("echo")
+    ));
+    assert_eq!(
+        card_before["signatures"][0]["protected"], card_after["signatures"][0]["protected"],
+        "same kid"
+    );
+    // A bad config is refused with the key named.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[agent]]\nid = \"x\"\nkind = \"echo\"\ncolour = \"red\"\n",
+    )
+    .unwrap();
+    let o = agentnet(&[
+        "up",
+        "--config",
+        p(&bad),
+        "--data-dir",
+        p(&dir.path().join("bad")),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("colour"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
