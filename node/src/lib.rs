@@ -24,10 +24,12 @@
 
 pub mod admin;
 pub mod auth;
+pub mod call;
 pub mod cli;
 pub mod daemon;
 pub mod data_dir;
 pub mod http;
+pub mod identity;
 pub mod publisher;
 pub mod server;
 pub mod testnet;
