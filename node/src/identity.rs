@@ -232,7 +232,6 @@ mod tests {
             DomainSpec::Wba("example.com".into()),
             DomainSpec::Wba("example.com:agents:e1_abc".into()),
             DomainSpec::Wba("example.com%3A99999:a".into()),
-            DomainSpec::Web("did:key:z6Mk".into()),
         ] {
             assert!(
                 create(&spec, &key, "2026-01-01T00:00:00Z").is_err(),

@@ -432,9 +432,7 @@ async fn dropping_agent(
                             }
                             let ev = json!({"jsonrpc": "2.0", "id": id,
                                 "result": {"task": task("TASK_STATE_WORKING", false)}});
-                            let msg = format!(
-                                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-                            );
+                            let msg = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
                             let data = format!("data: {ev}\n\n");
                             let chunk = format!("{:x}\r\n{data}\r\n", data.len());
                             let _ = s.write_all(msg.as_bytes()).await;
