@@ -4,6 +4,11 @@
     anp_didwba.py create --host HOST [--port N] [--path SEG ...] [--e2ee]
                          [--profile e1] --out-doc DOC.json --out-key KEY.jwk
     anp_didwba.py check --did-doc DOC.json
+    anp_didwba.py resolve --did DID
+
+`resolve` fetches the document over HTTPS with the SDK's own resolver
+(anp.authentication.resolve_did_wba_document, proof verification on; a private
+CA is trusted through SSL_CERT_FILE), then runs the same checks as `check`.
 
 `create` calls anp.authentication.create_did_wba_document (profile "e1":
 Ed25519 Multikey #key-1 + DataIntegrityProof/eddsa-jcs-2022). With --path the
@@ -59,7 +64,22 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    doc = load_json(args.did_doc)
+    return check_doc(load_json(args.did_doc))
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from anp.authentication import resolve_did_wba_document
+
+    doc = asyncio.run(resolve_did_wba_document(args.did, verify_proof=True))
+    if not doc:
+        print(json.dumps({"did": args.did, "ok": False, "error": "the SDK resolved nothing"}))
+        return 1
+    return check_doc(doc)
+
+
+def check_doc(doc: dict) -> int:
     result = {"did": doc.get("id"), "binding_ok": bool(validate_did_document_binding(doc, verify_proof=True))}
     proof = doc.get("proof")
     if isinstance(proof, dict):
@@ -100,6 +120,10 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="run the SDK's binding + proof checks on a document")
     c.add_argument("--did-doc", required=True)
     c.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("resolve", help="resolve a did:wba over HTTPS with the SDK, then check it")
+    r.add_argument("--did", required=True)
+    r.set_defaults(func=cmd_resolve)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL, stream=sys.stderr)

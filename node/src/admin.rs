@@ -232,7 +232,9 @@ impl From<PublishError> for ApiError {
 impl From<AgentKeyError> for ApiError {
     fn from(e: AgentKeyError) -> Self {
         match &e {
-            AgentKeyError::NotDidKey(_) => Self::bad_request(e.to_string()),
+            AgentKeyError::NotDidKey(_) | AgentKeyError::Identity { .. } => {
+                Self::bad_request(e.to_string())
+            }
             AgentKeyError::Unknown { .. } => {
                 Self::new(StatusCode::BAD_REQUEST, "unknown_agent", e.to_string())
             }
@@ -396,19 +398,16 @@ async fn publish(
 ) -> Result<Json<Published>, ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let node_key = SecretKey::from_seed(&state.node_seed);
-    let key = match req.did {
+    let id = match req.did {
         Some(did) if did != node_key.did_key().as_str() => {
             let keys = state.agent_keys.clone();
-            tokio::task::spawn_blocking(move || keys.load(&did))
+            tokio::task::spawn_blocking(move || keys.load_identity(&did))
                 .await
                 .map_err(ApiError::internal)??
         }
-        _ => node_key,
+        _ => crate::identity::Identity::did_key(node_key),
     };
-    let published = state
-        .publisher
-        .publish(&req.card, key, req.ttl_secs)
-        .await?;
+    let published = state.publisher.publish(&req.card, id, req.ttl_secs).await?;
     Ok(Json(published))
 }
 

@@ -3,6 +3,7 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use agentnet_did::card::{self, KeySource};
 use agentnet_did::didkey::{self, KeyFormat};
@@ -15,7 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::admin::{self, PublishRequest};
-use crate::{daemon, data_dir, testnet};
+use crate::{call, daemon, data_dir, identity, testnet};
 use agentnet_discovery::store::Limits as StoreLimits;
 
 /// Largest card, DID document or JWK file we read.
@@ -74,14 +75,26 @@ enum Command {
         /// The agent's key (a private Ed25519 JWK file); default: the node's key. It is
         /// installed into <data-dir>/agents/<did>.jwk (mode 0600) for the node to sign with;
         /// the key itself is never sent over HTTP.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "as_did")]
         key: Option<PathBuf>,
+        /// Publish as this identity, whose key is in <data-dir>/agents/ (a did:web or did:wba
+        /// made by `agentnet identity new`, or a did:key installed by an earlier `--key`).
+        #[arg(long = "as", value_name = "DID")]
+        as_did: Option<String>,
         #[command(flatten)]
         node: NodeArg,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+    /// Create and list agent identities under a domain (did:web, did:wba).
+    Identity {
+        #[command(subcommand)]
+        command: IdentityCommand,
+    },
+    /// Call an agent over A2A: find its card (the node's index, then the network), verify it,
+    /// send the message signed with your DID, follow the task and print its artifacts.
+    Call(CallArgs),
     /// Find agents by skill tag: the node's index, then the network.
     Discover {
         /// A skill tag; repeat to require several.
@@ -189,6 +202,81 @@ struct NodeArg {
     /// The node's data directory.
     #[arg(long, env = "AGENTNET_DATA_DIR")]
     data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum IdentityCommand {
+    /// Create a key and the DID document of an identity under a domain; the key goes into
+    /// <data-dir>/agents/ (mode 0600), the document beside it, to be served at the URL printed.
+    New {
+        /// did:web identity: `host[%3Aport][:path:segments]`, e.g. `example.com:agents:x`
+        /// (served at https://example.com/agents/x/did.json).
+        #[arg(
+            long,
+            value_name = "ID",
+            conflicts_with = "wba",
+            required_unless_present = "wba"
+        )]
+        web: Option<String>,
+        /// did:wba identity with the ANP `e1_` key binding: `host[%3Aport]:path[:segments]`,
+        /// e.g. `example.com:agents`; the last segment `e1_<key thumbprint>` is added.
+        #[arg(long, value_name = "ID")]
+        wba: Option<String>,
+        /// Also write the DID document here.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the DID document of an identity, and where to serve it.
+    Show {
+        /// The DID.
+        did: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+}
+
+#[derive(Debug, Args)]
+struct CallArgs {
+    /// The message.
+    text: String,
+    /// The agent's DID (looked up in the node's index; with --skill, only this agent).
+    #[arg(long, required_unless_present = "skill")]
+    did: Option<String>,
+    /// A skill tag the agent must have (repeat to require several); the first agent found
+    /// whose card verifies and offers an interface we speak is called.
+    #[arg(long = "skill")]
+    skill: Vec<String>,
+    /// Continue this task (waiting for input) instead of starting one.
+    #[arg(long, value_name = "ID")]
+    task: Option<String>,
+    /// Follow the task over SSE instead of polling.
+    #[arg(long)]
+    stream: bool,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID", conflicts_with = "anonymous")]
+    as_did: Option<String>,
+    /// Send unsigned requests.
+    #[arg(long)]
+    anonymous: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout_secs: u64,
+    /// Allow agent interfaces on loopback and private addresses, and plain http (testnets).
+    #[arg(long)]
+    allow_private: bool,
+    #[command(flatten)]
+    node: NodeArg,
+    #[command(flatten)]
+    net: NetArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -327,9 +415,31 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             card,
             ttl,
             key,
+            as_did,
             node,
             json,
-        } => publish(&card, ttl, key.as_deref(), &node, json).await,
+        } => publish(&card, ttl, key.as_deref(), as_did, &node, json).await,
+        Command::Identity {
+            command:
+                IdentityCommand::New {
+                    web,
+                    wba,
+                    out,
+                    dir,
+                    json,
+                },
+        } => {
+            let spec = match (web, wba) {
+                (Some(w), _) => identity::DomainSpec::Web(w),
+                (None, Some(w)) => identity::DomainSpec::Wba(w),
+                (None, None) => bail!("give --web or --wba"),
+            };
+            identity_new(&spec, out.as_deref(), dir.data_dir.as_deref(), json)
+        }
+        Command::Identity {
+            command: IdentityCommand::Show { did, dir },
+        } => identity_show(&did, dir.data_dir.as_deref()),
+        Command::Call(args) => call_cmd(args).await,
         Command::Discover {
             skills,
             limit,
@@ -450,6 +560,7 @@ async fn publish(
     card_path: &Path,
     ttl: u64,
     key: Option<&Path>,
+    as_did: Option<String>,
     node: &NodeArg,
     json_out: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -467,7 +578,16 @@ async fn publish(
             let dir = data_dir::resolve(node.data_dir.as_deref())?;
             Some(data_dir::AgentKeys::new(&dir).install(&key)?)
         }
-        None => None,
+        None => match as_did {
+            Some(did) => {
+                // Checked here first (key and document present and matching) to name the
+                // problem; the node loads the same files.
+                let dir = data_dir::resolve(node.data_dir.as_deref())?;
+                data_dir::AgentKeys::new(&dir).load_identity(&did)?;
+                Some(did)
+            }
+            None => None,
+        },
     };
     let req = PublishRequest {
         card,
@@ -802,6 +922,168 @@ async fn verify_card(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+fn identity_new(
+    spec: &identity::DomainSpec,
+    out: Option<&Path>,
+    dir: Option<&Path>,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(dir)?;
+    let key = SecretKey::generate();
+    let created = agentnet_did::httpsig::format_utc_timestamp(agentnet_discovery::net::unix_now());
+    let (did, doc) = identity::create(spec, &key, &created)?;
+    let url = agentnet_did::web::document_url(&did)?;
+    let (key_file, doc_file) = data_dir::AgentKeys::new(&dir).install_domain(&key, &doc)?;
+    if let Some(out) = out {
+        let body = serde_json::to_vec_pretty(&doc.to_json())?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(out)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &body))
+            .with_context(|| format!("writing {} (it must not exist)", out.display()))?;
+    }
+    if json_out {
+        println!(
+            "{}",
+            json_line(&json!({
+                "did": did.as_str(),
+                "kid": format!("{did}#{}", identity::KEY_FRAGMENT),
+                "keyFile": key_file,
+                "documentFile": doc_file,
+                "url": url.as_str(),
+                "document": doc.to_json(),
+            }))?
+        );
+    } else {
+        println!("{did}");
+        eprintln!("key:      {} (mode 0600)", key_file.display());
+        eprintln!("document: {}", doc_file.display());
+        eprintln!(
+            "serve the document at {url} (HTTPS, Content-Type: application/json), then \
+             publish with `agentnet publish --as {did}`"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn identity_show(did: &str, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(dir)?;
+    let keys = data_dir::AgentKeys::new(&dir);
+    let id = keys.load_identity(did)?;
+    let doc = read_json(&keys.document_file(did)?)?;
+    println!("{}", json_text(&doc)?);
+    eprintln!(
+        "signs as {}; serve this document at {}",
+        id.kid(),
+        agentnet_did::web::document_url(id.did())?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(args.node.data_dir.as_deref())?;
+    let signer: Option<Arc<dyn agentnet_a2a::client::Signer>> = if args.anonymous {
+        None
+    } else {
+        let id = match &args.as_did {
+            Some(did) => data_dir::AgentKeys::new(&dir).load_identity(did)?,
+            None => identity::Identity::did_key(
+                SecretKey::load(&data_dir::key_file(&dir))
+                    .context("loading the node key to sign with (run `agentnet init`, or pass --as or --anonymous)")?,
+            ),
+        };
+        Some(Arc::new(call::DidSigner::new(id)))
+    };
+    let resolver = Resolver::new(resolver_options(&args.net)?).map_err(anyhow::Error::msg)?;
+    let admin = admin_client(&args.node)?;
+    let opts = call::CallOptions {
+        stream: args.stream,
+        allow_private: args.allow_private,
+        timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
+        ..Default::default()
+    };
+    let caller = call::Caller::new(Some(admin), resolver, signer, opts);
+    let target = if args.skill.is_empty() {
+        call::Target::Did(args.did.clone().unwrap_or_default())
+    } else {
+        call::Target::Skill {
+            tags: args.skill.clone(),
+            did: args.did.clone(),
+        }
+    };
+    let mut progress = |p: call::Progress| eprintln!("{}", text::sanitize(&p.to_string()));
+    let agent = caller.find(&target, &mut progress).await?;
+    let result = match &args.task {
+        Some(t) => {
+            caller
+                .continue_task(&agent, t, &args.text, &mut progress)
+                .await
+        }
+        None => caller.send(&agent, &args.text, &mut progress).await,
+    };
+    let (outcome, failed) = match result {
+        Ok(o) => (o, None),
+        Err(call::CallError::NoArtifacts(t)) => {
+            let e = format!("task {} completed without any artifact", t.id);
+            (call::Outcome::Task(t), Some(e))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (state, task_id) = match &outcome {
+        call::Outcome::Task(t) => (Some(t.status.state.clone()), Some(t.id.clone())),
+        call::Outcome::Message(_) => (None, None),
+    };
+    if args.json {
+        let body = match &outcome {
+            call::Outcome::Task(t) => json!({"task": t}),
+            call::Outcome::Message(m) => json!({"message": m}),
+        };
+        let out = json!({
+            "did": agent.did.as_str(),
+            "interface": {"url": agent.endpoint.url.as_str(), "binding": agent.endpoint.binding.name()},
+            "result": body,
+        });
+        println!("{}", json_line(&out)?);
+    } else {
+        for t in call::texts(&outcome) {
+            println!("{}", text::sanitize(&t));
+        }
+        if let call::Outcome::Task(t) = &outcome {
+            if matches!(
+                t.status.state,
+                agentnet_a2a::types::TaskState::InputRequired
+            ) {
+                if let Some(q) = call::status_text(t) {
+                    println!("{}", text::sanitize(&q));
+                }
+                eprintln!(
+                    "the agent waits for input: agentnet call --did {} --task {} \"…\"",
+                    agent.did,
+                    text::sanitize(&t.id)
+                );
+            }
+        }
+    }
+    if let Some(e) = failed {
+        eprintln!("error: {}", text::sanitize(&e));
+        return Ok(ExitCode::FAILURE);
+    }
+    let ok = match &state {
+        None => true,
+        Some(s) => !s.is_terminal() || *s == agentnet_a2a::types::TaskState::Completed,
+    };
+    if !ok {
+        eprintln!(
+            "error: task {} ended {}",
+            text::sanitize(task_id.as_deref().unwrap_or("")),
+            state.as_ref().map(call::state_name).unwrap_or_default()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -26,13 +26,42 @@ pub fn key_file(dir: &Path) -> PathBuf {
 /// Directory of the agents' private keys inside the data directory.
 pub const AGENTS_DIR: &str = "agents";
 
+/// Longest did:web/did:wba the agents directory holds a key for: the file name
+/// (`<did>.did.json`) must stay under the usual 255-byte limit.
+pub const MAX_DOMAIN_DID: usize = 200;
+
+/// Largest DID document file read back from the agents directory.
+const MAX_DOCUMENT: u64 = 256 * 1024;
+
 /// Why an agent key could not be installed or loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentKeyError {
-    /// The name is not a did:key this node can hold a key for.
-    #[error("{0:?} is not a did:key")]
+    /// The name is not a DID this node can hold a key for (did:key, did:web, did:wba).
+    #[error("{0:?} is not a did:key, did:web or did:wba this node can hold a key for")]
     NotDidKey(String),
+    /// A domain identity's files exist already: they are never replaced.
+    #[error("{} exists already; refusing to replace it", path.display())]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The identity's document is missing, unreadable or does not fit its key.
+    #[error("the identity {did}: {reason}")]
+    Identity {
+        /// The agent.
+        did: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Writing the document failed.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The node holds no key for this agent.
     #[error("no key for {did} in {}; publish once with `--key` to install it", dir.display())]
     Unknown {
@@ -63,8 +92,10 @@ pub enum AgentKeyError {
 }
 
 /// The agents' keys of one data directory: `<data-dir>/agents/<did>.jwk`, each a private JWK
-/// with mode 0600, named by the did:key it derives. The CLI installs them (it runs on the same
-/// machine with access to the data directory), the node loads them; keys never travel over HTTP.
+/// with mode 0600, named by the DID it signs for: a did:key it derives, or a did:web/did:wba
+/// whose DID document is beside it as `<did>.did.json` (what the operator serves; the key
+/// is checked against it at every load). The CLI installs them (it runs on the same machine
+/// with access to the data directory), the node loads them; keys never travel over HTTP.
 #[derive(Debug, Clone)]
 pub struct AgentKeys {
     dir: PathBuf,
@@ -79,18 +110,115 @@ impl AgentKeys {
     }
 
     /// The file of `did`, after checking that `did` is a did:key (whose identifier is base58:
-    /// no path separators, no dots).
+    /// no path separators, no dots), or a did:web/did:wba made only of DID characters (no path
+    /// separator can appear; the name starts with `did:`, so it is never `.` or `..`), short
+    /// enough for a file name.
     fn file(&self, did: &str) -> Result<PathBuf, AgentKeyError> {
         let not = || AgentKeyError::NotDidKey(did.chars().take(120).collect());
         let parsed = agentnet_did::Did::parse(did).map_err(|_| not())?;
         let id = parsed.method_specific_id();
-        if !did.starts_with("did:key:")
-            || id.is_empty()
-            || !id.bytes().all(|b| b.is_ascii_alphanumeric())
-        {
+        let ok = if did.starts_with("did:key:") {
+            !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric())
+        } else if did.starts_with("did:web:") || did.starts_with("did:wba:") {
+            did.len() <= MAX_DOMAIN_DID
+                && !id.is_empty()
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-:%".contains(&b))
+        } else {
+            false
+        };
+        if !ok {
             return Err(not());
         }
         Ok(self.dir.join(format!("{did}.jwk")))
+    }
+
+    /// The DID document beside the key file of a domain identity.
+    pub fn document_file(&self, did: &str) -> Result<PathBuf, AgentKeyError> {
+        let key = self.file(did)?;
+        Ok(key.with_extension("did.json"))
+    }
+
+    /// Install a new domain identity: `key` and `doc` (which must list the key), never
+    /// replacing either file. Returns the key file and the document file.
+    pub fn install_domain(
+        &self,
+        key: &SecretKey,
+        doc: &agentnet_did::Document,
+    ) -> Result<(PathBuf, PathBuf), AgentKeyError> {
+        let did = agentnet_did::Did::parse(&doc.id)
+            .map_err(|_| AgentKeyError::NotDidKey(doc.id.chars().take(120).collect()))?;
+        crate::identity::Identity::from_document(did, doc, SecretKey::from_seed(&key.seed()))
+            .map_err(|e| AgentKeyError::Identity {
+                did: doc.id.clone(),
+                reason: e.to_string(),
+            })?;
+        let key_path = self.file(&doc.id)?;
+        let doc_path = self.document_file(&doc.id)?;
+        for path in [&key_path, &doc_path] {
+            if path.exists() {
+                return Err(AgentKeyError::Exists { path: path.clone() });
+            }
+        }
+        create_private_dir(&self.dir)?;
+        let body = serde_json::to_vec_pretty(&doc.to_json()).map_err(|e| AgentKeyError::Write {
+            path: doc_path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        // The document is public: write it first, so that a key never exists without it.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&doc_path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &body))
+            .map_err(|source| AgentKeyError::Write {
+                path: doc_path.clone(),
+                source,
+            })?;
+        key.save(&key_path)?;
+        Ok((key_path, doc_path))
+    }
+
+    /// The identity `did`: the node's agents directory holds its key (and, for did:web and
+    /// did:wba, its document, which must list that key).
+    pub fn load_identity(&self, did: &str) -> Result<crate::identity::Identity, AgentKeyError> {
+        use crate::identity::Identity;
+        if did.starts_with("did:key:") {
+            return self.load(did).map(Identity::did_key);
+        }
+        let path = self.file(did)?;
+        if !path.exists() {
+            return Err(AgentKeyError::Unknown {
+                did: did.to_owned(),
+                dir: self.dir.clone(),
+            });
+        }
+        let key = SecretKey::load(&path)?;
+        let bad = |reason: String| AgentKeyError::Identity {
+            did: did.to_owned(),
+            reason,
+        };
+        let doc_path = self.document_file(did)?;
+        let mut bytes = Vec::new();
+        std::fs::File::open(&doc_path)
+            .and_then(|f| {
+                std::io::Read::read_to_end(
+                    &mut std::io::Read::take(f, MAX_DOCUMENT + 1),
+                    &mut bytes,
+                )
+            })
+            .map_err(|e| bad(format!("reading {}: {e}", doc_path.display())))?;
+        if bytes.len() as u64 > MAX_DOCUMENT {
+            return Err(bad(format!(
+                "{} is over {MAX_DOCUMENT} bytes",
+                doc_path.display()
+            )));
+        }
+        let doc = agentnet_did::Document::from_json(&bytes)
+            .map_err(|e| bad(format!("{}: {e}", doc_path.display())))?;
+        let parsed = agentnet_did::Did::parse(did).map_err(|e| bad(e.to_string()))?;
+        Identity::from_document(parsed, &doc, key).map_err(|e| bad(e.to_string()))
     }
 
     /// Install `key` (atomically, mode 0600) unless it is already there; returns its DID. A
@@ -115,6 +243,9 @@ impl AgentKeys {
 
     /// The key of `did`, checked to derive `did`.
     pub fn load(&self, did: &str) -> Result<SecretKey, AgentKeyError> {
+        if !did.starts_with("did:key:") {
+            return Err(AgentKeyError::NotDidKey(did.chars().take(120).collect()));
+        }
         let path = self.file(did)?;
         if !path.exists() {
             return Err(AgentKeyError::Unknown {

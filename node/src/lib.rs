@@ -28,11 +28,13 @@
 pub mod a2a_auth;
 pub mod admin;
 pub mod auth;
+pub mod call;
 pub mod cli;
 pub mod daemon;
 pub mod data_dir;
 pub mod hosted;
 pub mod http;
+pub mod identity;
 pub mod publisher;
 pub mod server;
 pub mod tasks;

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use agentnet_did::a2a;
 use agentnet_did::card::{self, CardSignatureError};
 use agentnet_did::key::PublicKey;
-use agentnet_did::{a2a, SecretKey};
 use agentnet_discovery::advert::{self, Draft, Reject};
 use agentnet_discovery::net::{self, unix_now};
 use agentnet_discovery::store::{Store, StoreError};
@@ -19,6 +19,8 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::identity::Identity;
 
 /// Most agents one node re-announces.
 pub const MAX_PUBLISHED: usize = 1024;
@@ -96,7 +98,7 @@ pub struct Published {
 }
 
 struct Entry {
-    key: SecretKey,
+    id: Identity,
     card: Value,
     ttl: u64,
     due: Instant,
@@ -124,13 +126,14 @@ pub fn check_card(card: &Value) -> Result<Vec<String>, PublishError> {
     advert::card_tags(card).map_err(PublishError::Tags)
 }
 
-/// `card`, signed by `key` under its did:key, unless a signature by that key already verifies.
-fn signed_by(card: &Value, key: &SecretKey) -> Result<Value, CardSignatureError> {
-    let did = key.did_key();
-    if card::verify_with_key(card, &did, &PublicKey::Ed25519(key.public())).is_ok() {
+/// `card`, signed by `id` (JWS `kid` = its verification method), unless a signature by that
+/// key already verifies.
+fn signed_by(card: &Value, id: &Identity) -> Result<Value, CardSignatureError> {
+    let key = id.key();
+    if card::verify_with_key(card, id.did(), &PublicKey::Ed25519(key.public())).is_ok() {
         return Ok(card.clone());
     }
-    card::sign(card, key, &did.with_fragment(did.method_specific_id()))
+    card::sign(card, key, id.kid())
 }
 
 impl Publisher {
@@ -146,12 +149,12 @@ impl Publisher {
         }
     }
 
-    /// Publish `card` for the agent whose key is `key` (its did:key is the agent's DID) for
-    /// `ttl` seconds, and re-announce it until shutdown.
+    /// Publish `card` for the agent `id` (a did:key, or a did:web/did:wba identity whose
+    /// document lists the key) for `ttl` seconds, and re-announce it until shutdown.
     pub async fn publish(
         &self,
         card: &Value,
-        key: SecretKey,
+        id: Identity,
         ttl: u64,
     ) -> Result<Published, PublishError> {
         if !(MIN_TTL..=self.max_ttl).contains(&ttl) {
@@ -161,28 +164,20 @@ impl Publisher {
             });
         }
         check_card(card)?;
-        let card = signed_by(card, &key)?;
-        let did = key.did_key().to_string();
+        let card = signed_by(card, &id)?;
+        let did = id.did().to_string();
         {
             let entries = self.entries.lock().expect("publisher lock poisoned");
             if entries.len() >= MAX_PUBLISHED && !entries.contains_key(&did) {
                 return Err(PublishError::TooMany);
             }
         }
-        let published = self.announce(&key, &card, ttl).await?;
+        let published = self.announce(&id, &card, ttl).await?;
         let due = reannounce_at(ttl);
         self.entries
             .lock()
             .expect("publisher lock poisoned")
-            .insert(
-                did,
-                Entry {
-                    key,
-                    card,
-                    ttl,
-                    due,
-                },
-            );
+            .insert(did, Entry { id, card, ttl, due });
         self.changed.notify_one();
         Ok(published)
     }
@@ -190,11 +185,11 @@ impl Publisher {
     /// Sign and publish one advertisement with the next sequence number.
     async fn announce(
         &self,
-        key: &SecretKey,
+        id: &Identity,
         card: &Value,
         ttl: u64,
     ) -> Result<Published, PublishError> {
-        let did = key.did_key();
+        let did = id.did().clone();
         let did_s = did.to_string();
         let store = self.store.clone();
         let d = did_s.clone();
@@ -224,7 +219,7 @@ impl Publisher {
         let now = unix_now();
         let ad = advert::sign(
             Draft {
-                kid: did.with_fragment(did.method_specific_id()),
+                kid: id.kid().clone(),
                 did: did.clone(),
                 card: card.clone(),
                 peer_id: self.client.peer_id().to_string(),
@@ -233,7 +228,7 @@ impl Publisher {
                 issued_at: now,
                 expires_at: now + ttl,
             },
-            key,
+            id.key(),
         );
         let bytes = serde_json::to_vec(&ad).expect("an Advertisement always serializes");
         let v = self.client.publish(bytes).await.map_err(net_err)?;
@@ -269,23 +264,16 @@ impl Publisher {
                 _ = wait => {}
             }
             let now = Instant::now();
-            let due: Vec<(String, SecretKey, Value, u64)> = self
+            let due: Vec<(String, Identity, Value, u64)> = self
                 .entries
                 .lock()
                 .expect("publisher lock poisoned")
                 .iter()
                 .filter(|(_, e)| e.due <= now)
-                .map(|(did, e)| {
-                    (
-                        did.clone(),
-                        SecretKey::from_seed(&e.key.seed()),
-                        e.card.clone(),
-                        e.ttl,
-                    )
-                })
+                .map(|(did, e)| (did.clone(), e.id.clone(), e.card.clone(), e.ttl))
                 .collect();
-            for (did, key, card, ttl) in due {
-                let next_due = match self.announce(&key, &card, ttl).await {
+            for (did, id, card, ttl) in due {
+                let next_due = match self.announce(&id, &card, ttl).await {
                     Ok(p) => {
                         tracing::debug!(did = %p.did, seq = p.seq, "re-announced");
                         reannounce_at(ttl)

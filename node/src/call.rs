@@ -1,0 +1,835 @@
+//! Calling agents over A2A 1.0: the library behind `agentnet call` (and the MCP bridge).
+//!
+//! A call goes, in this order, and stops at the first refusal, before anything is sent to the
+//! agent:
+//!
+//! 1. **Find** the agent's card: by DID in the node's index (`GET /admin/v1/adverts/{did}`), or
+//!    by skill through the node's `discover` (its index, then the network), optionally narrowed
+//!    to one DID; or a card the caller already holds ([`Target::Card`]).
+//! 2. **Verify** every signature on the card (keys from the signers' DID documents, under
+//!    `assertionMethod`), and that at least one signer is the agent's DID: a card signed by
+//!    someone else is not the agent's, whatever it says.
+//! 3. **Choose** an interface whose binding (`JSONRPC`, `HTTP+JSON`) and version (1.0) we speak,
+//!    and check where it points: `https`, to public addresses only, unless
+//!    [`CallOptions::allow_private`] (local testnets); the addresses checked are the ones
+//!    connected to (pinned in the HTTP client), so DNS cannot swap them afterwards.
+//! 4. **Send** the message, signed by the caller's [`Identity`] ([`DidSigner`]: RFC 9421 in the
+//!    ANP profile, `keyid` = the identity's DID URL).
+//! 5. **Follow** the task: the SSE stream (`SendStreamingMessage`), or a blocking
+//!    `SendMessage` then `GetTask` polling with exponential backoff. If the stream drops before
+//!    the task is done, the task is recovered with `GetTask` (polling): the message is never
+//!    sent twice. A send whose answer is lost before the server named the task is reported as
+//!    such, never retried.
+//! 6. **Check** the result: the final task is read with `GetTask`; a `COMPLETED` task must carry
+//!    artifacts ([`CallError::NoArtifacts`] otherwise).
+//!
+//! A task waiting for input (`INPUT_REQUIRED`) is continued with [`Caller::continue_task`]: the
+//! task is read first, and the message is sent only if it is still waiting.
+//!
+//! Bounds: everything read from the agent goes through the `agentnet-a2a` client's limits
+//! (4 MiB bodies, bounded SSE); the whole call has a deadline ([`CallOptions::timeout`]);
+//! at most [`MAX_CANDIDATES`] discovered cards are tried.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentnet_a2a::auth::BoxFuture;
+use agentnet_a2a::client::{self, Client, ClientError, Endpoint, SignError, SignRequest, Signer};
+use agentnet_a2a::types::{
+    GetTaskRequest, Message, Part, Role, SendMessageRequest, SendMessageResponse, StreamResponse,
+    Task, TaskState,
+};
+use agentnet_did::card::{self, CardSignatureError, KeySource};
+use agentnet_did::{httpsig, web, Did, DidUrl, Resolver};
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::admin;
+use crate::identity::Identity;
+
+/// Most discovered cards tried for one `--skill` call.
+pub const MAX_CANDIDATES: usize = 20;
+/// Longest message text sent.
+pub const MAX_TEXT: usize = 64 * 1024;
+/// History asked for when reading the final task.
+const HISTORY: i32 = 20;
+
+/// Signs A2A requests as an [`Identity`]: RFC 9421 over `@method`, `@target-uri`,
+/// `@authority` and `content-digest`, `keyid` = the identity's DID URL, a fresh nonce, valid
+/// 300 s.
+#[derive(Debug, Clone)]
+pub struct DidSigner {
+    id: Identity,
+}
+
+impl DidSigner {
+    /// A signer for `id`.
+    pub fn new(id: Identity) -> Self {
+        DidSigner { id }
+    }
+
+    /// The identity.
+    pub fn identity(&self) -> &Identity {
+        &self.id
+    }
+}
+
+impl Signer for DidSigner {
+    fn sign<'a>(&'a self, r: SignRequest<'a>) -> BoxFuture<'a, Result<HeaderMap, SignError>> {
+        Box::pin(async move {
+            let headers = httpsig::sign(
+                self.id.key(),
+                self.id.kid(),
+                r.method.as_str(),
+                r.url.as_str(),
+                r.body,
+                agentnet_discovery::net::unix_now(),
+                &httpsig::new_nonce(),
+            )
+            .map_err(|e| SignError(e.to_string()))?;
+            let mut out = HeaderMap::new();
+            headers.apply(&mut out);
+            if out.len() != 3 {
+                return Err(SignError(
+                    "a signature header is not a valid header value".into(),
+                ));
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Which agent to call.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Target {
+    /// The agent with this DID, from the node's index.
+    Did(String),
+    /// The first agent found with all these skill tags (and this DID, if given) whose card
+    /// verifies and offers an interface we speak.
+    Skill {
+        /// Skill tags, all required.
+        tags: Vec<String>,
+        /// Only this agent.
+        did: Option<String>,
+    },
+    /// A card in hand, claimed to be `did`'s.
+    Card {
+        /// The agent's DID.
+        did: String,
+        /// Its signed card.
+        card: Value,
+    },
+}
+
+/// An agent found, its card verified, an interface chosen.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    /// The agent's DID.
+    pub did: Did,
+    /// Its card, signatures verified.
+    pub card: Value,
+    /// The `kid`s of the card's signatures.
+    pub signers: Vec<String>,
+    /// The interface we use.
+    pub endpoint: Endpoint,
+    /// The addresses the interface's host resolved to, checked, and connected to.
+    pub addrs: Vec<SocketAddr>,
+}
+
+/// How a call behaves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CallOptions {
+    /// Follow the task over SSE (`SendStreamingMessage`) rather than a blocking `SendMessage`
+    /// and polling.
+    pub stream: bool,
+    /// Allow interfaces on loopback, private and link-local addresses, and plain `http`
+    /// (local testnets, tests). Off: `https` to public addresses only.
+    pub allow_private: bool,
+    /// The deadline of the whole call, finding included.
+    pub timeout: Duration,
+    /// First wait between two `GetTask` polls; doubled each time up to `poll_max`.
+    pub poll_initial: Duration,
+    /// Longest wait between two polls.
+    pub poll_max: Duration,
+    /// Connect timeout of each request to the agent.
+    pub connect_timeout: Duration,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        CallOptions {
+            stream: false,
+            allow_private: false,
+            timeout: Duration::from_secs(300),
+            poll_initial: Duration::from_millis(250),
+            poll_max: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a call reports while it runs (the CLI prints these on standard error).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Progress {
+    /// A card was found and verified.
+    Verified {
+        /// The agent.
+        did: String,
+        /// The card's signers.
+        signers: Vec<String>,
+    },
+    /// A discovered card was passed over.
+    Skipped {
+        /// The agent.
+        did: String,
+        /// Why.
+        reason: String,
+    },
+    /// The interface chosen.
+    Interface {
+        /// Its URL.
+        url: String,
+        /// Its binding.
+        binding: &'static str,
+    },
+    /// The message was sent.
+    Sent,
+    /// The task's state.
+    State {
+        /// Task id.
+        task: String,
+        /// Its state (ProtoJSON name).
+        state: String,
+    },
+    /// An artifact arrived on the stream.
+    Artifact {
+        /// Its name or id.
+        name: String,
+    },
+    /// The stream dropped; the task is recovered with `GetTask`.
+    Recovering {
+        /// Task id.
+        task: String,
+        /// What happened to the stream.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::Verified { did, signers } => {
+                write!(
+                    f,
+                    "card of {did} verified (signed by {})",
+                    signers.join(", ")
+                )
+            }
+            Progress::Skipped { did, reason } => write!(f, "skipped {did}: {reason}"),
+            Progress::Interface { url, binding } => write!(f, "calling {url} ({binding})"),
+            Progress::Sent => f.write_str("message sent"),
+            Progress::State { task, state } => write!(f, "task {task}: {state}"),
+            Progress::Artifact { name } => write!(f, "artifact {name}"),
+            Progress::Recovering { task, reason } => {
+                write!(
+                    f,
+                    "stream lost ({reason}); reading task {task} with GetTask"
+                )
+            }
+        }
+    }
+}
+
+/// What the agent answered.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// A task, done or waiting (`INPUT_REQUIRED`, `AUTH_REQUIRED`), as `GetTask` returned it.
+    Task(Box<Task>),
+    /// A direct message, without a task.
+    Message(Box<Message>),
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The node's admin API failed.
+    #[error(transparent)]
+    Admin(#[from] admin::ClientError),
+    /// No admin API to look the agent up in.
+    #[error("finding an agent needs a running node (or give its card)")]
+    NoNode,
+    /// The agent is not known.
+    #[error("{0}")]
+    NotFound(String),
+    /// The name is not a DID.
+    #[error("{0:?} is not a DID")]
+    BadDid(String),
+    /// The card's signatures do not verify.
+    #[error("the card of {did} does not verify: {source}")]
+    CardSignature {
+        /// The agent.
+        did: String,
+        /// Why.
+        #[source]
+        source: CardSignatureError,
+    },
+    /// The card verifies but is not signed by the agent's DID.
+    #[error("the card is not {did}'s: it is signed by {signers:?} only")]
+    NotTheAgents {
+        /// The agent.
+        did: String,
+        /// Who signed.
+        signers: Vec<String>,
+    },
+    /// No interface we can use (binding, version, scheme or address).
+    #[error("{0}")]
+    Interface(ClientError),
+    /// The interface points where we do not go.
+    #[error("refusing the interface {url}: {reason}")]
+    Address {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The message is too long or empty.
+    #[error("the message must be 1 to {MAX_TEXT} bytes")]
+    BadText,
+    /// Sending failed; whether the agent received the message is unknown, and it is not sent
+    /// again.
+    #[error("sending the message failed (it is not sent again): {0}")]
+    Send(ClientError),
+    /// The answer was lost before the agent named the task: nothing is known to recover.
+    #[error(
+        "the stream ended before the agent named the task ({0}); the message is not sent again"
+    )]
+    LostBeforeTask(String),
+    /// The agent answered with an error, or talking to it failed after the send.
+    #[error(transparent)]
+    Agent(ClientError),
+    /// A task to continue is not waiting for input.
+    #[error("task {task} is {state}, not waiting for input")]
+    NotWaiting {
+        /// Task id.
+        task: String,
+        /// Its state.
+        state: String,
+    },
+    /// The task completed without artifacts.
+    #[error("task {} completed without any artifact", .0.id)]
+    NoArtifacts(Box<Task>),
+    /// The agent answered something that does not fit.
+    #[error("the agent's answer does not fit: {0}")]
+    Protocol(String),
+    /// The deadline passed.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The HTTP client could not be built.
+    #[error("building the HTTP client: {0}")]
+    Http(String),
+}
+
+/// The ProtoJSON name of a task state.
+pub fn state_name(s: &TaskState) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{s:?}"))
+}
+
+/// Whether a task in state `s` needs nothing more from us to be done with this turn.
+pub fn is_settled(s: &TaskState) -> bool {
+    s.is_terminal() || matches!(s, TaskState::InputRequired | TaskState::AuthRequired)
+}
+
+/// Calls agents: finds and verifies them, then sends, follows and checks.
+pub struct Caller {
+    admin: Option<admin::Client>,
+    resolver: Resolver,
+    signer: Option<Arc<dyn Signer>>,
+    opts: CallOptions,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("admin", &self.admin.as_ref().map(|a| a.base().to_string()))
+            .field("signed", &self.signer.is_some())
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Caller {
+    /// A caller looking agents up through `admin` (optional when cards are given), verifying
+    /// cards with `resolver`, signing with `signer` (none: anonymous).
+    pub fn new(
+        admin: Option<admin::Client>,
+        resolver: Resolver,
+        signer: Option<Arc<dyn Signer>>,
+        opts: CallOptions,
+    ) -> Self {
+        Caller {
+            admin,
+            resolver,
+            signer,
+            opts,
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &CallOptions {
+        &self.opts
+    }
+
+    /// Find, verify and choose the interface of `target`'s agent. Nothing is sent to it.
+    pub async fn find(
+        &self,
+        target: &Target,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Agent, CallError> {
+        let deadline = self.opts.timeout;
+        tokio::time::timeout(deadline, self.find_inner(target, progress))
+            .await
+            .map_err(|_| CallError::Timeout(deadline))?
+    }
+
+    async fn find_inner(
+        &self,
+        target: &Target,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Agent, CallError> {
+        match target {
+            Target::Card { did, card } => self.check(did, card.clone(), progress).await,
+            Target::Did(did) => {
+                let admin = self.admin.as_ref().ok_or(CallError::NoNode)?;
+                let ad = admin.advert(did).await?.ok_or_else(|| {
+                    CallError::NotFound(format!(
+                        "the node knows no live advertisement of {did}; find it with --skill \
+                         (the node's index, then the network)"
+                    ))
+                })?;
+                if ad.get("did").and_then(Value::as_str) != Some(did.as_str()) {
+                    return Err(CallError::Protocol(format!(
+                        "the node's advertisement of {did} names another DID"
+                    )));
+                }
+                let card = ad.get("card").cloned().unwrap_or(Value::Null);
+                self.check(did, card, progress).await
+            }
+            Target::Skill { tags, did } => {
+                let admin = self.admin.as_ref().ok_or(CallError::NoNode)?;
+                let found = admin.discover(tags, MAX_CANDIDATES).await?;
+                let mut last = None;
+                for f in found
+                    .into_iter()
+                    .filter(|f| did.as_ref().is_none_or(|d| *d == f.did))
+                {
+                    match self.check(&f.did, f.card, progress).await {
+                        Ok(a) => return Ok(a),
+                        Err(e) => {
+                            progress(Progress::Skipped {
+                                did: f.did.clone(),
+                                reason: e.to_string(),
+                            });
+                            last = Some(e);
+                        }
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    CallError::NotFound(format!(
+                        "no agent found with skill {}{}",
+                        tags.join(" + "),
+                        did.as_ref()
+                            .map(|d| format!(" and DID {d}"))
+                            .unwrap_or_default()
+                    ))
+                }))
+            }
+        }
+    }
+
+    /// Verify `card` as `did`'s and choose its interface.
+    async fn check(
+        &self,
+        did: &str,
+        card: Value,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Agent, CallError> {
+        let parsed =
+            Did::parse(did).map_err(|_| CallError::BadDid(did.chars().take(200).collect()))?;
+        let sigs = card::verify(&card, KeySource::Did(&self.resolver))
+            .await
+            .map_err(|source| CallError::CardSignature {
+                did: did.to_owned(),
+                source,
+            })?;
+        let signers: Vec<String> = sigs.into_iter().map(|s| s.kid).collect();
+        let by_agent = signers
+            .iter()
+            .any(|k| DidUrl::parse(k).is_ok_and(|u| u.did() == &parsed));
+        if !by_agent {
+            return Err(CallError::NotTheAgents {
+                did: did.to_owned(),
+                signers,
+            });
+        }
+        progress(Progress::Verified {
+            did: did.to_owned(),
+            signers: signers.clone(),
+        });
+        let endpoint = client::choose_interface(&card).map_err(CallError::Interface)?;
+        let addrs = self.check_address(&endpoint.url).await?;
+        progress(Progress::Interface {
+            url: endpoint.url.to_string(),
+            binding: endpoint.binding.name(),
+        });
+        Ok(Agent {
+            did: parsed,
+            card,
+            signers,
+            endpoint,
+            addrs,
+        })
+    }
+
+    /// Where the interface points: `https` (or `http` with `allow_private`), and every address
+    /// its host resolves to public unless `allow_private`.
+    async fn check_address(&self, url: &url::Url) -> Result<Vec<SocketAddr>, CallError> {
+        let refuse = |reason: String| CallError::Address {
+            url: url.to_string(),
+            reason,
+        };
+        match url.scheme() {
+            "https" => {}
+            "http" if self.opts.allow_private => {}
+            s => return Err(refuse(format!("scheme {s} (https only)"))),
+        }
+        let host = url.host_str().ok_or_else(|| refuse("no host".into()))?;
+        let port = url
+            .port_or_known_default()
+            .ok_or_else(|| refuse("no port".into()))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| refuse(format!("resolving {host}: {e}")))?
+            .take(16)
+            .collect();
+        if addrs.is_empty() {
+            return Err(refuse(format!("{host} has no address")));
+        }
+        if !self.opts.allow_private {
+            if let Some(a) = addrs.iter().find(|a| !web::is_public(a.ip())) {
+                return Err(refuse(format!(
+                    "{host} resolves to {} (not a public address)",
+                    a.ip()
+                )));
+            }
+        }
+        Ok(addrs)
+    }
+
+    /// The A2A client of `agent`: connections go to the checked addresses only.
+    fn client(&self, agent: &Agent) -> Result<Client, CallError> {
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(self.opts.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            // Connections go to the checked addresses, never through a proxy that would
+            // resolve the name again.
+            .no_proxy();
+        if let Some(host) = agent.endpoint.url.host_str() {
+            if host.parse::<std::net::IpAddr>().is_err() {
+                b = b.resolve_to_addrs(host, &agent.addrs);
+            }
+        }
+        let http = b.build().map_err(|e| CallError::Http(e.to_string()))?;
+        Ok(Client::new(
+            http,
+            agent.endpoint.clone(),
+            self.signer.clone(),
+        ))
+    }
+
+    /// Send `text` to `agent` as a new task and follow it until it is done or waiting.
+    pub async fn send(
+        &self,
+        agent: &Agent,
+        text: &str,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Outcome, CallError> {
+        let msg = message(text, None)?;
+        self.deadline(self.run(agent, msg, progress)).await
+    }
+
+    /// Continue task `task_id` of `agent`, which must be waiting for input, with `text`.
+    pub async fn continue_task(
+        &self,
+        agent: &Agent,
+        task_id: &str,
+        text: &str,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Outcome, CallError> {
+        let fut = async {
+            let client = self.client(agent)?;
+            let task = client
+                .get_task(&get(task_id, Some(0)))
+                .await
+                .map_err(CallError::Agent)?;
+            if !matches!(
+                task.status.state,
+                TaskState::InputRequired | TaskState::AuthRequired
+            ) {
+                return Err(CallError::NotWaiting {
+                    task: task.id,
+                    state: state_name(&task.status.state),
+                });
+            }
+            let msg = message(text, Some(&task))?;
+            self.run(agent, msg, progress).await
+        };
+        self.deadline(fut).await
+    }
+
+    async fn deadline<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
+        tokio::time::timeout(self.opts.timeout, fut)
+            .await
+            .map_err(|_| CallError::Timeout(self.opts.timeout))?
+    }
+
+    async fn run(
+        &self,
+        agent: &Agent,
+        msg: Message,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Outcome, CallError> {
+        let client = self.client(agent)?;
+        let req = SendMessageRequest {
+            message: msg,
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        };
+        let task_id = if self.opts.stream {
+            match self.follow_stream(&client, &req, progress).await? {
+                Ok(id) => id,
+                Err(m) => return Ok(Outcome::Message(m)),
+            }
+        } else {
+            let answer = client.send_message(&req).await.map_err(send_error)?;
+            progress(Progress::Sent);
+            match answer {
+                SendMessageResponse::Task(t) => {
+                    progress(Progress::State {
+                        task: t.id.clone(),
+                        state: state_name(&t.status.state),
+                    });
+                    t.id
+                }
+                SendMessageResponse::Message(m) => return Ok(Outcome::Message(Box::new(m))),
+            }
+        };
+        let task = self.poll(&client, &task_id, progress).await?;
+        if task.status.state == TaskState::Completed
+            && task.artifacts.as_ref().is_none_or(Vec::is_empty)
+        {
+            return Err(CallError::NoArtifacts(Box::new(task)));
+        }
+        Ok(Outcome::Task(Box::new(task)))
+    }
+
+    /// Follow the SSE stream; the task id once it is settled or the stream is gone (the
+    /// caller then reads it with `GetTask`), or the direct message.
+    async fn follow_stream(
+        &self,
+        client: &Client,
+        req: &SendMessageRequest,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Result<String, Box<Message>>, CallError> {
+        let mut stream = client.send_streaming(req).await.map_err(send_error)?;
+        progress(Progress::Sent);
+        let mut task_id: Option<String> = None;
+        let lost =
+            |id: &Option<String>, reason: String, progress: &mut (dyn FnMut(Progress) + Send)| {
+                match id {
+                    Some(id) => {
+                        progress(Progress::Recovering {
+                            task: id.clone(),
+                            reason,
+                        });
+                        Ok(Ok(id.clone()))
+                    }
+                    None => Err(CallError::LostBeforeTask(reason)),
+                }
+            };
+        loop {
+            let ev = match stream.next().await {
+                None => return lost(&task_id, "closed before the task was done".into(), progress),
+                Some(Err(e)) if e.remote().is_some() => return Err(CallError::Agent(e)),
+                Some(Err(e)) => return lost(&task_id, e.to_string(), progress),
+                Some(Ok(ev)) => ev,
+            };
+            let (id, state) = match ev {
+                StreamResponse::Message(m) if task_id.is_none() => return Ok(Err(Box::new(m))),
+                StreamResponse::Message(_) => continue,
+                StreamResponse::Task(t) => (t.id, Some(t.status.state)),
+                StreamResponse::StatusUpdate(s) => (s.task_id, Some(s.status.state)),
+                StreamResponse::ArtifactUpdate(a) => {
+                    progress(Progress::Artifact {
+                        name: a
+                            .artifact
+                            .name
+                            .clone()
+                            .unwrap_or_else(|| a.artifact.artifact_id.clone()),
+                    });
+                    (a.task_id, None)
+                }
+            };
+            match &task_id {
+                None => task_id = Some(id.clone()),
+                Some(t) if *t != id => {
+                    return Err(CallError::Protocol(format!(
+                        "the stream of task {t} carried an event of task {id}"
+                    )))
+                }
+                Some(_) => {}
+            }
+            if let Some(state) = state {
+                progress(Progress::State {
+                    task: id.clone(),
+                    state: state_name(&state),
+                });
+                if is_settled(&state) {
+                    return Ok(Ok(id));
+                }
+            }
+        }
+    }
+
+    /// `GetTask` until the task is settled, waiting `poll_initial`, doubled up to `poll_max`,
+    /// between reads; transport errors are retried the same way (the deadline bounds it all).
+    async fn poll(
+        &self,
+        client: &Client,
+        task_id: &str,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Task, CallError> {
+        let mut wait = self.opts.poll_initial;
+        let mut last_state = None;
+        loop {
+            match client.get_task(&get(task_id, Some(HISTORY))).await {
+                Ok(t) => {
+                    if t.id != task_id {
+                        return Err(CallError::Protocol(format!(
+                            "GetTask {task_id} answered task {}",
+                            t.id
+                        )));
+                    }
+                    if last_state.as_ref() != Some(&t.status.state) {
+                        last_state = Some(t.status.state.clone());
+                        progress(Progress::State {
+                            task: t.id.clone(),
+                            state: state_name(&t.status.state),
+                        });
+                    }
+                    if is_settled(&t.status.state) {
+                        return Ok(t);
+                    }
+                }
+                Err(e) if e.remote().is_some() => return Err(CallError::Agent(e)),
+                Err(e) => tracing::debug!(error = %e, "GetTask failed; retrying"),
+            }
+            let until = Instant::now() + wait;
+            tokio::time::sleep_until(until).await;
+            wait = (wait * 2).min(self.opts.poll_max);
+        }
+    }
+}
+
+fn send_error(e: ClientError) -> CallError {
+    if e.remote().is_some() {
+        CallError::Agent(e)
+    } else {
+        CallError::Send(e)
+    }
+}
+
+fn get(id: &str, history_length: Option<i32>) -> GetTaskRequest {
+    GetTaskRequest {
+        id: id.to_owned(),
+        history_length,
+        tenant: None,
+    }
+}
+
+/// A user message with `text`, continuing `task` if given.
+fn message(text: &str, task: Option<&Task>) -> Result<Message, CallError> {
+    if text.is_empty() || text.len() > MAX_TEXT {
+        return Err(CallError::BadText);
+    }
+    let mut m = Message::new(Role::User, vec![Part::text(text)]);
+    if let Some(t) = task {
+        m.task_id = Some(t.id.clone());
+        m.context_id = Some(t.context_id.clone());
+    }
+    Ok(m)
+}
+
+/// The text parts of the task's artifacts, or of a message, in order.
+pub fn texts(outcome: &Outcome) -> Vec<String> {
+    let parts: Vec<&Part> = match outcome {
+        Outcome::Task(t) => t
+            .artifacts
+            .iter()
+            .flatten()
+            .flat_map(|a| a.parts.iter())
+            .collect(),
+        Outcome::Message(m) => m.parts.iter().collect(),
+    };
+    parts
+        .into_iter()
+        .filter_map(|p| p.as_text().map(str::to_owned))
+        .collect()
+}
+
+/// The text of a task's status message (what an `INPUT_REQUIRED` task asks).
+pub fn status_text(task: &Task) -> Option<String> {
+    let m = task.status.message.as_ref()?;
+    let t: Vec<&str> = m.parts.iter().filter_map(|p| p.as_text()).collect();
+    (!t.is_empty()).then(|| t.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_bounded_and_continue_their_task() {
+        assert!(matches!(message("", None), Err(CallError::BadText)));
+        assert!(matches!(
+            message(&"x".repeat(MAX_TEXT + 1), None),
+            Err(CallError::BadText)
+        ));
+        let t: Task = serde_json::from_value(serde_json::json!({
+            "id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_INPUT_REQUIRED"}
+        }))
+        .unwrap();
+        let m = message("Ada", Some(&t)).unwrap();
+        assert_eq!(m.task_id.as_deref(), Some("t1"));
+        assert_eq!(m.context_id.as_deref(), Some("c1"));
+        assert_eq!(
+            state_name(&TaskState::InputRequired),
+            "TASK_STATE_INPUT_REQUIRED"
+        );
+        assert!(is_settled(&TaskState::InputRequired) && !is_settled(&TaskState::Working));
+    }
+}

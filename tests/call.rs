@@ -1,0 +1,306 @@
+//! `agentnet identity new`, `publish --as` and `agentnet call` through the real binary: a node
+//! on loopback indexes the sample agents' cards (served by the `agentnet-a2a` samples on
+//! 127.0.0.1), and `call` finds them by DID and by skill, verifies, sends, follows (polling and
+//! SSE) and continues an INPUT_REQUIRED task.
+
+use std::fs::File;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+struct Node {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Node {
+    fn start(dir: &Path) -> (Node, Value) {
+        std::fs::create_dir_all(dir).unwrap();
+        let child = Command::new(BIN)
+            .args([
+                "up",
+                "--data-dir",
+                p(dir),
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+                "--http",
+                "127.0.0.1:0",
+                "--no-mdns",
+            ])
+            .env_remove("AGENTNET_DATA_DIR")
+            .stdin(Stdio::null())
+            .stdout(File::create(dir.join("up.out")).unwrap())
+            .stderr(File::create(dir.join("up.err")).unwrap())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let node = Node {
+            child,
+            dir: dir.to_owned(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(v) = std::fs::read(dir.join("node.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .filter(|v| v["pid"] == json!(pid))
+            {
+                return (node, v);
+            }
+            assert!(Instant::now() < deadline, "the node did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- node log ---\n{}",
+                std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// The sample agents (open policy) on 127.0.0.1, in a thread of their own; their base URL.
+fn samples() -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let base = format!("http://{}", listener.local_addr().unwrap());
+            let (router, _, _) = agentnet_a2a::samples::router(
+                &base,
+                Duration::from_millis(200),
+                |card| {
+                    agentnet_a2a::server::Config::new(card).policy(agentnet_a2a::auth::Policy::Open)
+                },
+                std::sync::Arc::new(agentnet_a2a::auth::NoAuth),
+            );
+            tx.send(base).unwrap();
+            axum::serve(listener, router).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    agentnet(args)
+}
+
+#[test]
+fn call_finds_verifies_sends_follows_and_continues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node");
+    let (_node, info) = Node::start(&dir);
+    let d = p(&dir);
+    let node_did = info["did"].as_str().unwrap().to_owned();
+    let base = samples();
+
+    // Echo, published as the node's did:key.
+    let echo = agentnet_a2a::samples::card("echo", "Echoes", &format!("{base}/echo"));
+    let echo_file = tmp.path().join("echo.json");
+    std::fs::write(&echo_file, serde_json::to_vec(&echo).unwrap()).unwrap();
+    json_of(&[
+        "publish",
+        "--card",
+        p(&echo_file),
+        "--data-dir",
+        d,
+        "--json",
+    ]);
+
+    // AskName, published as a did:wba identity made here (e1_: the node checks it offline).
+    let id = json_of(&[
+        "identity",
+        "new",
+        "--wba",
+        "agents.example.com:agents",
+        "--data-dir",
+        d,
+        "--json",
+    ]);
+    let ask_did = id["did"].as_str().unwrap().to_owned();
+    assert!(
+        ask_did.starts_with("did:wba:agents.example.com:agents:e1_"),
+        "{id}"
+    );
+    assert_eq!(
+        id["url"],
+        json!(format!(
+            "https://agents.example.com/agents/{}/did.json",
+            ask_did.rsplit(':').next().unwrap()
+        ))
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(id["keyFile"].as_str().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let ask = agentnet_a2a::samples::card("ask-name", "Asks", &format!("{base}/ask-name"));
+    let ask_file = tmp.path().join("ask.json");
+    std::fs::write(&ask_file, serde_json::to_vec(&ask).unwrap()).unwrap();
+    let published = json_of(&[
+        "publish",
+        "--card",
+        p(&ask_file),
+        "--as",
+        &ask_did,
+        "--data-dir",
+        d,
+        "--json",
+    ]);
+    assert_eq!(published["did"], json!(ask_did));
+
+    // By DID, polling.
+    let out = json_of(&[
+        "call",
+        "--did",
+        &node_did,
+        "hello",
+        "--allow-private",
+        "--json",
+        "--data-dir",
+        d,
+    ]);
+    let t = &out["result"]["task"];
+    assert_eq!(t["status"]["state"], json!("TASK_STATE_COMPLETED"), "{out}");
+    assert_eq!(t["artifacts"][0]["parts"][0]["text"], json!("hello"));
+
+    // The did:wba card's signature needs its document (served over HTTPS by the operator);
+    // it is not served here, so the card does not verify and nothing is sent.
+    let o = run(&[
+        "call",
+        "--did",
+        &ask_did,
+        "hi",
+        "--allow-private",
+        "--data-dir",
+        d,
+        "--timeout-secs",
+        "20",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("does not verify"), "{}", stderr(&o));
+
+    // By skill, streaming, narrowed to the echo agent; the text on stdout.
+    let o = run(&[
+        "call",
+        "--skill",
+        "sample",
+        "--did",
+        &node_did,
+        "streamed",
+        "--stream",
+        "--allow-private",
+        "--data-dir",
+        d,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "streamed");
+    assert!(
+        stderr(&o).contains("TASK_STATE_COMPLETED"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Without --allow-private, a loopback interface is refused before anything is sent.
+    let o = run(&["call", "--did", &node_did, "hello", "--data-dir", d]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("refusing the interface"),
+        "{}",
+        stderr(&o)
+    );
+
+    // An unknown DID.
+    let other = agentnet_did::SecretKey::generate().did_key().to_string();
+    let o = run(&["call", "--did", &other, "hello", "--data-dir", d]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("knows no live advertisement"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn call_continues_an_input_required_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node");
+    let (_node, info) = Node::start(&dir);
+    let d = p(&dir);
+    let node_did = info["did"].as_str().unwrap().to_owned();
+    let base = samples();
+    let ask = agentnet_a2a::samples::card("ask-name", "Asks", &format!("{base}/ask-name"));
+    let ask_file = tmp.path().join("ask.json");
+    std::fs::write(&ask_file, serde_json::to_vec(&ask).unwrap()).unwrap();
+    json_of(&["publish", "--card", p(&ask_file), "--data-dir", d, "--json"]);
+
+    for stream in [false, true] {
+        let mut args = vec![
+            "call",
+            "--did",
+            &node_did,
+            "what time is it?",
+            "--allow-private",
+            "--json",
+            "--data-dir",
+            d,
+        ];
+        if stream {
+            args.push("--stream");
+        }
+        let out = json_of(&args);
+        let t = &out["result"]["task"];
+        assert_eq!(
+            t["status"]["state"],
+            json!("TASK_STATE_INPUT_REQUIRED"),
+            "{out}"
+        );
+        let task_id = t["id"].as_str().unwrap().to_owned();
+        let mut args = vec![
+            "call",
+            "--did",
+            &node_did,
+            "--task",
+            &task_id,
+            "Ada",
+            "--allow-private",
+            "--data-dir",
+            d,
+        ];
+        if stream {
+            args.push("--stream");
+        }
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("Ada"), "{}", stdout(&o));
+        // Done: not continued again, refused after one GetTask.
+        let o = run(&args);
+        assert!(!o.status.success());
+        assert!(
+            stderr(&o).contains("not waiting for input"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
