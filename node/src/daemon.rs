@@ -27,6 +27,7 @@ use crate::auth::{Token, TokenError};
 use crate::data_dir::AgentKeys;
 use crate::hosted::{self, FileConfig, Hosted};
 use crate::http::{self, WellKnown};
+use crate::identity::Identity;
 use crate::publisher::Publisher;
 use crate::server::{self, Limits as HttpLimits};
 use crate::tasks::{self, Retention, TaskDb};
@@ -194,6 +195,9 @@ pub enum Error {
     /// The DID resolver could not be built.
     #[error("DID resolver: {0}")]
     Resolver(#[source] agentnet_did::web::BuildError),
+    /// The HTTP client for proxied (upstream) agents could not be built.
+    #[error("HTTP client for upstream agents: {0}")]
+    UpstreamClient(#[source] reqwest::Error),
     /// The network did not start.
     #[error(transparent)]
     Net(#[from] net::Error),
@@ -435,7 +439,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         .timeout(Duration::from_secs(60))
         .connect_timeout(Duration::from_secs(10))
         .build()
-        .map_err(|e| Error::Resolver(format!("HTTP client: {e}")))?;
+        .map_err(Error::UpstreamClient)?;
     let hosted = hosted::build(
         &opts.hosted,
         &public_base,
@@ -445,8 +449,8 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         upstream_http,
     )?;
     for h in hosted.iter().filter(|h| h.publish) {
-        let key = SecretKey::from_seed(&h.key.seed());
-        if let Err(error) = publisher.publish(&h.card, key, h.ttl.min(max_ttl)).await {
+        let id = Identity::did_key(SecretKey::from_seed(&h.key.seed()));
+        if let Err(error) = publisher.publish(&h.card, id, h.ttl.min(max_ttl)).await {
             tracing::warn!(agent = %h.id, %error, "publishing a hosted agent");
         }
     }

@@ -49,12 +49,13 @@ async fn start(dir: &Path, request_timeout: Option<Duration>) -> Running {
     daemon::start(o).await.expect("the node starts")
 }
 
+/// The configuration as `agentnet up --config` reads it, from a file of its own (tests run in
+/// parallel in one process: a path per process was shared between them).
 fn toml_config(s: &str) -> FileConfig {
-    let path = std::env::temp_dir().join(format!("agentnet-a2a-{}.toml", std::process::id()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("node.toml");
     std::fs::write(&path, s).unwrap();
-    let c = FileConfig::read(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
-    c
+    FileConfig::read(&path).unwrap()
 }
 
 struct Caller {
