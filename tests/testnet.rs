@@ -123,6 +123,28 @@ fn three_nodes_discover_every_sample_agent_from_the_last_node() {
     }
     assert_eq!(discoveries.len(), 3, "{report:#}");
 
+    // And called the agent node 1 hosts, found by skill, with DID-signed requests (its policy
+    // refuses unsigned ones), through the INPUT_REQUIRED round.
+    let call = &report["call"];
+    assert!(call.get("error").is_none(), "{call:#}");
+    assert_eq!(call["tag"], "greeting", "{call:#}");
+    assert!(str_of(call, "did").starts_with("did:key:"), "{call:#}");
+    assert!(str_of(call, "caller").starts_with("did:key:"), "{call:#}");
+    assert_ne!(call["did"], call["caller"], "{call:#}");
+    assert!(
+        str_of(call, "url").contains("/a2a/greeter"),
+        "the call went to node 1's hosted agent: {call:#}"
+    );
+    assert!(!str_of(call, "question").is_empty(), "{call:#}");
+    assert_eq!(call["state"], "TASK_STATE_COMPLETED", "{call:#}");
+    let answer = call["answer"].as_array().unwrap();
+    assert!(
+        answer
+            .iter()
+            .any(|a| a.as_str().unwrap_or("").contains("Ada")),
+        "the answer uses what the caller gave: {call:#}"
+    );
+
     let well_known = &report["well_known"];
     assert!(str_of(well_known, "did_json").ends_with("/.well-known/did.json"));
     assert!(str_of(well_known, "agent_card_json").ends_with("/.well-known/agent-card.json"));

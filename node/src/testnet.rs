@@ -5,7 +5,11 @@
 //! from different nodes through their admin API (the path `agentnet publish` takes); then asks
 //! the last node, which published nothing, to discover each agent by skill tag (the path
 //! `agentnet discover` takes: its index, which gossip fills, then the DHT) and reports how long
-//! each took. Nodes are numbered from 1 in the output, JSON included.
+//! each took. Then the A2A call: node 1 hosts a sample agent (`greeter`, kind `ask`, DID
+//! policy); the last node finds it by its skill tag, verifies its card, and calls it with
+//! RFC 9421-signed requests under a fresh caller did:key: the agent asks for a name
+//! (INPUT_REQUIRED), the caller answers, the task completes with its artifact. Nodes are
+//! numbered from 1 in the output, JSON included.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -130,6 +134,8 @@ pub struct Report {
     pub published: Vec<PublishedReport>,
     /// The last node's search for each agent.
     pub discoveries: Vec<DiscoveryReport>,
+    /// The last node's A2A call of the agent node 1 hosts.
+    pub call: CallReport,
     /// Node 1's well-known documents.
     pub well_known: WellKnownReport,
     /// Wall time from start to the report, milliseconds.
@@ -174,6 +180,199 @@ pub struct PublishedReport {
     pub seq: u64,
     /// Time the publish request took, milliseconds.
     pub ms: u64,
+}
+
+/// The A2A call of the hosted sample agent.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CallReport {
+    /// The skill tag it was found by.
+    pub tag: String,
+    /// The agent's DID.
+    pub did: Option<String>,
+    /// The interface called.
+    pub url: Option<String>,
+    /// The caller's DID (requests signed with RFC 9421).
+    pub caller: String,
+    /// The task.
+    pub task: Option<String>,
+    /// The question the agent asked (INPUT_REQUIRED).
+    pub question: Option<String>,
+    /// The final state (ProtoJSON name).
+    pub state: Option<String>,
+    /// The artifact texts.
+    pub answer: Vec<String>,
+    /// Time to find and verify the card, milliseconds.
+    pub find_ms: u64,
+    /// Time of the two turns, milliseconds.
+    pub call_ms: u64,
+    /// Why it failed, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The skill tag of the hosted sample agent.
+const CALL_TAG: &str = "greeting";
+
+/// Node 1's configuration: one `ask` agent (asks for a name, then greets), DID policy.
+fn hosted_sample() -> anyhow::Result<crate::hosted::FileConfig> {
+    let text = format!(
+        r#"
+[[agent]]
+id = "greeter"
+kind = "ask"
+policy = "did"
+name = "Greeter"
+description = "Asks for your name, then greets you (an agentnet testnet sample)"
+tags = ["{CALL_TAG}"]
+work_ms = 200
+"#
+    );
+    toml::from_str(&text).context("the sample agent's configuration")
+}
+
+async fn call_sample(
+    host_dir: &Path,
+    host: &admin::Client,
+    caller_admin: &admin::Client,
+    host_node: &Running,
+    progress: &Progress,
+) -> CallReport {
+    let caller_key = SecretKey::generate();
+    let mut r = CallReport {
+        tag: CALL_TAG.into(),
+        caller: caller_key.did_key().to_string(),
+        ..Default::default()
+    };
+    if let Err(e) = call_inner(
+        host_dir,
+        host,
+        caller_admin,
+        host_node,
+        caller_key,
+        progress,
+        &mut r,
+    )
+    .await
+    {
+        progress.line(format!("the A2A call failed: {e:#}"));
+        r.error = Some(format!("{e:#}"));
+    }
+    r
+}
+
+async fn call_inner(
+    host_dir: &Path,
+    host: &admin::Client,
+    caller_admin: &admin::Client,
+    host_node: &Running,
+    caller_key: SecretKey,
+    progress: &Progress,
+    r: &mut CallReport,
+) -> anyhow::Result<()> {
+    use crate::call::{self, CallOptions, Caller, Outcome, Target};
+    // Announce the hosted card again, as `agentnet publish` would.
+    let key = SecretKey::load(&crate::hosted::key_path(host_dir, "greeter"))
+        .context("the hosted agent's key")?;
+    let card_url = format!(
+        "http://{}/a2a/greeter/.well-known/agent-card.json",
+        host_node.info.http
+    );
+    let card: Value = reqwest::get(&card_url)
+        .await
+        .and_then(|r| r.error_for_status())
+        .with_context(|| format!("fetching {card_url}"))?
+        .json()
+        .await
+        .with_context(|| format!("reading {card_url}"))?;
+    let agent_did = AgentKeys::new(host_dir)
+        .install(&key)
+        .context("installing the hosted agent's key")?;
+    host.publish(&PublishRequest {
+        card,
+        ttl_secs: SAMPLE_TTL,
+        did: Some(agent_did),
+    })
+    .await
+    .context("announcing the hosted agent")?;
+
+    let resolver = agentnet_did::Resolver::new(Default::default())?;
+    let signer = std::sync::Arc::new(call::DidSigner::new(crate::identity::Identity::did_key(
+        caller_key,
+    )));
+    let opts = CallOptions {
+        allow_private: true,
+        timeout: DISCOVER_TIMEOUT,
+        ..Default::default()
+    };
+    let caller = Caller::new(Some(caller_admin.clone()), resolver, Some(signer), opts);
+    let mut quiet = |_p: call::Progress| {};
+    let started = Instant::now();
+    let target = Target::Skill {
+        tags: vec![CALL_TAG.into()],
+        did: None,
+    };
+    // Gossip may still be on its way: try until the deadline.
+    let agent = loop {
+        match caller.find(&target, &mut quiet).await {
+            Ok(a) => break a,
+            Err(e) if started.elapsed() < DISCOVER_TIMEOUT => {
+                tracing::debug!(error = %e, "the hosted agent is not found yet");
+                tokio::time::sleep(RETRY).await;
+            }
+            Err(e) => return Err(e).context("finding the hosted agent by skill"),
+        }
+    };
+    r.find_ms = ms(started.elapsed());
+    r.did = Some(agent.did.to_string());
+    r.url = Some(agent.endpoint.url.to_string());
+    progress.line(format!(
+        "last node found {CALL_TAG} → {} and verified its card in {} ms; calling {} with signed requests",
+        agent.did, r.find_ms, agent.endpoint.url
+    ));
+    let started = Instant::now();
+    let first = caller
+        .send(&agent, "Hello", &mut quiet)
+        .await
+        .context("sending")?;
+    let Outcome::Task(task) = first else {
+        bail!("the agent answered with a message, not a task");
+    };
+    r.task = Some(task.id.clone());
+    r.question = call::status_text(&task);
+    if !matches!(
+        task.status.state,
+        agentnet_a2a::types::TaskState::InputRequired
+    ) {
+        bail!(
+            "expected INPUT_REQUIRED, got {}",
+            call::state_name(&task.status.state)
+        );
+    }
+    progress.line(format!(
+        "task {}: INPUT_REQUIRED ({}); answering",
+        task.id,
+        r.question.as_deref().unwrap_or("")
+    ));
+    let done = caller
+        .continue_task(&agent, &task.id, "Ada", &mut quiet)
+        .await
+        .context("continuing the task")?;
+    r.call_ms = ms(started.elapsed());
+    r.answer = call::texts(&done);
+    if let Outcome::Task(t) = &done {
+        r.state = Some(call::state_name(&t.status.state));
+        if !matches!(t.status.state, agentnet_a2a::types::TaskState::Completed) {
+            bail!("the task ended {}", call::state_name(&t.status.state));
+        }
+    }
+    progress.line(format!(
+        "task {}: {} in {} ms: {}",
+        task.id,
+        r.state.as_deref().unwrap_or("?"),
+        r.call_ms,
+        r.answer.join(" ")
+    ));
+    Ok(())
 }
 
 /// One discovery by the last node.
@@ -341,7 +540,12 @@ async fn exercise(
             json: false,
             quiet: true,
             public_url: None,
-            hosted: Default::default(),
+            // Node 1 hosts the sample agent the last node calls.
+            hosted: if i == 0 {
+                hosted_sample()?
+            } else {
+                Default::default()
+            },
         })
         .await
         .with_context(|| format!("starting node {} in {}", i + 1, data_dir.display()))?;
@@ -484,6 +688,11 @@ async fn exercise(
     }
     let discoveries: Vec<DiscoveryReport> = discoveries.into_iter().flatten().collect();
 
+    // The A2A call: node 1 announces its hosted agent again now that the network is up (at its
+    // start it had no peer to tell), and the last node finds it by skill, verifies its card,
+    // and calls it with DID-signed requests, through the INPUT_REQUIRED round.
+    let call = call_sample(&dirs[0], &clients[0], &clients[n - 1], &nodes[0], &progress).await;
+
     let mut node_reports = Vec::with_capacity(n);
     for (i, (r, c)) in nodes.iter().zip(&clients).enumerate() {
         node_reports.push(NodeReport {
@@ -498,21 +707,28 @@ async fn exercise(
             start_ms: start_ms[i],
         });
     }
-    let missing: Vec<&str> = discoveries
+    let mut missing: Vec<&str> = discoveries
         .iter()
         .filter(|d| !d.found)
         .map(|d| d.tag.as_str())
         .collect();
+    let call_failed = call.error.is_some();
     let http0 = nodes[0].info.http;
     Ok(Report {
-        ok: missing.is_empty(),
-        error: (!missing.is_empty()).then(|| {
-            format!(
+        ok: missing.is_empty() && !call_failed,
+        error: if !missing.is_empty() {
+            missing.sort_unstable();
+            Some(format!(
                 "node {n} did not discover {} within {} s",
                 missing.join(", "),
                 DISCOVER_TIMEOUT.as_secs()
-            )
-        }),
+            ))
+        } else {
+            call.error
+                .as_ref()
+                .map(|e| format!("the A2A call failed: {e}"))
+        },
+        call,
         nodes: node_reports,
         published,
         discoveries,
@@ -635,6 +851,26 @@ fn print_summary(r: &Report) {
                 d.error.as_deref().unwrap_or("no answer")
             );
         }
+    }
+    let c = &r.call;
+    println!(
+        "  A2A call from node {} (signed as {}):",
+        r.nodes.len(),
+        c.caller
+    );
+    match &c.error {
+        None => println!(
+            "    {} → {}  found in {} ms; task {}: asked {:?}, then {} in {} ms: {}",
+            c.tag,
+            c.did.as_deref().unwrap_or("?"),
+            c.find_ms,
+            c.task.as_deref().unwrap_or("?"),
+            c.question.as_deref().unwrap_or(""),
+            c.state.as_deref().unwrap_or("?"),
+            c.call_ms,
+            c.answer.join(" ")
+        ),
+        Some(e) => println!("    FAILED: {e}"),
     }
     println!("  node 1's well-known files:");
     println!("    curl {}", r.well_known.did_json);
