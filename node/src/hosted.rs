@@ -614,11 +614,27 @@ impl Handler for CommandAgent {
                         let _ = s.shutdown().await;
                     }
                 };
-                let (_, out, err) = tokio::join!(
-                    feed,
-                    read_capped(&mut stdout, max),
-                    read_capped(&mut stderr, MAX_STDERR)
-                );
+                // Standard error is read all along (a command must not block on a full pipe),
+                // but only standard output decides when we stop waiting: past its cap the task
+                // fails at once, whatever standard error does (it was read to its end before,
+                // so a command writing without end waited for the timeout).
+                let out_side = async { tokio::join!(feed, read_capped(&mut stdout, max)).1 };
+                let err_side = read_capped(&mut stderr, MAX_STDERR);
+                tokio::pin!(out_side, err_side);
+                let mut err = None;
+                let out = loop {
+                    tokio::select! {
+                        o = &mut out_side => break o,
+                        e = &mut err_side, if err.is_none() => err = Some(e),
+                    }
+                };
+                if matches!(out, Ok(Err(_))) {
+                    return (out, err.unwrap_or(Ok(Ok(Vec::new()))));
+                }
+                let err = match err {
+                    Some(e) => e,
+                    None => err_side.await,
+                };
                 (out, err)
             };
             let (out, err) = tokio::select! {

@@ -400,3 +400,44 @@ async fn sse_outlives_the_request_timeout() {
     assert!(text.contains("TASK_STATE_INPUT_REQUIRED"), "{text}");
     node.shutdown().await;
 }
+
+/// Command agents are bounded: a command that outlives `timeout_secs` is killed and its task
+/// FAILED; one that writes more than `max_output_bytes` is cut off and its task FAILED; neither
+/// leaves a task WORKING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_agents_are_killed_at_their_timeout_and_output_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Options::local(dir.path().to_path_buf());
+    o.hosted = toml_config(
+        r#"
+[[agent]]
+id = "slow"
+kind = "command"
+command = ["sleep", "600"]
+timeout_secs = 1
+policy = "open"
+publish = false
+
+[[agent]]
+id = "loud"
+kind = "command"
+command = ["yes"]
+max_output_bytes = 4096
+policy = "open"
+publish = false
+"#,
+    );
+    let node = daemon::start(o).await.expect("the node starts");
+    for id in ["slow", "loud"] {
+        let url = format!("{}/a2a/{id}", base(&node));
+        let (status, v) = post(&url, send_body("anything", None), None).await;
+        assert_eq!(status, 200, "{id}: {v}");
+        let task = &v["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{id}: {v}");
+        assert!(
+            task["artifacts"].as_array().is_none_or(|a| a.is_empty()),
+            "{id}: a cut-off output is not an artifact: {v}"
+        );
+    }
+    node.shutdown().await;
+}
