@@ -441,3 +441,70 @@ publish = false
     }
     node.shutdown().await;
 }
+
+/// ANP's legacy `Authorization: DIDWba` header authenticates a caller too (older ANP clients
+/// send it), tasks then belong to that DID like with RFC 9421; a header signed for another
+/// server, or replayed, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_didwba_header_authenticates_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path(), None).await;
+    let url = format!("{}/a2a/echo", base(&node));
+    let key = SecretKey::generate();
+    let did = key.did_key();
+    let now = httpsig::format_utc_timestamp(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    );
+    let send = |auth: String| {
+        let url = url.clone();
+        async move {
+            let r = reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/a2a+json")
+                .header("A2A-Version", "1.0")
+                .header("authorization", auth)
+                .body(send_body("legacy", None))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let nonce = httpsig::new_nonce();
+    let good = httpsig::sign_legacy(
+        &key,
+        &did,
+        did.method_specific_id(),
+        "127.0.0.1",
+        &nonce,
+        &now,
+    );
+    let (status, v) = send(good.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    // The same header again: a replay.
+    let (status, v) = send(good).await;
+    assert_eq!(status, 401, "a replayed DIDWba header was accepted: {v}");
+    // Signed for another server.
+    let other = httpsig::sign_legacy(
+        &key,
+        &did,
+        did.method_specific_id(),
+        "elsewhere.example",
+        &httpsig::new_nonce(),
+        &now,
+    );
+    let (status, v) = send(other).await;
+    assert_eq!(
+        status, 401,
+        "a DIDWba header for another server was accepted: {v}"
+    );
+    node.shutdown().await;
+}
