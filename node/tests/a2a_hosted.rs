@@ -508,3 +508,62 @@ async fn the_legacy_didwba_header_authenticates_over_http() {
     );
     node.shutdown().await;
 }
+
+/// A `proxy` agent forwards each turn to its upstream A2A agent (here another node's hosted
+/// agents) and answers with the upstream's result, the INPUT_REQUIRED round included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_agent_forwards_turns_to_its_upstream() {
+    let up_dir = tempfile::tempdir().unwrap();
+    let upstream = start(up_dir.path(), None).await;
+    // Upstream: another node's `shout` (a command agent, policy open) and `ask` (policy did).
+    // Proxies call unsigned (the upstream sees the node, not the caller), so `ask` refuses
+    // them, and the proxied task must fail, not hang or pass.
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Options::local(dir.path().to_path_buf());
+    o.hosted = toml_config(&format!(
+        r#"
+[[agent]]
+id = "via-shout"
+kind = "proxy"
+upstream = "{base}/a2a/shout"
+policy = "open"
+publish = false
+
+[[agent]]
+id = "via-ask"
+kind = "proxy"
+upstream = "{base}/a2a/ask"
+policy = "open"
+publish = false
+"#,
+        base = base(&upstream)
+    ));
+    let node = daemon::start(o).await.expect("the node starts");
+    let (status, v) = post(
+        &format!("{}/a2a/via-shout", base(&node)),
+        send_body("through the proxy", None),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let task = &v["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    assert_eq!(
+        task["artifacts"][0]["parts"][0]["text"], "THROUGH THE PROXY",
+        "the upstream's artifact comes back: {v}"
+    );
+    // The upstream refuses the unsigned proxy: the task fails, it does not hang or pass.
+    let (status, v) = post(
+        &format!("{}/a2a/via-ask", base(&node)),
+        send_body("hello", None),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_FAILED",
+        "{v}"
+    );
+    node.shutdown().await;
+    upstream.shutdown().await;
+}
