@@ -1241,6 +1241,24 @@ impl Store {
             })
     }
 
+    /// During a migration: write `batch` once it holds [`SWEEP_BATCH`] changes.
+    fn write_when_full(
+        &self,
+        batch: &mut WriteBatch,
+        in_batch: &mut usize,
+    ) -> Result<(), StoreError> {
+        if *in_batch >= SWEEP_BATCH {
+            self.inner
+                .db
+                .write(std::mem::take(batch))
+                .map_err(|source| StoreError::Db {
+                    context: "migrating the store from layout 1".into(),
+                    source,
+                })?;
+            *in_batch = 0;
+        }
+        Ok(())
+    }
     /// Bring a layout-1 store to layout 2: index values become (expiry, tag filter), seqs get
     /// their prune time (`issued_at + replay_window` of the stored advert, or
     /// `now + replay_window` when it is gone: when it was issued is not known), usage is
@@ -1289,13 +1307,7 @@ impl Store {
                     warn!(error = %corrupt(CF_ADVERTS, key, reason), "corrupt advert not migrated")
                 }
             }
-            if in_batch >= SWEEP_BATCH {
-                self.inner
-                    .db
-                    .write(std::mem::take(&mut batch))
-                    .map_err(db_err)?;
-                in_batch = 0;
-            }
+            self.write_when_full(&mut batch, &mut in_batch)?;
             it.next();
         }
         it.status().map_err(db_err)?;
@@ -1319,13 +1331,7 @@ impl Store {
             total = total.saturating_add(seq_footprint(did));
             seqs += 1;
             in_batch += 1;
-            if in_batch >= SWEEP_BATCH {
-                self.inner
-                    .db
-                    .write(std::mem::take(&mut batch))
-                    .map_err(db_err)?;
-                in_batch = 0;
-            }
+            self.write_when_full(&mut batch, &mut in_batch)?;
             it.next();
         }
         it.status().map_err(db_err)?;
