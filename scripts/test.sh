@@ -15,6 +15,9 @@ bash scripts/tests/system-deps.sh
 
 echo "== interop tools (Python venv, node_modules)"
 bash interop/setup.sh
+# The interop tests skip when these tools are missing (a developer without them still runs the
+# rest); here they were just installed, so a skip would hide a failure: make it one.
+export AGENTNET_INTEROP_REQUIRED=1
 
 echo "== build: the agentnet binary, exactly as scripts/run.sh builds it"
 cargo build --locked -p agentnet --bin agentnet

@@ -21,6 +21,11 @@ async fn js_sdk_client_against_our_server() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !node_ok || !dir.join("node_modules/@a2a-js/sdk").exists() {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
         eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
         return;
     }

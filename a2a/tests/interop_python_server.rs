@@ -81,6 +81,11 @@ fn endpoint(card: &serde_json::Value, binding: Binding) -> Endpoint {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_against_the_python_sdk_server() {
     let Some(python) = venv_python() else {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
         eprintln!("SKIPPED: no Python venv with a2a-sdk (run interop/setup.sh)");
         return;
     };
@@ -92,6 +97,11 @@ async fn our_client_against_the_python_sdk_server() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_server {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
         eprintln!(
             "SKIPPED: the venv lacks a2a-sdk[http-server] and uvicorn (run interop/setup.sh)"
         );

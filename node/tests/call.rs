@@ -706,6 +706,11 @@ fn venv_python() -> Option<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_caller_against_the_python_sdk_server_with_a_verified_card() {
     let Some(python) = venv_python() else {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
         eprintln!("SKIPPED: no Python venv with a2a-sdk (run interop/setup.sh)");
         return;
     };
@@ -717,6 +722,11 @@ async fn our_caller_against_the_python_sdk_server_with_a_verified_card() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_server {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
         eprintln!(
             "SKIPPED: the venv lacks a2a-sdk[http-server] and uvicorn (run interop/setup.sh)"
         );
@@ -805,6 +815,11 @@ async fn our_caller_against_the_python_sdk_server_with_a_verified_card() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_anp_sdk_resolves_and_verifies_our_did_wba_document_over_https() {
     let Some(python) = venv_python() else {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
         eprintln!("SKIPPED: no Python venv with anp (run interop/setup.sh)");
         return;
     };
@@ -813,6 +828,11 @@ async fn the_anp_sdk_resolves_and_verifies_our_did_wba_document_over_https() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_anp {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
         eprintln!("SKIPPED: the venv lacks anp (run interop/setup.sh)");
         return;
     }
