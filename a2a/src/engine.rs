@@ -337,6 +337,9 @@ impl Engine {
         &self,
         f: impl FnOnce(&Inner) -> Result<T, ProtocolError> + Send + 'static,
     ) -> Result<T, ProtocolError> {
+        if self.inner.store.runs_inline() {
+            return f(&self.inner);
+        }
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || f(&inner))
             .await
@@ -369,8 +372,9 @@ impl Engine {
             if task.status.state.is_terminal() {
                 return Err(on_terminal);
             }
+            let old = task.status.clone();
             f(&mut task, &i.limits)?;
-            i.store.put(&owner, &task).map_err(store_error)?;
+            i.store.replace(&owner, &old, &task).map_err(store_error)?;
             Ok(task)
         })
         .await
@@ -435,6 +439,22 @@ impl Engine {
             owner: owner.clone(),
             task_id: None,
         })
+    }
+
+    /// Mark the task's channel running with the turn's cancel token (creating the channel if
+    /// no stream opened it).
+    fn mark_running(&self, owner: &Owner, id: &str, cancel: &CancellationToken) {
+        let buffer = self.inner.limits.event_buffer.max(1);
+        let mut live = self.inner.lock_live();
+        let ch = live
+            .channels
+            .entry((owner.clone(), id.to_string()))
+            .or_insert_with(|| Channel {
+                tx: broadcast::channel(buffer).0,
+                subscribers: 0,
+                running: None,
+            });
+        ch.running = Some(cancel.clone());
     }
 
     /// Open a stream slot on the task's channel (creating the channel), bounded.
@@ -515,7 +535,7 @@ impl Engine {
         owner: &Owner,
         req: SendMessageRequest,
         stream: bool,
-    ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<()>), ProtocolError> {
+    ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<Option<Task>>), ProtocolError> {
         self.validate_send(&req)?;
         let mut slot = self.reserve_run(owner)?;
         let mut message = req.message;
@@ -530,6 +550,7 @@ impl Engine {
             None
         };
 
+        let cancel = self.inner.shutdown.child_token();
         let (task, history) = match message.task_id.clone() {
             Some(id) => {
                 let msg = message.clone();
@@ -594,8 +615,16 @@ impl Engine {
                     metadata: None,
                 };
                 push_history(&mut task, message.clone(), max_hist);
-                let (o, t) = (owner.clone(), task.clone());
-                self.blocking(move |i| i.store.put(&o, &t).map_err(store_error))
+                // The turn starts at once, so the task is stored as WORKING in its first write
+                // (one write fewer per message); the caller still sees it SUBMITTED first.
+                let mut working = task.clone();
+                working.status.state = TaskState::Working;
+                // Marked running before it is stored, so that a cancel that finds the task
+                // stored also finds the turn to stop.
+                self.mark_running(owner, &id, &cancel);
+                slot.task_id = Some(id.clone());
+                let o = owner.clone();
+                self.blocking(move |i| i.store.put(&o, &working).map_err(store_error))
                     .await?;
                 (task, Vec::new())
             }
@@ -616,21 +645,7 @@ impl Engine {
             None
         };
 
-        // Mark the channel running (creating it if no stream opened it).
-        let cancel = self.inner.shutdown.child_token();
-        {
-            let buffer = self.inner.limits.event_buffer.max(1);
-            let mut live = self.inner.lock_live();
-            let ch = live
-                .channels
-                .entry((owner.clone(), task.id.clone()))
-                .or_insert_with(|| Channel {
-                    tx: broadcast::channel(buffer).0,
-                    subscribers: 0,
-                    running: None,
-                });
-            ch.running = Some(cancel.clone());
-        }
+        self.mark_running(owner, &task.id, &cancel);
         slot.task_id = Some(task.id.clone());
 
         let (done_tx, done_rx) = oneshot::channel();
@@ -646,38 +661,44 @@ impl Engine {
         let owner = owner.clone();
         let fresh = task.status.state == TaskState::Submitted;
         tokio::spawn(async move {
-            engine.drive(owner, turn, fresh).await;
+            let last = engine.drive(owner, turn, fresh).await;
             drop(slot);
-            let _ = done_tx.send(());
+            let _ = done_tx.send(last);
         });
         Ok((task, events, done_rx))
     }
 
-    /// Run one turn to its end and store what it produced.
-    async fn drive(&self, owner: Owner, turn: Turn, fresh: bool) {
+    /// Run one turn to its end and store what it produced. Returns the task as the turn left
+    /// it, or `None` when the turn did not write the last state (canceled, shut down).
+    async fn drive(&self, owner: Owner, turn: Turn, fresh: bool) -> Option<Task> {
         let id = turn.task_id.clone();
         let gone = || ProtocolError::UnsupportedOperation(String::new());
         if fresh {
-            match self
-                .update(&owner, &id, gone(), |t, _| {
-                    t.status = TaskStatus {
+            // Stored WORKING when it was accepted (see `begin`); a cancel since then has
+            // stopped the token.
+            if turn.cancel.is_cancelled() {
+                return None;
+            }
+            self.inner.publish(
+                &owner,
+                &id,
+                StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                    task_id: id.clone(),
+                    context_id: turn.context_id.clone(),
+                    status: TaskStatus {
                         state: TaskState::Working,
                         message: None,
                         timestamp: Some(now()),
-                    };
-                    Ok(())
-                })
-                .await
-            {
-                Ok(t) => self.inner.publish(&owner, &id, status_event(&t)),
-                Err(_) => return, // canceled before it started
-            }
+                    },
+                    metadata: None,
+                }),
+            );
         } else {
             match self.load(&owner, &id).await {
                 Ok(Some(t)) if !t.status.state.is_terminal() => {
                     self.inner.publish(&owner, &id, status_event(&t))
                 }
-                _ => return, // canceled between acceptance and start
+                _ => return None, // canceled between acceptance and start
             }
         }
 
@@ -698,7 +719,7 @@ impl Engine {
         // Canceled (the cancel wrote the state) or shut down (the task stays as stored): a
         // handler that noticed the cancel first and returned does not get to write either.
         let Some(result) = result.filter(|_| !cancel.is_cancelled()) else {
-            return;
+            return None;
         };
         let outcome = match result {
             Ok(Ok(o)) => o,
@@ -761,8 +782,12 @@ impl Engine {
                     );
                 }
                 self.inner.publish(&owner, &id, status_event(&t));
+                Some(t)
             }
-            Err(e) => tracing::debug!(task = %id, error = %e, "turn outcome dropped"),
+            Err(e) => {
+                tracing::debug!(task = %id, error = %e, "turn outcome dropped");
+                None
+            }
         }
     }
 
@@ -830,11 +855,15 @@ impl Engine {
         if immediately {
             return Ok(SendMessageResponse::Task(self.shape(task, history_length)));
         }
-        let _ = tokio::time::timeout(self.inner.limits.max_blocking_wait, done).await;
-        let task = self
-            .load(owner, &task.id)
-            .await?
-            .ok_or_else(|| ProtocolError::TaskNotFound(task.id.clone()))?;
+        // The turn's last state when it wrote one; otherwise (canceled, still running at the
+        // wait's end) the stored task.
+        let task = match tokio::time::timeout(self.inner.limits.max_blocking_wait, done).await {
+            Ok(Ok(Some(t))) => t,
+            _ => self
+                .load(owner, &task.id)
+                .await?
+                .ok_or_else(|| ProtocolError::TaskNotFound(task.id.clone()))?,
+        };
         Ok(SendMessageResponse::Task(self.shape(task, history_length)))
     }
 

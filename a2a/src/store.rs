@@ -2,10 +2,12 @@
 //!
 //! # The trait is blocking
 //!
-//! The node implements this trait on RocksDB, whose calls block; the engine therefore calls
-//! every method from `tokio::task::spawn_blocking`, never from an async worker thread, and an
-//! implementation may block freely. One engine serves one agent: a node that hosts several
-//! agents gives each its own store (for RocksDB, a key prefix per agent).
+//! A store's calls may block: the engine calls every method from
+//! `tokio::task::spawn_blocking`, never from an async worker thread, unless the store says
+//! through [`TaskStore::runs_inline`] that its calls are short enough to run there (the
+//! in-memory store, and the node's RocksDB store, which writes to its log without a sync per
+//! write). One engine serves one agent: a node that hosts several agents gives each its own
+//! store (for RocksDB, a key prefix per agent).
 //!
 //! # Keys a RocksDB implementation would use
 //!
@@ -29,7 +31,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use a2a::{Task, TaskState};
+use a2a::{Task, TaskState, TaskStatus};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
@@ -110,15 +112,32 @@ pub struct TaskPage {
 /// The in-memory store stops counting `total_size` here.
 pub const MAX_COUNT: usize = 10_000;
 
-/// Task persistence. Blocking; see the module doc.
+/// Task persistence. Blocking unless [`TaskStore::runs_inline`] says otherwise; see the module
+/// doc.
 pub trait TaskStore: Send + Sync + 'static {
     /// The owner's task with this id, if the owner has one.
     fn get(&self, owner: &Owner, id: &str) -> Result<Option<Task>, StoreError>;
     /// Insert or replace the owner's task (`task.id`), moving its list-index entry to its
     /// current status time.
     fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError>;
+    /// Replace the owner's stored task by `task` (same id); `old` is the stored task's status.
+    /// The engine calls this under its per-task lock with the status of the task it has just
+    /// read, so a store may use it instead of reading the record again (to find the index
+    /// entries to move). The default calls [`TaskStore::put`].
+    fn replace(&self, owner: &Owner, old: &TaskStatus, task: &Task) -> Result<(), StoreError> {
+        let _ = old;
+        self.put(owner, task)
+    }
     /// One page of the owner's tasks.
     fn list(&self, owner: &Owner, query: &ListQuery) -> Result<TaskPage, StoreError>;
+    /// `true` when every call returns in microseconds without waiting on the network or on a
+    /// lock held across I/O (memory; an embedded store that does not sync to disk per write).
+    /// The engine then calls the store on the async worker that serves the request instead of
+    /// handing each call to `spawn_blocking`: a thread hand-off costs more than such a call.
+    /// The default is `false`.
+    fn runs_inline(&self) -> bool {
+        false
+    }
 }
 
 /// A task's status time in µs, the list order; a task without one sorts as the epoch.
@@ -219,6 +238,10 @@ impl TaskStore for MemoryStore {
         ));
         m.tasks.insert(key, task.clone());
         Ok(())
+    }
+
+    fn runs_inline(&self) -> bool {
+        true
     }
 
     fn list(&self, owner: &Owner, q: &ListQuery) -> Result<TaskPage, StoreError> {
