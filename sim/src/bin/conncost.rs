@@ -33,7 +33,9 @@ use libp2p::{gossipsub, noise, ping, tcp, yamux, Multiaddr};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-// No `#[global_allocator]`: the victim allocates as the `agentnet` binary does (the system's).
+/// The victim allocates as the `agentnet` binary does (mimalloc).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Command-line arguments.
 #[derive(Debug, Parser)]
