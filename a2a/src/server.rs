@@ -345,6 +345,109 @@ async fn card(State(s): State<Arc<Server>>) -> Response {
 
 // ---- JSON-RPC ------------------------------------------------------------------------------
 
+/// A JSON-RPC request as read off the wire: the members are kept as raw JSON text and checked
+/// one by one, so that `params` is deserialized once, straight into its request type (no
+/// intermediate `Value` tree: profiled, that was a tenth of a `SendMessage`'s CPU with the
+/// result's own `Value`).
+#[derive(serde::Deserialize)]
+struct RawEnvelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    id: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    method: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    params: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A checked JSON-RPC request.
+struct Envelope<'a> {
+    method: String,
+    params: Params<'a>,
+}
+
+/// A request's `params`: an object, or absent (read as `{}`).
+struct Params<'a>(Option<&'a str>);
+
+impl Params<'_> {
+    fn parse<T: DeserializeOwned>(&self) -> Result<T, ProtocolError> {
+        serde_json::from_str(self.0.unwrap_or("{}"))
+            .map_err(|e| ProtocolError::InvalidParams(e.to_string()))
+    }
+}
+
+impl<'a> Envelope<'a> {
+    /// Check the request; its `id` goes to `id_out` as soon as it is known to be valid, so
+    /// that an error about the other members still answers that id.
+    fn parse(body: &'a [u8], id_out: &mut Value) -> Result<Envelope<'a>, ProtocolError> {
+        use serde_json::error::Category;
+        let raw: RawEnvelope<'a> =
+            serde_json::from_slice(body).map_err(|e| match e.classify() {
+                Category::Data => ProtocolError::InvalidRequest(
+                    "a JSON-RPC request must be an object (batches are not supported)".into(),
+                ),
+                _ => ProtocolError::Parse(e.to_string()),
+            })?;
+        // Each member is valid JSON already (the parse above checked it); only its kind is
+        // checked here.
+        *id_out = match raw.id.map(|r| serde_json::from_str::<Value>(r.get())) {
+            Some(Ok(id @ (Value::String(_) | Value::Number(_) | Value::Null))) => id,
+            Some(_) => {
+                return Err(ProtocolError::InvalidRequest(
+                    "id must be a string, a number or null".into(),
+                ))
+            }
+            None => return Err(ProtocolError::InvalidRequest("id is required".into())),
+        };
+        if raw.jsonrpc.map(|r| r.get()) != Some("\"2.0\"") {
+            return Err(ProtocolError::InvalidRequest(
+                "jsonrpc must be \"2.0\"".into(),
+            ));
+        }
+        let method = match raw.method.map(|r| serde_json::from_str::<String>(r.get())) {
+            Some(Ok(m)) => m,
+            _ => {
+                return Err(ProtocolError::InvalidRequest(
+                    "method must be a string".into(),
+                ))
+            }
+        };
+        let params = match raw.params.map(|r| r.get()) {
+            None | Some("null") => Params(None),
+            Some(p) if p.starts_with('{') => Params(Some(p)),
+            Some(_) => {
+                return Err(ProtocolError::InvalidRequest(
+                    "params must be an object".into(),
+                ))
+            }
+        };
+        Ok(Envelope { method, params })
+    }
+}
+
+/// A JSON-RPC success, serialized straight from the result.
+fn rpc_ok<T: serde::Serialize>(id: &Value, result: &T) -> Result<Response, ProtocolError> {
+    #[derive(serde::Serialize)]
+    struct Success<'a, T> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a T,
+    }
+    let bytes = serde_json::to_vec(&Success {
+        jsonrpc: "2.0",
+        id,
+        result,
+    })
+    .map_err(|e| ProtocolError::Internal(format!("serializing: {e}")))?;
+    let mut r = Response::new(Body::from(bytes));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(r)
+}
+
 async fn jsonrpc(State(s): State<Arc<Server>>, req: Request) -> Response {
     let mut id = Value::Null;
     match jsonrpc_inner(&s, req, &mut id).await {
@@ -359,73 +462,38 @@ async fn jsonrpc_inner(
     id_out: &mut Value,
 ) -> Result<Response, ProtocolError> {
     let (parts, body) = s.read(req).await?;
-    let v: Value =
-        serde_json::from_slice(&body).map_err(|e| ProtocolError::Parse(e.to_string()))?;
-    let Value::Object(mut obj) = v else {
-        return Err(ProtocolError::InvalidRequest(
-            "a JSON-RPC request must be an object (batches are not supported)".into(),
-        ));
-    };
-    match obj.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => *id_out = id.clone(),
-        Some(_) => {
-            return Err(ProtocolError::InvalidRequest(
-                "id must be a string, a number or null".into(),
-            ))
-        }
-        None => return Err(ProtocolError::InvalidRequest("id is required".into())),
-    }
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(ProtocolError::InvalidRequest(
-            "jsonrpc must be \"2.0\"".into(),
-        ));
-    }
-    let Some(Value::String(method)) = obj.remove("method") else {
-        return Err(ProtocolError::InvalidRequest(
-            "method must be a string".into(),
-        ));
-    };
-    let params = match obj.remove("params") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(p @ Value::Object(_)) => p,
-        Some(_) => {
-            return Err(ProtocolError::InvalidRequest(
-                "params must be an object".into(),
-            ))
-        }
-    };
+    let env = Envelope::parse(&body, id_out)?;
     check_version(&parts)?;
     let owner = s.caller(&parts, &body).await?;
     let id = id_out.clone();
-    let ok = |result: Value| {
-        json_response(
-            StatusCode::OK,
-            "application/json",
-            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        )
-    };
+    let params = env.params;
+    let method = env.method;
     let e = &s.engine;
     let keep_alive = e.limits().keep_alive;
     Ok(match method.as_str() {
-        "SendMessage" => ok(to_value(&e.send_message(&owner, parse(params)?).await?)?),
-        "GetTask" => ok(to_value(
-            &e.get_task(&owner, parse::<GetTaskRequest>(params)?).await?,
-        )?),
-        "ListTasks" => ok(to_value(
-            &e.list_tasks(&owner, parse::<ListTasksRequest>(params)?)
+        "SendMessage" => rpc_ok(&id, &e.send_message(&owner, params.parse()?).await?)?,
+        "GetTask" => rpc_ok(
+            &id,
+            &e.get_task(&owner, params.parse::<GetTaskRequest>()?)
                 .await?,
-        )?),
-        "CancelTask" => ok(to_value(
-            &e.cancel_task(&owner, parse::<CancelTaskRequest>(params)?)
+        )?,
+        "ListTasks" => rpc_ok(
+            &id,
+            &e.list_tasks(&owner, params.parse::<ListTasksRequest>()?)
                 .await?,
-        )?),
-        "GetExtendedAgentCard" => ok(s.extended(&owner)?),
+        )?,
+        "CancelTask" => rpc_ok(
+            &id,
+            &e.cancel_task(&owner, params.parse::<CancelTaskRequest>()?)
+                .await?,
+        )?,
+        "GetExtendedAgentCard" => rpc_ok(&id, &s.extended(&owner)?)?,
         "SendStreamingMessage" | "SubscribeToTask" => {
             let events = if method == "SendStreamingMessage" {
-                e.send_streaming(&owner, parse::<SendMessageRequest>(params)?)
+                e.send_streaming(&owner, params.parse::<SendMessageRequest>()?)
                     .await?
             } else {
-                e.subscribe(&owner, parse::<SubscribeToTaskRequest>(params)?)
+                e.subscribe(&owner, params.parse::<SubscribeToTaskRequest>()?)
                     .await?
             };
             let id = id_out.clone();

@@ -301,9 +301,50 @@ async fn media_types_and_json_rpc_errors() {
         assert_eq!(r["error"]["code"], -32601, "{m}");
         assert_eq!(r["id"], 7);
     }
-    // Not a request object: -32600.
+    // Not a request object: -32600; the id is answered once it is known to be valid.
     let (_, r) = h.rpc("echo", None, "GetTask", json!([1])).await;
     assert_eq!(r["error"]["code"], -32600);
+    assert_eq!(r["id"], 7);
+    for (body, id) in [
+        (
+            json!([{"jsonrpc": "2.0", "id": 1, "method": "GetTask"}]),
+            json!(null),
+        ),
+        (json!({"jsonrpc": "2.0", "method": "GetTask"}), json!(null)),
+        (
+            json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "GetTask"}),
+            json!(null),
+        ),
+        (
+            json!({"jsonrpc": "1.0", "id": 9, "method": "GetTask"}),
+            json!(9),
+        ),
+        (json!({"id": "x", "method": "GetTask"}), json!("x")),
+        (json!({"jsonrpc": "2.0", "id": 9, "method": 5}), json!(9)),
+        (
+            json!({"jsonrpc": "2.0", "id": 9, "method": "GetTask", "params": "p"}),
+            json!(9),
+        ),
+    ] {
+        let r: serde_json::Value = h
+            .http
+            .post(h.url("/echo"))
+            .header("content-type", "application/json")
+            .header("A2A-Version", "1.0")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["error"]["code"], -32600, "{body}");
+        assert_eq!(r["id"], id, "{body}");
+    }
+    // `params` null or absent reads as `{}`: GetTask then lacks its id (-32602 or not found),
+    // never -32600.
+    let (_, r) = h.rpc("echo", None, "GetTask", json!(null)).await;
+    assert_ne!(r["error"]["code"], -32600, "{r}");
     // Invalid params: -32602.
     let (_, r) = h
         .rpc("echo", None, "SendMessage", json!({"message": 5}))
