@@ -607,30 +607,36 @@ fn process_exists(pid: u32) -> bool {
 /// CancelTask over HTTP on a `command` agent's running task: the answer is CANCELED at once,
 /// the command's process is killed (its pid leaves `/proc`), and the task stays CANCELED, with
 /// no artifact, after the command would have finished.
+///
+/// The command waits for a gate file, so it never ends by itself while the test checks the
+/// kill (a timed command could end on its own and pass for killed); opening the gate afterwards
+/// is when it would have finished.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canceling_a_command_task_kills_its_process_and_the_task_stays_canceled() {
-    const SLEEP_SECS: u64 = 3;
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("command.pid");
+    let gate = dir.path().join("gate");
+    let finished = dir.path().join("finished");
     let mut o = Options::local(dir.path().join("node"));
-    // `exec` keeps the pid the shell wrote: the process to be killed is the one named in it.
     o.hosted = toml_config(&format!(
         r#"
 [[agent]]
-id = "sleepy"
+id = "gated"
 kind = "command"
-command = ["sh", "-c", "echo $$ > '{pid}'; exec sleep {SLEEP_SECS}"]
+command = ["sh", "-c", "echo $$ > '{pid}'; while [ ! -e '{gate}' ]; do sleep 0.05; done; touch '{finished}'; echo finished"]
 timeout_secs = 60
 policy = "open"
 publish = false
 "#,
-        pid = pid_file.display()
+        pid = pid_file.display(),
+        gate = gate.display(),
+        finished = finished.display(),
     ));
     let node = daemon::start(o).await.expect("the node starts");
-    let url = format!("{}/a2a/sleepy", base(&node));
+    let url = format!("{}/a2a/gated", base(&node));
     let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
         "params": {
-            "message": {"role": "ROLE_USER", "parts": [{"text": "zzz"}], "messageId": uuid()},
+            "message": {"role": "ROLE_USER", "parts": [{"text": "wait"}], "messageId": uuid()},
             "configuration": {"returnImmediately": true}}}))
     .unwrap();
     let (status, v) = post(&url, body, None).await;
@@ -649,7 +655,6 @@ publish = false
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pid = pid.expect("the command started and wrote its pid");
-    let started = std::time::Instant::now();
     assert!(
         process_exists(pid),
         "the command {pid} runs before the cancel"
@@ -662,8 +667,8 @@ publish = false
         "the cancel answers with the canceled task: {v}"
     );
 
-    // The process is killed (and reaped), well before its sleep would end.
-    for _ in 0..200 {
+    // The process is killed and reaped (it cannot end by itself: the gate is closed).
+    for _ in 0..400 {
         if !process_exists(pid) {
             break;
         }
@@ -675,9 +680,11 @@ publish = false
         std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
     );
 
-    // After the command would have finished, the task is still CANCELED, over both bindings.
-    let finish = Duration::from_secs(SLEEP_SECS) + Duration::from_millis(500);
-    tokio::time::sleep(finish.saturating_sub(started.elapsed())).await;
+    // Open the gate: a command still running would now finish (in 50 ms); give it 20 times
+    // that. The task is still CANCELED, over both bindings, and the command never finished.
+    std::fs::write(&gate, b"").unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!finished.exists(), "the canceled command ran to its end");
     let (_, v) = post(&url, rpc_body("GetTask", json!({"id": id})), None).await;
     assert_eq!(v["result"]["status"]["state"], "TASK_STATE_CANCELED", "{v}");
     assert!(
