@@ -834,8 +834,8 @@ async fn did_web_fetches_stop_when_the_client_budget_is_spent() {
 }
 
 /// No DID document is fetched for a request that fails a cheap check: a signature dated an
-/// hour ago or an hour ahead, or a Content-Digest that is not the body's, is refused (401)
-/// before the signer's did:web document is fetched. The same DID's good request then fetches
+/// hour ago or an hour ahead, a Content-Digest that is not the body's, or a legacy DIDWba
+/// header an hour old, is refused (401) before the signer's did:web document is fetched. The same DID's good request then fetches
 /// it (so the server was reachable and the zero counted something).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_failing_cheap_checks_fetch_no_did_document() {
@@ -880,6 +880,24 @@ async fn requests_failing_cheap_checks_fetch_no_did_document() {
         hits.load(Ordering::SeqCst),
         0,
         "a wrong content digest made the node fetch the document"
+    );
+    // ANP's legacy DIDWba header dated an hour ago: refused before any fetch too.
+    let fragment = me.kid.to_string();
+    let fragment = fragment.rsplit_once('#').unwrap().1;
+    let auth = httpsig::sign_legacy(
+        &me.key,
+        me.kid.did(),
+        fragment,
+        "127.0.0.1",
+        &httpsig::new_nonce(),
+        &httpsig::format_utc_timestamp(now - 3600),
+    );
+    let (s, v) = send(vec![("authorization".into(), auth)], body.clone()).await;
+    assert_eq!(s, 401, "an old DIDWba header was accepted: {v}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "an old DIDWba header made the node fetch the document"
     );
     // The same DID, signing properly: one fetch, served.
     let (s, v) = send(
