@@ -1,10 +1,15 @@
 //! End to end with the real binary: `agentnet up --config node.toml` hosting A2A agents,
 //! called by the official Python SDK client (a2a-sdk) over both bindings, anonymously and with
-//! requests signed by the official ANP SDK (PyPI `anp`); tasks surviving a killed node.
+//! requests signed by the official ANP SDK (PyPI `anp`), and by the official JavaScript SDK
+//! client (`@a2a-js/sdk`); tasks surviving a killed node.
 //!
-//! Needs the interop venv (`bash interop/setup.sh`); fails (never skips) without it.
+//! Needs the interop venv (`bash interop/setup.sh`); fails (never skips) without it. The JS
+//! test needs `node` and `interop/node/node_modules`: without them it skips, except under
+//! `scripts/test.sh` (`AGENTNET_INTEROP_REQUIRED`), where it fails.
 
 mod common;
+#[path = "../a2a/tests/common/sdk_client.rs"]
+mod sdk_client;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -54,9 +59,15 @@ struct Node {
 impl Node {
     /// `agentnet up --config <dir>/node.toml --http 127.0.0.1:0` (the flag overrides the file).
     fn start(dir: &Path) -> Node {
+        Node::start_with(dir, CONFIG)
+    }
+
+    /// [`Node::start`] with `config` as the configuration file.
+    fn start_with(dir: &Path, config: &str) -> Node {
         std::fs::create_dir_all(dir).unwrap();
+        let config_text = config;
         let config = dir.join("node.toml");
-        std::fs::write(&config, CONFIG).unwrap();
+        std::fs::write(&config, config_text).unwrap();
         let _ = std::fs::remove_file(dir.join("node.json"));
         let child = Command::new(BIN)
             .args([
@@ -301,4 +312,91 @@ fn tasks_survive_a_killed_node() {
         stdout(&o),
         stderr(&o)
     );
+}
+
+/// The official JavaScript SDK's client (`@a2a-js/sdk` 1.3.0, `interop/node/a2a_client.mjs`)
+/// against the binary's hosted agents, over both bindings: the card fetched from the node,
+/// send, get, list, unknown task, cancel, stream, the INPUT_REQUIRED round (a second message
+/// with the task's id), subscribe and the lifecycle errors, checked by the same helper as the
+/// a2a crate's interop tests. Twice per binding: anonymously against `open` agents (where the
+/// list is empty: anonymous tasks are reachable by id only), and against `did` agents with
+/// every request signed with a did:key (RFC 9421, by the script's fetch wrapper: the JS SDK
+/// has no DID signing), where the list holds the caller's tasks.
+#[test]
+fn js_sdk_client_calls_hosted_agents_over_both_bindings() {
+    let js_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/node");
+    let node_ok = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node_ok || !js_dir.join("node_modules/@a2a-js/sdk").exists() {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
+        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start_with(
+        &dir.path().join("node"),
+        r#"
+[node]
+mdns = false
+listen = ["/ip4/127.0.0.1/tcp/0"]
+
+[[agent]]
+id = "echo"
+kind = "echo"
+policy = "open"
+publish = false
+
+[[agent]]
+id = "ask-name"
+kind = "ask"
+policy = "open"
+work_ms = 500
+publish = false
+
+[[agent]]
+id = "did-echo"
+name = "echo"
+kind = "echo"
+publish = false
+
+[[agent]]
+id = "did-ask"
+kind = "ask"
+work_ms = 500
+publish = false
+"#,
+    );
+    let base = format!("http://{}/a2a", node.info["http"].as_str().unwrap());
+    let key = SecretKey::generate();
+    let did = key.did_key();
+    let kid = did.with_fragment(did.method_specific_id()).to_string();
+    let seed: String = key.seed().iter().map(|b| format!("{b:02x}")).collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for (binding, transport) in [
+        ("JSONRPC", "JsonRpcTransport"),
+        ("HTTP+JSON", "_RestTransport"),
+    ] {
+        let runs: [(&str, &str, Vec<&str>); 2] = [
+            ("echo", "ask-name", vec!["--anonymous"]),
+            ("did-echo", "did-ask", vec!["--sign", &seed, &kid]),
+        ];
+        for (echo, ask, who) in runs {
+            let mut cmd = tokio::process::Command::new("node");
+            cmd.current_dir(&js_dir)
+                .arg("a2a_client.mjs")
+                .arg(&base)
+                .arg(binding)
+                .args(&who)
+                .env("A2A_ECHO", echo)
+                .env("A2A_ASK", ask);
+            let what = format!("{binding} {}", who[0]);
+            rt.block_on(sdk_client::assert_sdk_client_passes(cmd, &what, transport));
+        }
+    }
 }

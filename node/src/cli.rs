@@ -537,6 +537,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         json: args.json,
         quiet: false,
         hosted: cfg,
+        resolver: Default::default(),
     };
     daemon::run(opts).await?;
     Ok(ExitCode::SUCCESS)

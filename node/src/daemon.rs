@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentnet_did::resolver::Options as ResolverOptions;
 use agentnet_did::{Resolver, SecretKey};
 use agentnet_discovery::advert::{Limits, Validator};
 use agentnet_discovery::net::{self, TransportKind};
@@ -86,6 +87,9 @@ pub struct Options {
     pub public_url: Option<String>,
     /// The hosted agents, task retention and verifier bounds (`agentnet up --config`).
     pub hosted: FileConfig,
+    /// How the node resolves did:web and did:wba (advert validation and the hosted agents'
+    /// callers); default: public HTTPS only. Tests and local testnets allow loopback here.
+    pub resolver: ResolverOptions,
 }
 
 impl Options {
@@ -108,6 +112,7 @@ impl Options {
             quiet: true,
             public_url: None,
             hosted: FileConfig::default(),
+            resolver: ResolverOptions::default(),
         }
     }
 }
@@ -379,7 +384,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             source,
         })??
     };
-    let resolver = Resolver::new(Default::default()).map_err(Error::Resolver)?;
+    let resolver = Resolver::new(opts.resolver.clone()).map_err(Error::Resolver)?;
     let limits = Limits::default();
     let max_ttl = limits.max_ttl;
     let validator = Validator::new(resolver.clone(), limits);

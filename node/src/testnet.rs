@@ -546,6 +546,7 @@ async fn exercise(
             } else {
                 Default::default()
             },
+            resolver: Default::default(),
         })
         .await
         .with_context(|| format!("starting node {} in {}", i + 1, data_dir.display()))?;

@@ -4,10 +4,17 @@
 use std::path::Path;
 use std::time::Duration;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
 use agentnet_did::httpsig;
-use agentnet_did::SecretKey;
+use agentnet_did::resolver::Options as ResolverOptions;
+use agentnet_did::web::HttpOptions;
+use agentnet_did::{DidUrl, SecretKey};
 use agentnet_node::daemon::{self, Options, Running};
 use agentnet_node::hosted::FileConfig;
+use agentnet_node::identity::{self, DomainSpec, Identity};
 use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
@@ -60,33 +67,57 @@ fn toml_config(s: &str) -> FileConfig {
 
 struct Caller {
     key: SecretKey,
+    kid: DidUrl,
 }
 
 impl Caller {
+    /// A fresh did:key caller.
     fn new() -> Self {
+        let key = SecretKey::generate();
+        let did = key.did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        Caller { key, kid }
+    }
+
+    /// A caller signing as a domain identity (did:web, did:wba).
+    fn of(id: &Identity) -> Self {
         Caller {
-            key: SecretKey::generate(),
+            key: SecretKey::from_seed(&id.key().seed()),
+            kid: id.kid().clone(),
         }
     }
 
     fn did(&self) -> String {
-        self.key.did_key().to_string()
+        self.kid.did().to_string()
     }
 
     fn headers(&self, method: &str, url: &str, body: &[u8], nonce: &str) -> Vec<(String, String)> {
-        let did = self.key.did_key();
-        let kid = did.with_fragment(did.method_specific_id());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let h = httpsig::sign(&self.key, &kid, method, url, body, now, nonce).unwrap();
+        self.headers_at(method, url, body, nonce, unix_now())
+    }
+
+    /// Signature headers as if signed at `now` (Unix seconds).
+    fn headers_at(
+        &self,
+        method: &str,
+        url: &str,
+        body: &[u8],
+        nonce: &str,
+        now: u64,
+    ) -> Vec<(String, String)> {
+        let h = httpsig::sign(&self.key, &self.kid, method, url, body, now, nonce).unwrap();
         vec![
             ("content-digest".into(), h.content_digest),
             ("signature-input".into(), h.signature_input),
             ("signature".into(), h.signature),
         ]
     }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 fn send_body(text: &str, task_id: Option<&str>) -> Vec<u8> {
@@ -566,4 +597,319 @@ publish = false
     );
     node.shutdown().await;
     upstream.shutdown().await;
+}
+
+/// Whether process `pid` still exists (running, or a zombie nobody reaped).
+fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// CancelTask over HTTP on a `command` agent's running task: the answer is CANCELED at once,
+/// the command's process is killed (its pid leaves `/proc`), and the task stays CANCELED, with
+/// no artifact, after the command would have finished.
+///
+/// The command waits for a gate file, so it never ends by itself while the test checks the
+/// kill (a timed command could end on its own and pass for killed); opening the gate afterwards
+/// is when it would have finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceling_a_command_task_kills_its_process_and_the_task_stays_canceled() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("command.pid");
+    let gate = dir.path().join("gate");
+    let finished = dir.path().join("finished");
+    let mut o = Options::local(dir.path().join("node"));
+    o.hosted = toml_config(&format!(
+        r#"
+[[agent]]
+id = "gated"
+kind = "command"
+command = ["sh", "-c", "echo $$ > '{pid}'; while [ ! -e '{gate}' ]; do sleep 0.05; done; touch '{finished}'; echo finished"]
+timeout_secs = 60
+policy = "open"
+publish = false
+"#,
+        pid = pid_file.display(),
+        gate = gate.display(),
+        finished = finished.display(),
+    ));
+    let node = daemon::start(o).await.expect("the node starts");
+    let url = format!("{}/a2a/gated", base(&node));
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {
+            "message": {"role": "ROLE_USER", "parts": [{"text": "wait"}], "messageId": uuid()},
+            "configuration": {"returnImmediately": true}}}))
+    .unwrap();
+    let (status, v) = post(&url, body, None).await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["result"]["task"]["id"].as_str().unwrap().to_string();
+
+    // The command runs: it wrote its pid.
+    let mut pid = None;
+    for _ in 0..200 {
+        pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if pid.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = pid.expect("the command started and wrote its pid");
+    assert!(
+        process_exists(pid),
+        "the command {pid} runs before the cancel"
+    );
+
+    let (status, v) = post(&url, rpc_body("CancelTask", json!({"id": id})), None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "the cancel answers with the canceled task: {v}"
+    );
+
+    // The process is killed and reaped (it cannot end by itself: the gate is closed).
+    for _ in 0..400 {
+        if !process_exists(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        !process_exists(pid),
+        "the canceled task's command {pid} is still there: {}",
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
+    );
+
+    // Open the gate: a command still running would now finish (in 50 ms); give it 20 times
+    // that. The task is still CANCELED, over both bindings, and the command never finished.
+    std::fs::write(&gate, b"").unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!finished.exists(), "the canceled command ran to its end");
+    let (_, v) = post(&url, rpc_body("GetTask", json!({"id": id})), None).await;
+    assert_eq!(v["result"]["status"]["state"], "TASK_STATE_CANCELED", "{v}");
+    assert!(
+        v["result"]["artifacts"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
+        "a canceled command leaves no artifact: {v}"
+    );
+    let rest: Value = reqwest::Client::new()
+        .get(format!("{url}/tasks/{id}"))
+        .header("A2A-Version", "1.0")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rest["status"]["state"], "TASK_STATE_CANCELED", "{rest}");
+    // And it takes no more messages.
+    let (_, v) = post(&url, send_body("wake up", Some(&id)), None).await;
+    assert_eq!(v["error"]["code"], -32004, "{v}");
+    node.shutdown().await;
+}
+
+/// An HTTP server on 127.0.0.1 serving DID documents (path → body) and counting every request
+/// it gets, found or not.
+async fn counting_did_server(
+    docs: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    hits: Arc<AtomicUsize>,
+) -> u16 {
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let docs = docs.clone();
+        let hits = hits.clone();
+        async move {
+            hits.fetch_add(1, Ordering::SeqCst);
+            match docs.lock().unwrap().get(uri.path()) {
+                Some(b) => (
+                    axum::http::StatusCode::OK,
+                    [("content-type", "application/json")],
+                    b.clone(),
+                ),
+                None => (
+                    axum::http::StatusCode::NOT_FOUND,
+                    [("content-type", "text/plain")],
+                    b"not found".to_vec(),
+                ),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+/// A did:web identity `did:web:127.0.0.1%3A<port>:users:<name>`, its document put on the
+/// counting server.
+fn web_identity(port: u16, name: &str, docs: &Mutex<HashMap<String, Vec<u8>>>) -> Identity {
+    let key = SecretKey::generate();
+    let spec = DomainSpec::Web(format!("127.0.0.1%3A{port}:users:{name}"));
+    let (did, doc) = identity::create(&spec, &key, "2026-01-01T00:00:00Z").unwrap();
+    let path = agentnet_did::web::document_url(&did)
+        .unwrap()
+        .path()
+        .to_owned();
+    docs.lock()
+        .unwrap()
+        .insert(path, serde_json::to_vec(&doc.to_json()).unwrap());
+    Identity::from_document(did, &doc, key).unwrap()
+}
+
+/// A node whose resolver fetches did:web documents from loopback over plain HTTP (the counting
+/// server), with `auth` as its `[auth]` section and one `did` echo agent.
+async fn start_resolving_loopback(dir: &Path, auth: &str) -> Running {
+    let mut o = Options::local(dir.to_path_buf());
+    o.hosted = toml_config(&format!(
+        "[auth]\n{auth}\n\n[[agent]]\nid = \"echo\"\nkind = \"echo\"\npublish = false\n"
+    ));
+    o.resolver = ResolverOptions {
+        http: HttpOptions {
+            allow_http_loopback: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    daemon::start(o).await.expect("the node starts")
+}
+
+/// The per-address budget of DID document fetches, over HTTP: each signed request from a new
+/// did:web DID costs the client's address one fetch; once its budget (3 here, no refill) is
+/// spent, a request from yet another did:web DID is refused with 401 and nothing is fetched,
+/// while a did:key caller (no fetch needed) and a did:web caller whose document is cached are
+/// still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn did_web_fetches_stop_when_the_client_budget_is_spent() {
+    let docs = Arc::new(Mutex::new(HashMap::new()));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let port = counting_did_server(docs.clone(), hits.clone()).await;
+    let webs: Vec<Identity> = (0..6)
+        .map(|i| web_identity(port, &format!("u{i}"), &docs))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    // No refill: the test does not depend on how long it takes.
+    let node =
+        start_resolving_loopback(dir.path(), "fetch_burst = 3\nfetches_per_minute = 0").await;
+    let url = format!("{}/a2a/echo", base(&node));
+
+    // Three new did:web callers: each document is fetched once, each request served.
+    for (i, id) in webs[..3].iter().enumerate() {
+        let (s, v) = post(&url, send_body("hi", None), Some((&Caller::of(id), None))).await;
+        assert_eq!(s, 200, "{}: {v}", id.did());
+        assert_eq!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{v}"
+        );
+        assert_eq!(hits.load(Ordering::SeqCst), i + 1, "one fetch per new DID");
+    }
+    // The budget is spent: further new did:web callers are refused, and nothing is fetched.
+    for id in &webs[3..] {
+        let (s, v) = post(&url, send_body("hi", None), Some((&Caller::of(id), None))).await;
+        assert_eq!(s, 401, "{}: {v}", id.did());
+        assert!(v.to_string().contains("too many DID resolutions"), "{v}");
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            3,
+            "a request past the budget fetched {}",
+            id.did()
+        );
+    }
+    // A did:key caller needs no fetch: still served.
+    let (s, v) = post(&url, send_body("hi", None), Some((&Caller::new(), None))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    // A did:web caller whose document is cached costs nothing: still served, no fetch.
+    let (s, v) = post(
+        &url,
+        send_body("again", None),
+        Some((&Caller::of(&webs[0]), None)),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+    node.shutdown().await;
+}
+
+/// No DID document is fetched for a request that fails a cheap check: a signature dated an
+/// hour ago or an hour ahead, a Content-Digest that is not the body's, or a legacy DIDWba
+/// header an hour old, is refused (401) before the signer's did:web document is fetched. The same DID's good request then fetches
+/// it (so the server was reachable and the zero counted something).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_failing_cheap_checks_fetch_no_did_document() {
+    let docs = Arc::new(Mutex::new(HashMap::new()));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let port = counting_did_server(docs.clone(), hits.clone()).await;
+    let me = Caller::of(&web_identity(port, "me", &docs));
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_resolving_loopback(dir.path(), "").await;
+    let url = format!("{}/a2a/echo", base(&node));
+    let send = |headers: Vec<(String, String)>, body: Vec<u8>| {
+        let url = url.clone();
+        async move {
+            let mut req = reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/a2a+json")
+                .header("A2A-Version", "1.0");
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            let r = req.body(body).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let body = send_body("hi", None);
+    let now = unix_now();
+    for (what, at) in [("an hour old", now - 3600), ("an hour ahead", now + 3600)] {
+        let h = me.headers_at("POST", &url, &body, &httpsig::new_nonce(), at);
+        let (s, v) = send(h, body.clone()).await;
+        assert_eq!(s, 401, "a signature {what} was accepted: {v}");
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            0,
+            "a signature {what} made the node fetch the document"
+        );
+    }
+    let h = me.headers("POST", &url, b"another body", &httpsig::new_nonce());
+    let (s, v) = send(h, body.clone()).await;
+    assert_eq!(s, 401, "a wrong content digest was accepted: {v}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a wrong content digest made the node fetch the document"
+    );
+    // ANP's legacy DIDWba header dated an hour ago: refused before any fetch too.
+    let fragment = me.kid.to_string();
+    let fragment = fragment.rsplit_once('#').unwrap().1;
+    let auth = httpsig::sign_legacy(
+        &me.key,
+        me.kid.did(),
+        fragment,
+        "127.0.0.1",
+        &httpsig::new_nonce(),
+        &httpsig::format_utc_timestamp(now - 3600),
+    );
+    let (s, v) = send(vec![("authorization".into(), auth)], body.clone()).await;
+    assert_eq!(s, 401, "an old DIDWba header was accepted: {v}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "an old DIDWba header made the node fetch the document"
+    );
+    // The same DID, signing properly: one fetch, served.
+    let (s, v) = send(
+        me.headers("POST", &url, &body, &httpsig::new_nonce()),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(s, 200, "{} {v}", me.did());
+    assert_eq!(
+        v["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    node.shutdown().await;
 }

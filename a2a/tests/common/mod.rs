@@ -14,6 +14,10 @@ use agentnet_a2a::types::{Message, Part, Role, SendMessageConfiguration, SendMes
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::Value;
 
+mod sdk_client;
+#[allow(unused_imports)] // only the interop tests use it
+pub use sdk_client::assert_sdk_client_passes;
+
 /// The test's identity header: the test authenticator takes the caller from it ("bad" is a
 /// signature that does not verify). Stands in for the node's RFC 9421 verifier.
 pub const CALLER: &str = "x-test-caller";
@@ -188,45 +192,3 @@ pub fn immediately(mut r: SendMessageRequest) -> SendMessageRequest {
 }
 
 pub const BINDINGS: [Binding; 2] = [Binding::JsonRpc, Binding::HttpJson];
-
-/// Run an SDK's client script (`cmd`, already given its arguments) against a test server over
-/// `binding`, and check its one-line JSON summary: every check passed, in order, over the
-/// `transport` the SDK was expected to pick.
-pub async fn assert_sdk_client_passes(
-    mut cmd: tokio::process::Command,
-    binding: &str,
-    transport: &str,
-) {
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .expect("the SDK client timed out")
-        .expect("running the SDK client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!("{binding}: no JSON summary ({e})\nstdout: {stdout}\nstderr: {stderr}")
-    });
-    assert_eq!(
-        summary["ok"], true,
-        "{binding}: {summary}\nstderr: {stderr}"
-    );
-    assert_eq!(
-        summary["transport"], transport,
-        "{binding}: the SDK chose another binding"
-    );
-    assert_eq!(
-        summary["checks"],
-        serde_json::json!([
-            "card",
-            "send",
-            "get",
-            "list",
-            "task-not-found",
-            "cancel",
-            "stream",
-            "subscribe",
-            "errors"
-        ])
-    );
-    assert!(out.status.success());
-}
