@@ -578,6 +578,25 @@ async fn read_capped(
     Ok(Ok(out))
 }
 
+/// A command's process group (the command leads it), killed when the turn ends however it ends
+/// (done, failed, timed out, canceled, or its future dropped): nothing the command started in
+/// the background outlives its turn. `kill_on_drop` alone kills only the command itself.
+struct ProcessGroup(u32);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        let Ok(pgid) = libc::pid_t::try_from(self.0) else {
+            return;
+        };
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours; a negative pid
+        // names the process group. The group is ours: the command was started as its leader,
+        // and its id cannot be reused while any member lives.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
 impl Handler for CommandAgent {
     fn handle(
         &self,
@@ -595,8 +614,10 @@ impl Handler for CommandAgent {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .kill_on_drop(true)
+                .process_group(0)
                 .spawn()
                 .map_err(|e| HandlerError(format!("starting {}: {e}", argv[0])))?;
+            let _group = child.id().map(ProcessGroup);
             let mut stdin = child.stdin.take();
             let mut stdout = child
                 .stdout

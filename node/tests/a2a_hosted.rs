@@ -600,13 +600,21 @@ publish = false
 }
 
 /// Whether process `pid` still exists (running, or a zombie nobody reaped).
+/// The process runs (a zombie, killed and waiting for its parent to reap it, does not).
 fn process_exists(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) S …`: the state follows the last `)`.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .is_some_and(|state| state != 'Z')
 }
 
 /// CancelTask over HTTP on a `command` agent's running task: the answer is CANCELED at once,
 /// the command's process is killed (its pid leaves `/proc`), and the task stays CANCELED, with
-/// no artifact, after the command would have finished.
+/// no artifact, after the command would have finished. What the command started in the
+/// background is killed with it (the turn's process group).
 ///
 /// The command waits for a gate file, so it never ends by itself while the test checks the
 /// kill (a timed command could end on its own and pass for killed); opening the gate afterwards
@@ -615,22 +623,26 @@ fn process_exists(pid: u32) -> bool {
 async fn canceling_a_command_task_kills_its_process_and_the_task_stays_canceled() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("command.pid");
+    let bg_pid_file = dir.path().join("background.pid");
     let gate = dir.path().join("gate");
     let finished = dir.path().join("finished");
+    let bg_finished = dir.path().join("background-finished");
     let mut o = Options::local(dir.path().join("node"));
     o.hosted = toml_config(&format!(
         r#"
 [[agent]]
 id = "gated"
 kind = "command"
-command = ["sh", "-c", "echo $$ > '{pid}'; while [ ! -e '{gate}' ]; do sleep 0.05; done; touch '{finished}'; echo finished"]
+command = ["sh", "-c", "(while [ ! -e '{gate}' ]; do sleep 0.05; done; touch '{bg_finished}') & echo $! > '{bg_pid}'; echo $$ > '{pid}'; while [ ! -e '{gate}' ]; do sleep 0.05; done; touch '{finished}'; echo finished"]
 timeout_secs = 60
 policy = "open"
 publish = false
 "#,
         pid = pid_file.display(),
+        bg_pid = bg_pid_file.display(),
         gate = gate.display(),
         finished = finished.display(),
+        bg_finished = bg_finished.display(),
     ));
     let node = daemon::start(o).await.expect("the node starts");
     let url = format!("{}/a2a/gated", base(&node));
@@ -659,6 +671,12 @@ publish = false
         process_exists(pid),
         "the command {pid} runs before the cancel"
     );
+    let bg_pid: u32 = std::fs::read_to_string(&bg_pid_file)
+        .expect("the background pid is written before the command's own")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(process_exists(bg_pid), "the background child {bg_pid} runs");
 
     let (status, v) = post(&url, rpc_body("CancelTask", json!({"id": id})), None).await;
     assert_eq!(status, 200, "{v}");
@@ -679,12 +697,26 @@ publish = false
         "the canceled task's command {pid} is still there: {}",
         std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
     );
+    for _ in 0..400 {
+        if !process_exists(bg_pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        !process_exists(bg_pid),
+        "the command's background child {bg_pid} outlived the cancel"
+    );
 
     // Open the gate: a command still running would now finish (in 50 ms); give it 20 times
     // that. The task is still CANCELED, over both bindings, and the command never finished.
     std::fs::write(&gate, b"").unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!finished.exists(), "the canceled command ran to its end");
+    assert!(
+        !bg_finished.exists(),
+        "the canceled command's background child ran to its end"
+    );
     let (_, v) = post(&url, rpc_body("GetTask", json!({"id": id})), None).await;
     assert_eq!(v["result"]["status"]["state"], "TASK_STATE_CANCELED", "{v}");
     assert!(
