@@ -22,9 +22,8 @@
 #                    10000 per DID, for 360 s]
 #   ONLY             space-separated subset of: node-open node-did a2a-lf python
 #   OUT_DIR          where wrk's outputs go
-# Build first (release):
-#   CARGO_TARGET_DIR=/root/.cache/agentnet/target-release cargo build --offline --release \
-#     --bin agentnet -p agentnet-sim --bin signed_requests    (two commands: see docs/BENCHMARKS.md)
+# Build first (release; docs/BENCHMARKS.md, "A2A: baselines and signed load"):
+#   CARGO_TARGET_DIR=/root/.cache/agentnet/target-release cargo build --offline --release --workspace --bins
 #   (cd bench/a2a-lf-echo && CARGO_TARGET_DIR=/root/.cache/agentnet/target-bench cargo build --release --offline)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
