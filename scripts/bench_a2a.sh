@@ -3,6 +3,7 @@
 # tasks persisted in its RocksDB, with wrk at 16 connections.
 #   scripts/bench_a2a.sh [AGENTNET_BINARY] [SECONDS]
 # Prints wrk's summary and the node's resident memory idle and after the load.
+# scripts/bench_a2a_compare.sh runs the same load against the baselines and DID-signed requests.
 set -euo pipefail
 BIN=${1:-target/release/agentnet}
 SECS=${2:-10}
@@ -28,19 +29,8 @@ PID=$!
 for _ in $(seq 300); do [ -f "$DIR/data/node.json" ] && break; sleep 0.1; done
 HTTP=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['http'])" "$DIR/data/node.json")
 URL="http://$HTTP/a2a/echo"
-cat > "$DIR/send.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/a2a+json"
-wrk.headers["A2A-Version"] = "1.0"
-local n = 0
-request = function()
-  n = n + 1
-  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"m-' .. n .. '-' .. math.random(1e9) .. '"}}}'
-  return wrk.format(nil, nil, nil, body)
-end
-LUA
 echo "idle RSS: $(grep VmRSS /proc/$PID/status)"
-wrk -t2 -c16 -d"${SECS}s" --latency -s "$DIR/send.lua" "$URL"
+wrk -t2 -c16 -d"${SECS}s" --latency -s "$(dirname "$0")/wrk_send_message.lua" "$URL"
 echo "after-load RSS: $(grep VmRSS /proc/$PID/status)"
 # One response, to show a completed task with its artifact.
 curl -s -H 'Content-Type: application/a2a+json' -H 'A2A-Version: 1.0' \

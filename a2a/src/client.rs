@@ -70,6 +70,20 @@ pub struct SignRequest<'a> {
     pub body: &'a [u8],
 }
 
+/// A request built, and signed, as the client sends it, not sent
+/// ([`Client::prepare_send_message`]).
+#[derive(Debug, Clone)]
+pub struct PreparedRequest {
+    /// The HTTP method.
+    pub method: Method,
+    /// The full URL.
+    pub url: Url,
+    /// Every header the client sets (content type, accept, `A2A-Version`, the signature's).
+    pub headers: HeaderMap,
+    /// The body bytes (empty for none).
+    pub body: Vec<u8>,
+}
+
 /// A signer could not sign.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("signing the request: {0}")]
@@ -546,14 +560,15 @@ impl Client {
         Ok(url)
     }
 
-    async fn send(
+    /// Build (and sign, when the client has a signer) a request without sending it.
+    async fn prepare(
         &self,
         method: Method,
         url: Url,
         body: Option<Vec<u8>>,
         content_type: &'static str,
         expect: Expect,
-    ) -> Result<reqwest::Response, ClientError> {
+    ) -> Result<PreparedRequest, ClientError> {
         let mut headers = HeaderMap::new();
         headers.insert(VERSION_HEADER, HeaderValue::from_static(PROTOCOL_VERSION));
         headers.insert(
@@ -566,21 +581,37 @@ impl Client {
         if body.is_some() {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         }
-        let bytes = body.unwrap_or_default();
+        let body = body.unwrap_or_default();
         if let Some(signer) = &self.signer {
             let extra = signer
                 .sign(SignRequest {
                     method: &method,
                     url: &url,
                     headers: &headers,
-                    body: &bytes,
+                    body: &body,
                 })
                 .await?;
             headers.extend(extra);
         }
+        Ok(PreparedRequest {
+            method,
+            url,
+            headers,
+            body,
+        })
+    }
+
+    /// Send a prepared request.
+    async fn execute(&self, req: PreparedRequest) -> Result<reqwest::Response, ClientError> {
+        let PreparedRequest {
+            method,
+            url,
+            headers,
+            body,
+        } = req;
         let mut rb = self.http.request(method, url.clone()).headers(headers);
-        if !bytes.is_empty() {
-            rb = rb.body(bytes);
+        if !body.is_empty() {
+            rb = rb.body(body);
         }
         rb.send().await.map_err(|source| ClientError::Http {
             url: url.to_string(),
@@ -649,19 +680,20 @@ impl Client {
         }
     }
 
-    async fn call(
+    /// The request for one operation, in the client's binding, built and signed.
+    async fn prepare_call(
         &self,
         jsonrpc_method: &str,
         params: Value,
         rest: (Method, Url, Option<Value>),
         expect: Expect,
-    ) -> Result<reqwest::Response, ClientError> {
+    ) -> Result<PreparedRequest, ClientError> {
         match self.endpoint.binding {
             Binding::JsonRpc => {
                 let id = uuid::Uuid::new_v4().to_string();
                 let body =
                     json!({"jsonrpc": "2.0", "id": id, "method": jsonrpc_method, "params": params});
-                self.send(
+                self.prepare(
                     Method::POST,
                     self.endpoint.url.clone(),
                     Some(serde_json::to_vec(&body).unwrap_or_default()),
@@ -673,9 +705,22 @@ impl Client {
             Binding::HttpJson => {
                 let (method, url, body) = rest;
                 let body = body.map(|b| serde_json::to_vec(&b).unwrap_or_default());
-                self.send(method, url, body, A2A_JSON, expect).await
+                self.prepare(method, url, body, A2A_JSON, expect).await
             }
         }
+    }
+
+    async fn call(
+        &self,
+        jsonrpc_method: &str,
+        params: Value,
+        rest: (Method, Url, Option<Value>),
+        expect: Expect,
+    ) -> Result<reqwest::Response, ClientError> {
+        let req = self
+            .prepare_call(jsonrpc_method, params, rest, expect)
+            .await?;
+        self.execute(req).await
     }
 
     async fn unary<T: DeserializeOwned>(
@@ -740,6 +785,24 @@ impl Client {
         let url = self.rest_url(&["message:send"], &[])?;
         self.unary("SendMessage", p.clone(), (Method::POST, url, Some(p)))
             .await
+    }
+
+    /// The `SendMessage` request exactly as [`Client::send_message`] would send it (signed by
+    /// the client's [`Signer`], if any), without sending it: for load generators that replay
+    /// pre-signed requests (`agentnet-sim --bin signed_requests`).
+    pub async fn prepare_send_message(
+        &self,
+        req: &SendMessageRequest,
+    ) -> Result<PreparedRequest, ClientError> {
+        let p = Self::to_json(req);
+        let url = self.rest_url(&["message:send"], &[])?;
+        self.prepare_call(
+            "SendMessage",
+            p.clone(),
+            (Method::POST, url, Some(p)),
+            Expect::Json,
+        )
+        .await
     }
 
     /// `SendStreamingMessage`.

@@ -613,12 +613,7 @@ impl Caller {
         progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Outcome, CallError> {
         let client = self.client(agent)?;
-        let req = SendMessageRequest {
-            message: msg,
-            configuration: None,
-            metadata: None,
-            tenant: None,
-        };
+        let req = send_request(msg);
         let task_id = if self.opts.stream {
             match self.follow_stream(&client, &req, progress).await? {
                 Ok(id) => id,
@@ -771,8 +766,19 @@ fn get(id: &str, history_length: Option<i32>) -> GetTaskRequest {
     }
 }
 
-/// A user message with `text`, continuing `task` if given.
-fn message(text: &str, task: Option<&Task>) -> Result<Message, CallError> {
+/// The `SendMessage` request a call sends for `msg` (no configuration: the server's defaults).
+pub fn send_request(msg: Message) -> SendMessageRequest {
+    SendMessageRequest {
+        message: msg,
+        configuration: None,
+        metadata: None,
+        tenant: None,
+    }
+}
+
+/// A user message with `text`, continuing `task` if given: what `agentnet call "text"` sends
+/// (a fresh `messageId` each time).
+pub fn message(text: &str, task: Option<&Task>) -> Result<Message, CallError> {
     if text.is_empty() || text.len() > MAX_TEXT {
         return Err(CallError::BadText);
     }

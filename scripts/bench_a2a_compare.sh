@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# A2A SendMessage load, one client, four servers: wrk (2 threads, 16 connections, SECONDS each)
+# against
+#   node-open  our node's hosted echo agent, policy open (tasks in its RocksDB)
+#   node-did   our node's hosted echo agent, policy did, replaying requests pre-signed as
+#              `agentnet call` signs them (agentnet-sim --bin signed_requests, scripts/wrk_replay.lua)
+#   a2a-lf     the echo agent on the official Rust server crate, a2a-server-lf 0.5, in memory
+#              (bench/a2a-lf-echo)
+#   python     the echo agent on the Python a2a-sdk 1.3.0 server, in memory (bench/python_echo_server.py)
+# Each server is started fresh, checked with one request (a completed task with an artifact;
+# for node-did, three pre-signed requests from the file succeed and a replay of one is refused)
+# before the load. Prints a table: req/s, p50, p99, non-2xx responses, and for our node its RSS
+# idle and after the load. wrk's full output is kept in OUT_DIR (default: a temporary directory).
+#
+#   scripts/bench_a2a_compare.sh [AGENTNET_BINARY] [SECONDS]
+# Environment (defaults in brackets):
+#   SIGNED_REQUESTS  the generator [the signed_requests binary next to AGENTNET_BINARY]
+#   LF_ECHO          [/root/.cache/agentnet/target-bench/release/a2a-lf-echo]
+#   PYTHON           [~/.cache/agentnet/venv/bin/python]
+#   DIDS             did:key identities signing the load [32]
+#   SIGNED_REQUESTS_N  pre-signed requests [90000; the node's nonce cache holds 100000 in all,
+#                    10000 per DID, for 360 s]
+#   ONLY             space-separated subset of: node-open node-did a2a-lf python
+#   OUT_DIR          where wrk's outputs go
+# Build first (release; docs/BENCHMARKS.md, "A2A: baselines and signed load"):
+#   CARGO_TARGET_DIR=/root/.cache/agentnet/target-release cargo build --offline --release --workspace --bins
+#   (cd bench/a2a-lf-echo && CARGO_TARGET_DIR=/root/.cache/agentnet/target-bench cargo build --release --offline)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+BIN=$(realpath "${1:-target/release/agentnet}")
+SECS=${2:-10}
+SIGNED_REQUESTS=${SIGNED_REQUESTS:-$(dirname "$BIN")/signed_requests}
+LF_ECHO=${LF_ECHO:-/root/.cache/agentnet/target-bench/release/a2a-lf-echo}
+PYTHON=${PYTHON:-$HOME/.cache/agentnet/venv/bin/python}
+DIDS=${DIDS:-32}
+N=${SIGNED_REQUESTS_N:-90000}
+ONLY=${ONLY:-node-open node-did a2a-lf python}
+command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
+for f in "$BIN" "$SIGNED_REQUESTS" "$LF_ECHO" "$PYTHON"; do
+  [ -x "$f" ] || { echo "missing: $f (see the build commands at the top of $0)" >&2; exit 2; }
+done
+DIR=$(mktemp -d)
+OUT_DIR=${OUT_DIR:-$DIR/out}
+mkdir -p "$OUT_DIR"
+PID=
+stop() { if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=; fi; }
+trap 'stop; rm -rf "$DIR"' EXIT
+
+rss() { awk '/VmRSS/ {printf "%.1f MB", $2/1024}' "/proc/$1/status"; }
+
+# A SendMessage with the unsigned load's body; the answer must be a completed task with an artifact.
+check_unsigned() {
+  local url=$1 out
+  out=$(curl -s -H 'Content-Type: application/a2a+json' -H 'A2A-Version: 1.0' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"check-1"}}}' "$url")
+  grep -q '"TASK_STATE_COMPLETED"' <<<"$out" && grep -q '"artifacts":\[{' <<<"$out" \
+    || { echo "check failed at $url: $out" >&2; exit 1; }
+}
+
+# Send one line of a requests file with curl; prints the HTTP status then the body.
+replay_line() {
+  local base=$1 line=$2 f args=() i
+  IFS=$'\t' read -r -a f <<<"$line"
+  for ((i = 2; i < ${#f[@]} - 1; i++)); do args+=(-H "${f[i]}"); done
+  curl -s -w '\n%{http_code}' -X "${f[0]}" "${args[@]}" --data-binary "${f[-1]}" "$base${f[1]}"
+}
+
+start_node() {
+  local name=$1
+  mkdir -p "$DIR/$name"
+  cat > "$DIR/$name/node.toml" <<'TOML'
+[node]
+http = "127.0.0.1:0"
+mdns = false
+listen = ["/ip4/127.0.0.1/tcp/0"]
+[tasks]
+max_per_owner = 100000000
+max_tasks = 100000000
+[[agent]]
+id = "echo"
+kind = "echo"
+policy = "open"
+publish = false
+[[agent]]
+id = "echo-did"
+kind = "echo"
+policy = "did"
+publish = false
+TOML
+  "$BIN" up --config "$DIR/$name/node.toml" --data-dir "$DIR/$name/data" \
+    >"$DIR/$name/up.out" 2>"$DIR/$name/up.err" &
+  PID=$!
+  for _ in $(seq 300); do [ -f "$DIR/$name/data/node.json" ] && break; sleep 0.1; done
+  [ -f "$DIR/$name/data/node.json" ] || { cat "$DIR/$name/up.err" >&2; exit 1; }
+  NODE_BASE="http://$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['http'])" "$DIR/$name/data/node.json")"
+}
+
+# Start a baseline server that prints its JSON-RPC URL on its first stdout line.
+start_printing_url() {
+  local name=$1; shift
+  mkdir -p "$DIR/$name"
+  "$@" >"$DIR/$name/out" 2>"$DIR/$name/err" &
+  PID=$!
+  for _ in $(seq 300); do [ -s "$DIR/$name/out" ] && break; sleep 0.1; done
+  URL=$(head -n1 "$DIR/$name/out")
+  [ -n "$URL" ] || { cat "$DIR/$name/err" >&2; exit 1; }
+  # uvicorn accepts shortly after printing.
+  for _ in $(seq 100); do curl -s -o /dev/null "$URL" && break; sleep 0.1; done
+}
+
+# wrk against $2 with the Lua script $3 (plus env from the caller); output kept as $1.wrk.
+run_wrk() {
+  local name=$1 url=$2 lua=$3
+  WRK_THREADS=2 wrk -t2 -c16 -d"${SECS}s" --latency -s "$lua" "$url" >"$OUT_DIR/$name.wrk" 2>&1 \
+    || { cat "$OUT_DIR/$name.wrk" >&2; exit 1; }
+}
+
+ROWS=()
+row() {
+  local name=$1 idle=${2:--} after=${3:--} w="$OUT_DIR/$1.wrk" rps p50 p99 non2xx errs
+  rps=$(awk '/^Requests\/sec:/ {print $2}' "$w")
+  p50=$(awk '$1 == "50%" {print $2}' "$w")
+  p99=$(awk '$1 == "99%" {print $2}' "$w")
+  non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$w"); non2xx=${non2xx:-0}
+  errs=$(awk '/Socket errors:/ {sub(/^ *Socket errors: */, ""); print}' "$w"); errs=${errs:-none}
+  if grep -q '^replay: [1-9]' "$w"; then
+    errs="$errs; RAN OUT of pre-signed requests (figures invalid: raise SIGNED_REQUESTS_N or lower SECONDS)"
+  fi
+  ROWS+=("$(printf '%-10s %10s %9s %9s %8s  %-13s %-13s %s' "$name" "$rps" "$p50" "$p99" "$non2xx" "$idle" "$after" "$errs")")
+}
+
+echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at start; wrk -t2 -c16 -d${SECS}s on the same machine"
+for target in $ONLY; do
+  case $target in
+    node-open)
+      start_node node-open
+      check_unsigned "$NODE_BASE/a2a/echo"
+      idle=$(rss "$PID")
+      run_wrk node-open "$NODE_BASE/a2a/echo" "$HERE/wrk_send_message.lua"
+      row node-open "$idle" "$(rss "$PID")"
+      stop
+      ;;
+    node-did)
+      start_node node-did
+      "$SIGNED_REQUESTS" --agent "$NODE_BASE/a2a/echo-did" --dids "$DIDS" --requests "$N" \
+        --out "$DIR/signed.tsv" --check 3 --check-out "$DIR/check.tsv"
+      # Unsigned: refused.
+      code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/a2a+json' -H 'A2A-Version: 1.0' \
+        -d '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"u-1"}}}' \
+        "$NODE_BASE/a2a/echo-did")
+      [ "$code" = 401 ] || { echo "an unsigned request to the did agent got $code, not 401" >&2; exit 1; }
+      while IFS= read -r line; do
+        out=$(replay_line "$NODE_BASE" "$line")
+        [ "$(tail -n1 <<<"$out")" = 200 ] && grep -q '"TASK_STATE_COMPLETED"' <<<"$out" \
+          && grep -q '"artifacts":\[{' <<<"$out" \
+          || { echo "a pre-signed request failed: $out" >&2; exit 1; }
+      done <"$DIR/check.tsv"
+      out=$(replay_line "$NODE_BASE" "$(head -n1 "$DIR/check.tsv")")
+      [ "$(tail -n1 <<<"$out")" = 401 ] || { echo "a replayed request was not refused: $out" >&2; exit 1; }
+      echo "node-did: 3 pre-signed requests completed with an artifact; an unsigned one and a replay got 401"
+      idle=$(rss "$PID")
+      REQUESTS="$DIR/signed.tsv" run_wrk node-did "$NODE_BASE/a2a/echo-did" "$HERE/wrk_replay.lua"
+      row node-did "$idle" "$(rss "$PID")"
+      stop
+      ;;
+    a2a-lf)
+      start_printing_url a2a-lf "$LF_ECHO"
+      check_unsigned "$URL"
+      run_wrk a2a-lf "$URL" "$HERE/wrk_send_message.lua"
+      row a2a-lf
+      stop
+      ;;
+    python)
+      start_printing_url python "$PYTHON" "$ROOT/bench/python_echo_server.py"
+      check_unsigned "$URL"
+      run_wrk python "$URL" "$HERE/wrk_send_message.lua"
+      row python
+      stop
+      ;;
+    *) echo "unknown target: $target" >&2; exit 2 ;;
+  esac
+done
+for f in "$OUT_DIR"/*.wrk; do echo "== $(basename "$f" .wrk)"; cat "$f"; done
+echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+printf '%-10s %10s %9s %9s %8s  %-13s %-13s %s\n' server req/s p50 p99 non-2xx "RSS idle" "RSS after" "socket errors"
+printf '%s\n' "${ROWS[@]}"

@@ -1,0 +1,66 @@
+-- wrk script: replay pre-signed requests from a file, one line per request, each sent once.
+--   REQUESTS=reqs.tsv wrk -t2 -c16 -d10s --latency -s scripts/wrk_replay.lua URL
+-- Line format (agentnet-sim --bin signed_requests): METHOD \t PATH \t "Name: value"... \t BODY.
+-- wrk thread k of T takes lines k, k+T, k+2T, ... so no line is sent twice. A thread that runs
+-- out of lines stops (wrk.thread:stop()); done() reports how many threads ran out, since their
+-- last seconds were not under load.
+local threads = {}
+local counter = 0
+
+function setup(thread)
+  thread:set("id", counter)
+  table.insert(threads, thread)
+  counter = counter + 1
+end
+
+local file, lineno, nthreads
+-- A global, so that done() can read it with thread:get().
+out_of_lines = 0
+
+function init(args)
+  local path = os.getenv("REQUESTS")
+  if not path then error("set REQUESTS to the requests file") end
+  file = assert(io.open(path, "r"))
+  lineno = -1
+  nthreads = tonumber(os.getenv("WRK_THREADS") or "2")
+  out_of_lines = 0
+end
+
+local function split(line)
+  local fields = {}
+  for f in string.gmatch(line, "([^\t]*)\t?") do
+    table.insert(fields, f)
+  end
+  -- gmatch yields one empty match at the end of the string.
+  if fields[#fields] == "" then table.remove(fields) end
+  return fields
+end
+
+function request()
+  while true do
+    local line = file:read("*l")
+    if not line then
+      out_of_lines = 1
+      wrk.thread:stop()
+      return wrk.format("GET", "/")
+    end
+    lineno = lineno + 1
+    if lineno % nthreads == id then
+      local f = split(line)
+      local headers = {}
+      for i = 3, #f - 1 do
+        local name, value = string.match(f[i], "^([^:]+): (.*)$")
+        headers[name] = value
+      end
+      return wrk.format(f[1], f[2], headers, f[#f])
+    end
+  end
+end
+
+function done(summary, latency, requests)
+  local ran_out = 0
+  for _, t in ipairs(threads) do
+    ran_out = ran_out + (t:get("out_of_lines") or 0)
+  end
+  io.write(string.format("replay: %d of %d threads ran out of requests\n", ran_out, #threads))
+end

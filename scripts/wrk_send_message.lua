@@ -1,0 +1,11 @@
+-- wrk script: JSON-RPC SendMessage with a fresh messageId per request (the unsigned load of
+-- scripts/bench_a2a.sh and scripts/bench_a2a_compare.sh).
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/a2a+json"
+wrk.headers["A2A-Version"] = "1.0"
+local n = 0
+request = function()
+  n = n + 1
+  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"m-' .. n .. '-' .. math.random(1e9) .. '"}}}'
+  return wrk.format(nil, nil, nil, body)
+end
