@@ -278,6 +278,38 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
     .await;
     assert!(e.contains("not waiting for input"), "{e}");
 
+    // Without waiting: the task comes back at once; get_task follows it until it asks.
+    let started = ok(
+        c,
+        "send_message",
+        json!({"did": ask_did, "text": "hi", "wait_secs": 0}),
+    )
+    .await;
+    let task_id = started["task_id"].clone();
+    let mut state = started["state"].clone();
+    for _ in 0..200 {
+        if state == "TASK_STATE_INPUT_REQUIRED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t = ok(c, "get_task", json!({"did": ask_did, "task_id": task_id})).await;
+        state = t["state"].clone();
+    }
+    assert_eq!(state, "TASK_STATE_INPUT_REQUIRED", "{how}");
+    // Answered: the same task completes with a greeting.
+    let answered = ok(
+        c,
+        "send_message",
+        json!({"did": ask_did, "task_id": task_id, "text": "Ada"}),
+    )
+    .await;
+    assert_eq!(answered["task_id"], task_id);
+    assert_eq!(answered["state"], "TASK_STATE_COMPLETED", "{answered}");
+    assert!(
+        answered["texts"][0].as_str().unwrap().contains("Ada"),
+        "{answered}"
+    );
+
     let peers = ok(c, "list_peers", json!({})).await;
     assert_eq!(peers["peer_id"], node.info["peer_id"], "{how}");
 
