@@ -433,13 +433,12 @@ fn explain(e: &CallError) -> String {
 impl Server {
     /// A server reaching the node through `directory`.
     pub fn new(directory: Arc<dyn Directory>, cfg: Config) -> Self {
-        let opts = {
-            let mut o = CallOptions::default();
-            o.allow_private = cfg.allow_private;
-            o.timeout = Duration::from_secs(MAX_WAIT_SECS);
-            o.poll_initial = Duration::from_millis(100);
-            o.poll_max = Duration::from_secs(2);
-            o
+        let opts = CallOptions {
+            allow_private: cfg.allow_private,
+            timeout: Duration::from_secs(MAX_WAIT_SECS),
+            poll_initial: Duration::from_millis(100),
+            poll_max: Duration::from_secs(2),
+            ..Default::default()
         };
         let caller = Caller::new(
             Some(directory.clone()),
