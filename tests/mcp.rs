@@ -684,3 +684,44 @@ async fn chunked_status(admin: &str, headers: &[(&str, String)], body: &[u8]) ->
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("no status line: {line:?}"))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_of_the_earlier_era_are_capped() {
+    let node = Node::start().await;
+    let url = node.url();
+    let init = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}))
+    .unwrap();
+    let h = vec![
+        ("content-type", "application/json".to_owned()),
+        ("accept", "application/json, text/event-stream".to_owned()),
+    ];
+    let mut ids = Vec::new();
+    for _ in 0..agentnet_node::mcp::http::MAX_SESSIONS {
+        let (s, headers, text) = post(&url, &h, init.clone()).await;
+        assert_eq!(s, 200, "{text}");
+        ids.push(headers["mcp-session-id"].to_str().unwrap().to_owned());
+    }
+    // rmcp answers a session manager's refusal with 500; the text says why.
+    let (s, _, text) = post(&url, &h, init.clone()).await;
+    assert_eq!(s, 500, "{text}");
+    assert!(text.contains("too many MCP sessions"), "{text}");
+    // Stateless requests need no session: still served.
+    let (mh, body) = modern("tools/list", 1);
+    let (s, _, _) = post(&url, &mh, serde_json::to_vec(&body).unwrap()).await;
+    assert_eq!(s, 200);
+    // A closed session makes room.
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let s = http
+        .delete(&url)
+        .header("mcp-session-id", &ids[0])
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(s.is_success(), "{s}");
+    let (s, _, text) = post(&url, &h, init).await;
+    assert_eq!(s, 200, "{text}");
+}

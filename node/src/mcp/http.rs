@@ -23,7 +23,14 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use futures_core::Stream;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError,
+};
+use rmcp::transport::streamable_http_server::session::{
+    ServerSseMessage, SessionId, SessionManager,
+};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +39,91 @@ use crate::auth::Token;
 
 /// Where the MCP endpoint is.
 pub const PATH: &str = "/mcp";
+/// Most open sessions of the 2025-11-25 era (each has a task and a channel; the 2026-07-28 era
+/// has none). A session closes after 5 minutes idle (rmcp's default) or on `DELETE`.
+pub const MAX_SESSIONS: usize = 256;
+
+/// Why a session operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// [`MAX_SESSIONS`] are open.
+    #[error(
+        "too many MCP sessions are open ({MAX_SESSIONS}); close one or use protocol 2026-07-28"
+    )]
+    TooMany,
+    /// rmcp's session manager failed.
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+}
+
+/// rmcp's in-memory session manager, with at most [`MAX_SESSIONS`] sessions.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    local: LocalSessionManager,
+}
+
+impl SessionManager for Sessions {
+    type Error = SessionError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        // Checked, then created: concurrent creations may pass the check together, a few
+        // over the bound at most (one per connection in flight).
+        if self.local.sessions.read().await.len() >= MAX_SESSIONS {
+            tracing::warn!(max = MAX_SESSIONS, "refused an MCP session: too many open");
+            return Err(SessionError::TooMany);
+        }
+        Ok(self.local.create_session().await?)
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.local.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.local.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        Ok(self.local.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.local.create_stream(id, message).await?)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.local.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.local.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.local.resume(id, last_event_id).await?)
+    }
+}
 
 /// The `Host` values accepted on a listener bound at `addr`.
 pub fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
@@ -104,7 +196,7 @@ pub fn router(server: Server, addr: SocketAddr, token: Token, stop: Cancellation
         .with_cancellation_token(stop);
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(Sessions::default()),
         cfg,
     );
     Router::new()
