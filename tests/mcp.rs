@@ -725,3 +725,118 @@ async fn sessions_of_the_earlier_era_are_capped() {
     let (s, _, text) = post(&url, &h, init).await;
     assert_eq!(s, 200, "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_as_identity_is_refused_and_the_node_started_for_it_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let stranger = SecretKey::generate().did_key().to_string();
+    let out = Command::new(BIN)
+        .arg("mcp")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--as", &stranger])
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("--as {stranger}")), "{err}");
+    assert!(!data.join("node.json").exists());
+}
+
+/// Run `agentnet args` to completion; its standard output, or a panic with its stderr.
+async fn agentnet(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "agentnet {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_signs_with_another_identity_of_the_data_directory() {
+    let node = Node::start().await;
+    let data = node.data();
+    let data_s = data.to_str().unwrap();
+    // A second did:key, installed in the node's data directory by publishing once with it.
+    let other = node.dir.path().join("other");
+    let init: Value = serde_json::from_str(
+        &agentnet(&["init", "--data-dir", other.to_str().unwrap(), "--json"]).await,
+    )
+    .unwrap();
+    let other_did = init["did"].as_str().unwrap().to_owned();
+    let card = node.dir.path().join("card.json");
+    std::fs::write(
+        &card,
+        agentnet_a2a::samples::card("other", "Another identity", "http://127.0.0.1:9/x")
+            .to_string(),
+    )
+    .unwrap();
+    agentnet(&[
+        "publish",
+        "--data-dir",
+        data_s,
+        "--card",
+        card.to_str().unwrap(),
+        "--key",
+        other.join("node.key").to_str().unwrap(),
+    ])
+    .await;
+
+    let me = stdio_client(&data, "2026-07-28").await;
+    let echo =
+        ok(&me, "discover_agents", json!({"tags": ["echo-mcp"]})).await["agents"][0]["did"].clone();
+    let sent_as_node = ok(&me, "send_message", json!({"did": echo, "text": "a"})).await;
+
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "mcp",
+        "--data-dir",
+        data_s,
+        "--allow-private",
+        "--as",
+        &other_did,
+    ])
+    .env_remove("AGENTNET_DATA_DIR");
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let them = ().serve_with_lifecycle(transport, mode("2026-07-28")).await.unwrap();
+    let sent_as_other = ok(&them, "send_message", json!({"did": echo, "text": "b"})).await;
+    assert_eq!(sent_as_other["texts"], json!(["b"]));
+
+    // Tasks belong to the DID that signed: each identity reads its own, not the other's.
+    let own = json!({"did": echo, "task_id": sent_as_other["task_id"]});
+    assert_eq!(
+        ok(&them, "get_task", own.clone()).await["texts"],
+        json!(["b"])
+    );
+    let e = failed(&me, "get_task", own).await;
+    assert!(e.contains("agent answered with an error"), "{e}");
+    let e = failed(
+        &them,
+        "get_task",
+        json!({"did": echo, "task_id": sent_as_node["task_id"]}),
+    )
+    .await;
+    assert!(e.contains("agent answered with an error"), "{e}");
+    me.cancel().await.unwrap();
+    them.cancel().await.unwrap();
+}

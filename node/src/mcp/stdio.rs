@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentnet_did::{Resolver, SecretKey};
+use anyhow::Context as _;
 use rmcp::ServiceExt as _;
 
 use super::{Config, Server};
@@ -71,28 +72,32 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             (Arc::new(node.admin_state().clone()), Some(node))
         }
     };
+    let result = serve(directory, &opts).await;
+    // The node started here stops whatever happened, so that node.json does not outlive it.
+    if let Some(node) = node {
+        node.shutdown().await;
+    }
+    result
+}
+
+async fn serve(directory: Arc<dyn Directory>, opts: &Options) -> anyhow::Result<()> {
+    let dir = &opts.data_dir;
     let id = match &opts.as_did {
-        Some(did) => AgentKeys::new(dir).load_identity(did)?,
-        None => Identity::did_key(SecretKey::load(&data_dir::key_file(dir))?),
+        Some(did) => AgentKeys::new(dir)
+            .load_identity(did)
+            .with_context(|| format!("--as {did}"))?,
+        None => Identity::did_key(
+            SecretKey::load(&data_dir::key_file(dir)).context("loading the node key")?,
+        ),
     };
     let cfg = Config {
         resolver: Resolver::new(opts.resolver.clone()).map_err(anyhow::Error::msg)?,
         signer: Some(Arc::new(DidSigner::new(id))),
         allow_private: opts.allow_private,
     };
-    let served = Server::new(directory, cfg)
+    let service = Server::new(directory, cfg)
         .serve(rmcp::transport::stdio())
-        .await;
-    let result = match served {
-        Ok(service) => service
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(anyhow::Error::from),
-        Err(e) => Err(anyhow::Error::from(e)),
-    };
-    if let Some(node) = node {
-        node.shutdown().await;
-    }
-    result
+        .await?;
+    service.waiting().await?;
+    Ok(())
 }
