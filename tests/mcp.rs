@@ -597,6 +597,39 @@ async fn http_refuses_what_the_spec_refuses() {
     assert_eq!(s, 400, "{text}");
     let err: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(err["error"]["code"], -32020, "{text}");
+    // A required header missing: 400 too.
+    let without: Vec<_> = h
+        .iter()
+        .filter(|(k, _)| *k != "mcp-method")
+        .cloned()
+        .collect();
+    let (s, _, text) = post(&url, &without, bytes.clone()).await;
+    assert_eq!(s, 400, "{text}");
+    // The same for Mcp-Name on a tools/call, and MCP-Protocol-Version against the body's _meta.
+    let mut call = modern("tools/call", 3);
+    call.1["params"]["name"] = json!("list_peers");
+    call.1["params"]["arguments"] = json!({});
+    let call_bytes = serde_json::to_vec(&call.1).unwrap();
+    let (s, _, text) = post(
+        &url,
+        &with(&call.0, "mcp-name", "list_peers"),
+        call_bytes.clone(),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    let (s, _, text) = post(&url, &with(&call.0, "mcp-name", "send_message"), call_bytes).await;
+    assert_eq!(s, 400, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["error"]["code"],
+        -32020
+    );
+    let (s, _, text) = post(
+        &url,
+        &with(&h, "mcp-protocol-version", "2025-11-25"),
+        bytes.clone(),
+    )
+    .await;
+    assert_eq!(s, 400, "{text}");
 
     // A tools/call whose arguments are not the schema's, or out of our bounds: a tool error the
     // model reads (the spec's input validation errors); an unknown tool: a JSON-RPC error.
@@ -616,6 +649,20 @@ async fn http_refuses_what_the_spec_refuses() {
     let (s, _, text) = post(&url, &hh, serde_json::to_vec(&call.1).unwrap()).await;
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["error"]["code"], -32602, "{s}: {text}");
+
+    // No GET stream in 2026-07-28: 405.
+    let s = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(s.as_u16(), 405);
 
     // The earlier era: initialize opens a session.
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
