@@ -718,9 +718,7 @@ impl Engine {
         }
         // Canceled (the cancel wrote the state) or shut down (the task stays as stored): a
         // handler that noticed the cancel first and returned does not get to write either.
-        let Some(result) = result.filter(|_| !cancel.is_cancelled()) else {
-            return None;
-        };
+        let result = result.filter(|_| !cancel.is_cancelled())?;
         let outcome = match result {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => Outcome::Failed {

@@ -126,7 +126,7 @@ pub fn document(key: &ed25519_dalek::VerifyingKey, opts: Options) -> Document {
     };
     let key_agreement = if opts.key_agreement {
         let x = x25519_multikey(key);
-        vec![MethodRef::Embedded(VerificationMethod {
+        vec![MethodRef::Embedded(Box::new(VerificationMethod {
             id: format!("{did}#{x}"),
             kind: match opts.format {
                 KeyFormat::Multikey => "Multikey",
@@ -138,7 +138,7 @@ pub fn document(key: &ed25519_dalek::VerifyingKey, opts: Options) -> Document {
             public_key_jwk: None,
             public_key_base58: None,
             extra: Default::default(),
-        })]
+        }))]
     } else {
         Vec::new()
     };

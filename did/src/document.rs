@@ -114,8 +114,8 @@ impl VerificationMethod {
 pub enum MethodRef {
     /// A DID URL naming a method in `verificationMethod`.
     Reference(String),
-    /// A method defined in place.
-    Embedded(VerificationMethod),
+    /// A method defined in place (boxed: a method is large, a reference is one string).
+    Embedded(Box<VerificationMethod>),
 }
 
 impl MethodRef {
@@ -326,7 +326,7 @@ impl Document {
             .map(|vm| (vm.id.as_str(), Some(vm)))
             .chain(embedded.map(|r| match r {
                 MethodRef::Reference(id) => (id.as_str(), None),
-                MethodRef::Embedded(vm) => (vm.id.as_str(), Some(vm)),
+                MethodRef::Embedded(vm) => (vm.id.as_str(), Some(&**vm)),
             }));
         for (id, vm) in all {
             let abs = self.absolute(id);
@@ -388,7 +388,7 @@ impl Document {
             .find(|r| self.absolute(r.id()) == wanted)
             .ok_or_else(not_authorized)?;
         match entry {
-            MethodRef::Embedded(vm) => Ok(vm),
+            MethodRef::Embedded(vm) => Ok(&**vm),
             MethodRef::Reference(_) => self
                 .verification_method
                 .iter()

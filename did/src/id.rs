@@ -311,15 +311,11 @@ fn check_url_part(part: &str) -> Result<(), ()> {
             | b'@'
             | b'/'
             | b'?' => i += 1,
-            b'%' => {
-                if bytes.len() > i + 2
-                    && bytes[i + 1].is_ascii_hexdigit()
-                    && bytes[i + 2].is_ascii_hexdigit()
-                {
-                    i += 3;
-                } else {
-                    return Err(());
-                }
+            b'%' if bytes.len() > i + 2
+                && bytes[i + 1].is_ascii_hexdigit()
+                && bytes[i + 2].is_ascii_hexdigit() =>
+            {
+                i += 3;
             }
             _ => return Err(()),
         }

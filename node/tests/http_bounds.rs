@@ -31,7 +31,7 @@ fn raise_fd_limit(need: u64) {
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &l), 0);
         }
         assert!(
-            l.rlim_cur as u64 >= need,
+            l.rlim_cur >= need,
             "this test needs {need} descriptors; the hard limit is {}",
             l.rlim_max
         );
