@@ -159,6 +159,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// The HTTP status it is answered with.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
     fn new(status: StatusCode, reason: &str, error: impl Into<String>) -> Self {
         Self {
             error: error.into(),
@@ -474,43 +479,93 @@ async fn discover(
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<Found>>, ApiError> {
     let (skills, limit) = parse_discover_query(query.as_deref().unwrap_or_default())?;
-    let found_ = state
-        .client
-        .discover(&skills, limit)
-        .await
-        .map_err(from_net)?;
-    Ok(Json(found_.into_iter().map(found).collect()))
+    Ok(Json(state.discover(&skills, limit).await?))
 }
 
 async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError> {
-    let c = &state.client;
-    let peers = c.peers().await.map_err(from_net)?;
-    let listen = c.listen_addrs().await.map_err(from_net)?;
-    let s = c.stats();
-    let rejected_by_reason = s
-        .rejected
-        .lock()
-        .map(|m| m.iter().map(|(k, v)| (k.to_string(), *v)).collect())
-        .unwrap_or_default();
-    Ok(Json(Peers {
-        peer_id: c.peer_id().to_string(),
-        listen: listen.iter().map(|a| a.to_string()).collect(),
-        peers: peers
-            .into_iter()
-            .map(|p| Peer {
-                peer_id: p.peer_id,
-                addrs: p.addrs,
-            })
-            .collect(),
-        stats: Stats {
-            accepted: s.accepted.get(),
-            ignored: s.ignored.get(),
-            rejected_by_reason,
-            throttled: s.throttled.get(),
-            traffic: c.traffic(),
-            connections_trimmed: s.trimmed.get(),
-        },
-    }))
+    Ok(Json(state.peers().await?))
+}
+
+impl AdminState {
+    /// What `GET /admin/v1/discover` answers, for `skills` already checked
+    /// ([`check_skills`]).
+    pub async fn discover(&self, skills: &[String], limit: usize) -> Result<Vec<Found>, ApiError> {
+        let found_ = self
+            .client
+            .discover(skills, limit.clamp(1, MAX_LIMIT))
+            .await
+            .map_err(from_net)?;
+        Ok(found_.into_iter().map(found).collect())
+    }
+
+    /// What `GET /admin/v1/peers` answers.
+    pub async fn peers(&self) -> Result<Peers, ApiError> {
+        let c = &self.client;
+        let peers = c.peers().await.map_err(from_net)?;
+        let listen = c.listen_addrs().await.map_err(from_net)?;
+        let s = c.stats();
+        let rejected_by_reason = s
+            .rejected
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.to_string(), *v)).collect())
+            .unwrap_or_default();
+        Ok(Peers {
+            peer_id: c.peer_id().to_string(),
+            listen: listen.iter().map(|a| a.to_string()).collect(),
+            peers: peers
+                .into_iter()
+                .map(|p| Peer {
+                    peer_id: p.peer_id,
+                    addrs: p.addrs,
+                })
+                .collect(),
+            stats: Stats {
+                accepted: s.accepted.get(),
+                ignored: s.ignored.get(),
+                rejected_by_reason,
+                throttled: s.throttled.get(),
+                traffic: c.traffic(),
+                connections_trimmed: s.trimmed.get(),
+            },
+        })
+    }
+
+    /// The stored advertisement of `did` as received, or `None` without a live one.
+    pub async fn advert_bytes(&self, did: &str) -> Result<Option<Vec<u8>>, ApiError> {
+        let store = self.client.store().clone();
+        let d = did.to_owned();
+        let stored = tokio::task::spawn_blocking(move || store.get(&d, unix_now()))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| match e {
+                StoreError::InvalidInput { .. } => ApiError::bad_request(e.to_string()),
+                e => ApiError::internal(e),
+            })?;
+        Ok(stored.map(|a| a.bytes))
+    }
+}
+
+/// Refuse skill tags the network would not search for as given: too many, or one that is not
+/// a usable tag (the network would drop it and search for the others only: a broader search
+/// than asked for).
+pub fn check_skills<S: AsRef<str>>(skills: &[S]) -> Result<(), ApiError> {
+    if skills.is_empty() {
+        return Err(ApiError::bad_request("give at least one skill"));
+    }
+    if skills.len() > agentnet_discovery::tags::MAX_TAGS {
+        return Err(ApiError::bad_request("too many skills"));
+    }
+    for v in skills {
+        let v = v.as_ref();
+        if agentnet_discovery::tags::normalize(v).is_none() {
+            let shown: String = v.chars().take(80).collect();
+            return Err(ApiError::bad_request(format!(
+                "skill {shown:?} is not a usable tag (1 to {} bytes, no control characters)",
+                agentnet_discovery::tags::MAX_TAG_LEN
+            )));
+        }
+    }
+    Ok(())
 }
 
 async fn metrics(State(state): State<AdminState>) -> Response {
@@ -543,22 +598,93 @@ async fn advert(
     State(state): State<AdminState>,
     UrlPath(did): UrlPath<String>,
 ) -> Result<Response, ApiError> {
-    let store = state.client.store().clone();
-    let d = did.clone();
-    let stored = tokio::task::spawn_blocking(move || store.get(&d, unix_now()))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(|e| match e {
-            StoreError::InvalidInput { .. } => ApiError::bad_request(e.to_string()),
-            e => ApiError::internal(e),
-        })?;
-    match stored {
-        Some(a) => Ok(([(header::CONTENT_TYPE, "application/json")], a.bytes).into_response()),
+    match state.advert_bytes(&did).await? {
+        Some(bytes) => Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response()),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
             format!("no live advertisement of {did}"),
         )),
+    }
+}
+
+impl From<ApiError> for ClientError {
+    /// The in-process answer as the HTTP client would have reported it.
+    fn from(e: ApiError) -> Self {
+        ClientError::Refused {
+            status: e.status,
+            reason: e.reason,
+            error: e.error,
+        }
+    }
+}
+
+/// The read-only part of the node that finding agents needs: its index (and the network
+/// behind it) and its peers. Two ways in, one trait: a running node's admin API over HTTP
+/// ([`Client`], for `agentnet call` and an `agentnet mcp` beside a running node) and the
+/// daemon's own state ([`AdminState`], for `/mcp`, with no loopback HTTP hop). Nothing here
+/// publishes or signs.
+pub trait Directory: Send + Sync {
+    /// Agents with all of `skills` (checked with [`check_skills`] first), at most `limit`
+    /// (1 to [`MAX_LIMIT`]).
+    fn discover<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>>;
+    /// The node's live advertisement of `did` (JSON, as received), or `None`.
+    fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>>;
+    /// The node's peers and counters.
+    fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>>;
+}
+
+/// A boxed future, as [`Directory`] returns them.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+impl Directory for Client {
+    fn discover<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>> {
+        Box::pin(Client::discover(self, skills, limit))
+    }
+    fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {
+        Box::pin(Client::advert(self, did))
+    }
+    fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>> {
+        Box::pin(Client::peers(self))
+    }
+}
+
+impl Directory for AdminState {
+    fn discover<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>> {
+        Box::pin(async move {
+            check_skills(skills)?;
+            Ok(AdminState::discover(self, skills, limit).await?)
+        })
+    }
+    fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {
+        Box::pin(async move {
+            match self.advert_bytes(did).await? {
+                None => Ok(None),
+                Some(b) => {
+                    serde_json::from_slice(&b)
+                        .map(Some)
+                        .map_err(|source| ClientError::Unreadable {
+                            url: "the node's store".into(),
+                            source,
+                        })
+                }
+            }
+        })
+    }
+    fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>> {
+        Box::pin(async move { Ok(AdminState::peers(self).await?) })
     }
 }
 

@@ -351,7 +351,7 @@ pub fn is_settled(s: &TaskState) -> bool {
 
 /// Calls agents: finds and verifies them, then sends, follows and checks.
 pub struct Caller {
-    admin: Option<admin::Client>,
+    admin: Option<Arc<dyn admin::Directory>>,
     resolver: Resolver,
     signer: Option<Arc<dyn Signer>>,
     opts: CallOptions,
@@ -360,7 +360,7 @@ pub struct Caller {
 impl std::fmt::Debug for Caller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Caller")
-            .field("admin", &self.admin.as_ref().map(|a| a.base().to_string()))
+            .field("directory", &self.admin.is_some())
             .field("signed", &self.signer.is_some())
             .field("opts", &self.opts)
             .finish_non_exhaustive()
@@ -368,10 +368,11 @@ impl std::fmt::Debug for Caller {
 }
 
 impl Caller {
-    /// A caller looking agents up through `admin` (optional when cards are given), verifying
-    /// cards with `resolver`, signing with `signer` (none: anonymous).
+    /// A caller looking agents up through `admin` (a running node's admin API, or the daemon's
+    /// own state; optional when cards are given), verifying cards with `resolver`, signing with
+    /// `signer` (none: anonymous).
     pub fn new(
-        admin: Option<admin::Client>,
+        admin: Option<Arc<dyn admin::Directory>>,
         resolver: Resolver,
         signer: Option<Arc<dyn Signer>>,
         opts: CallOptions,
@@ -595,6 +596,112 @@ impl Caller {
             self.run(agent, msg, progress).await
         };
         self.deadline(fut).await
+    }
+
+    /// Send `text` to `agent` (continuing `task_id`, which must be waiting for input, if given)
+    /// and return the agent's first answer without following the task: with
+    /// `return_immediately` the agent answers as soon as it accepted the message. Then
+    /// [`Caller::wait`] follows the task for as long as the caller can wait.
+    pub async fn start(
+        &self,
+        agent: &Agent,
+        text: &str,
+        task_id: Option<&str>,
+        return_immediately: bool,
+    ) -> Result<Outcome, CallError> {
+        let fut = async {
+            let client = self.client(agent)?;
+            let task = match task_id {
+                Some(id) => {
+                    let task = client
+                        .get_task(&get(id, Some(0)))
+                        .await
+                        .map_err(CallError::Agent)?;
+                    if !matches!(
+                        task.status.state,
+                        TaskState::InputRequired | TaskState::AuthRequired
+                    ) {
+                        return Err(CallError::NotWaiting {
+                            task: task.id,
+                            state: state_name(&task.status.state),
+                        });
+                    }
+                    Some(task)
+                }
+                None => None,
+            };
+            let req = SendMessageRequest {
+                message: message(text, task.as_ref())?,
+                configuration: Some(agentnet_a2a::types::SendMessageConfiguration {
+                    accepted_output_modes: None,
+                    task_push_notification_config: None,
+                    history_length: Some(HISTORY),
+                    return_immediately: Some(return_immediately),
+                }),
+                metadata: None,
+                tenant: None,
+            };
+            match client.send_message(&req).await.map_err(send_error)? {
+                SendMessageResponse::Task(t) => Ok(Outcome::Task(Box::new(t))),
+                SendMessageResponse::Message(m) => Ok(Outcome::Message(Box::new(m))),
+            }
+        };
+        self.deadline(fut).await
+    }
+
+    /// Read task `task_id` of `agent` until it is settled (done, or waiting for input) or
+    /// `max` has passed; the task as last read.
+    pub async fn wait(
+        &self,
+        agent: &Agent,
+        task_id: &str,
+        max: Duration,
+    ) -> Result<Task, CallError> {
+        let client = self.client(agent)?;
+        let until = Instant::now() + max;
+        let mut wait = self.opts.poll_initial;
+        loop {
+            let t = client
+                .get_task(&get(task_id, Some(HISTORY)))
+                .await
+                .map_err(CallError::Agent)?;
+            if t.id != task_id {
+                return Err(CallError::Protocol(format!(
+                    "GetTask {task_id} answered task {}",
+                    t.id
+                )));
+            }
+            let now = Instant::now();
+            if is_settled(&t.status.state) || now >= until {
+                return Ok(t);
+            }
+            tokio::time::sleep_until((now + wait).min(until)).await;
+            wait = (wait * 2).min(self.opts.poll_max);
+        }
+    }
+
+    /// `GetTask` of task `task_id` of `agent`.
+    pub async fn get_task(&self, agent: &Agent, task_id: &str) -> Result<Task, CallError> {
+        let client = self.client(agent)?;
+        self.deadline(async {
+            client
+                .get_task(&get(task_id, Some(HISTORY)))
+                .await
+                .map_err(CallError::Agent)
+        })
+        .await
+    }
+
+    /// `CancelTask` of task `task_id` of `agent`: the task as the agent answers it.
+    pub async fn cancel_task(&self, agent: &Agent, task_id: &str) -> Result<Task, CallError> {
+        let client = self.client(agent)?;
+        let req = agentnet_a2a::types::CancelTaskRequest {
+            id: task_id.to_owned(),
+            metadata: None,
+            tenant: None,
+        };
+        self.deadline(async { client.cancel_task(&req).await.map_err(CallError::Agent) })
+            .await
     }
 
     async fn deadline<T>(

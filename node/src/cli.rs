@@ -109,6 +109,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve MCP on standard input and output, for an MCP host (desktop assistant, IDE): tools
+    /// to discover agents, verify their cards and send them messages. Uses the node running on
+    /// the data directory, or starts one in this process (stopped when standard input ends).
+    /// Standard output carries only MCP messages; logs go to standard error.
+    Mcp(McpArgs),
     /// Show the running node's peers and counters.
     Peers {
         #[command(flatten)]
@@ -275,6 +280,24 @@ struct CallArgs {
     allow_private: bool,
     #[command(flatten)]
     node: NodeArg,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+#[derive(Debug, Args)]
+struct McpArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// Sign the A2A requests of send_message, get_task and cancel_task as this identity (its
+    /// key in <data-dir>/agents/); default: the node's did:key.
+    #[arg(long = "as", value_name = "DID")]
+    as_did: Option<String>,
+    /// Allow agent interfaces on loopback and private addresses, and plain http (testnets).
+    #[arg(long)]
+    allow_private: bool,
+    /// Peers to dial if a node is started here (no node runs on the data directory).
+    #[arg(long, value_name = "MULTIADDR")]
+    bootstrap: Vec<String>,
     #[command(flatten)]
     net: NetArgs,
 }
@@ -447,6 +470,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => discover(&skills, limit, &node, json).await,
         Command::Peers { node, json } => peers(&node, json).await,
+        Command::Mcp(args) => {
+            crate::mcp::stdio::run(crate::mcp::stdio::Options {
+                data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
+                as_did: args.as_did,
+                allow_private: args.allow_private,
+                resolver: resolver_options(&args.net)?,
+                bootstrap: parse_multiaddrs("bootstrap", &args.bootstrap)?,
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Testnet {
             nodes,
             data_dir,
@@ -1005,7 +1039,7 @@ async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
         ..Default::default()
     };
-    let caller = call::Caller::new(Some(admin), resolver, signer, opts);
+    let caller = call::Caller::new(Some(Arc::new(admin)), resolver, signer, opts);
     let target = if args.skill.is_empty() {
         call::Target::Did(args.did.clone().unwrap_or_default())
     } else {

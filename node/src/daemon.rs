@@ -313,6 +313,7 @@ pub struct Running {
     task_db: Arc<TaskDb>,
     sweep_stop: CancellationToken,
     sweep_task: tokio::task::JoinHandle<()>,
+    admin: AdminState,
     /// What node.json says.
     pub info: NodeFile,
 }
@@ -434,6 +435,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     auth_cfg.max_nonces = a.max_nonces.unwrap_or(auth_cfg.max_nonces);
     auth_cfg.fetch_burst = a.fetch_burst.unwrap_or(auth_cfg.fetch_burst);
     auth_cfg.fetches_per_minute = a.fetches_per_minute.unwrap_or(auth_cfg.fetches_per_minute);
+    let mcp_resolver = resolver.clone();
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
     let upstream_http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -491,9 +493,25 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         opts.http_limits,
         http_stop.clone(),
     ));
+    // `/mcp` beside the admin API, outside its guard: it has checks of its own
+    // (`mcp::http`), and signs A2A requests as the node's did:key, nothing else.
+    let mcp = crate::mcp::Server::new(
+        Arc::new(admin.clone()),
+        crate::mcp::Config {
+            resolver: mcp_resolver,
+            signer: Some(Arc::new(crate::call::DidSigner::new(Identity::did_key(
+                SecretKey::from_seed(&key.seed()),
+            )))),
+            allow_private: opts.hosted.mcp.allow_private.unwrap_or(false),
+        },
+    );
+    let admin_router =
+        crate::admin::router(admin.clone(), Guard::new(token.clone(), admin_addr)).merge(
+            crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token()),
+        );
     let admin_task = tokio::spawn(server::serve(
         admin_listener,
-        crate::admin::router(admin, Guard::new(token, admin_addr)),
+        admin_router,
         opts.admin_limits,
         http_stop.clone(),
     ));
@@ -565,6 +583,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         task_db,
         sweep_stop,
         sweep_task,
+        admin,
         info,
     })
 }
@@ -573,6 +592,11 @@ impl Running {
     /// The hosted agents.
     pub fn hosted(&self) -> &[Hosted] {
         &self.hosted
+    }
+
+    /// What the admin API (and `/mcp`) work with: the in-process [`crate::admin::Directory`].
+    pub fn admin_state(&self) -> &AdminState {
+        &self.admin
     }
 
     /// The task store.

@@ -134,6 +134,18 @@ pub struct FileConfig {
     /// The hosted agents.
     #[serde(default)]
     pub agent: Vec<AgentConfig>,
+    /// The MCP server on the admin listener (`/mcp`).
+    #[serde(default)]
+    pub mcp: McpSection,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSection {
+    /// Let `/mcp`'s tools call agents on loopback and private addresses over plain http
+    /// (local testnets); default false: https to public addresses only.
+    pub allow_private: Option<bool>,
 }
 
 /// `[node]`.

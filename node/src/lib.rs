@@ -22,6 +22,7 @@
 //! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
 //! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
 //! - [`data_dir`]: where the node keeps its key, the agents' keys and its state.
+//! - [`mcp`]: the MCP server (`agentnet mcp` on stdio, `/mcp` on the admin listener).
 //! - [`tasks`]: the hosted agents' A2A tasks in the node's RocksDB.
 //! - [`testnet`]: `agentnet testnet`: several nodes in one process, discovery end to end.
 
@@ -35,6 +36,7 @@ pub mod data_dir;
 pub mod hosted;
 pub mod http;
 pub mod identity;
+pub mod mcp;
 pub mod publisher;
 pub mod server;
 pub mod tasks;

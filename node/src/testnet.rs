@@ -304,7 +304,12 @@ async fn call_inner(
         timeout: DISCOVER_TIMEOUT,
         ..Default::default()
     };
-    let caller = Caller::new(Some(caller_admin.clone()), resolver, Some(signer), opts);
+    let caller = Caller::new(
+        Some(std::sync::Arc::new(caller_admin.clone())),
+        resolver,
+        Some(signer),
+        opts,
+    );
     let mut quiet = |_p: call::Progress| {};
     let started = Instant::now();
     let target = Target::Skill {
