@@ -88,7 +88,8 @@ impl Node {
             if let Ok(Some(status)) = node.child.try_wait() {
                 panic!("agentnet up exited with {status}: {}", node.log());
             }
-            let v: Value = serde_json::from_slice(&std::fs::read(dir.join("node.json")).ok()?).ok()?;
+            let v: Value =
+                serde_json::from_slice(&std::fs::read(dir.join("node.json")).ok()?).ok()?;
             (v["pid"] == json!(pid)).then_some(v)
         });
         node
@@ -114,12 +115,22 @@ impl Node {
 
     /// The DID of the agent tagged `tag`, once this node's index has it.
     fn wait_for_agent(&self, tag: &str) -> String {
-        eventually(&format!("an agent tagged {tag} in {}", self.data_dir()), || {
-            let o = agentnet(&["discover", "--skill", tag, "--json", "--data-dir", self.data_dir()]);
-            assert!(o.status.success(), "{}", stderr(&o));
-            let v: Value = serde_json::from_str(&stdout(&o)).ok()?;
-            Some(v.get(0)?["did"].as_str()?.to_owned())
-        })
+        eventually(
+            &format!("an agent tagged {tag} in {}", self.data_dir()),
+            || {
+                let o = agentnet(&[
+                    "discover",
+                    "--skill",
+                    tag,
+                    "--json",
+                    "--data-dir",
+                    self.data_dir(),
+                ]);
+                assert!(o.status.success(), "{}", stderr(&o));
+                let v: Value = serde_json::from_str(&stdout(&o)).ok()?;
+                Some(v.get(0)?["did"].as_str()?.to_owned())
+            },
+        )
     }
 }
 
@@ -138,7 +149,9 @@ impl Drop for Node {
 fn tools() -> Option<(PathBuf, PathBuf)> {
     let venv = std::env::var_os("AGENTNET_VENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/agentnet/venv"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/agentnet/venv")
+        });
     let python = venv.join("bin/python");
     let node_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/node");
     let have_py = python.is_file()
@@ -146,7 +159,9 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
             .args(["-c", "import mcp"])
             .status()
             .is_ok_and(|s| s.success());
-    let have_ts = node_dir.join("node_modules/@modelcontextprotocol/sdk").is_dir();
+    let have_ts = node_dir
+        .join("node_modules/@modelcontextprotocol/sdk")
+        .is_dir();
     if have_py && have_ts {
         return Some((python, node_dir));
     }
@@ -155,7 +170,9 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
         std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
         "interop tools missing (python mcp: {have_py}, @modelcontextprotocol/sdk: {have_ts}) although scripts/test.sh installed them"
     );
-    eprintln!("SKIPPED: no venv with PyPI mcp or no @modelcontextprotocol/sdk (run interop/setup.sh)");
+    eprintln!(
+        "SKIPPED: no venv with PyPI mcp or no @modelcontextprotocol/sdk (run interop/setup.sh)"
+    );
     None
 }
 
@@ -181,7 +198,10 @@ fn run(mut cmd: Command) -> (bool, Value) {
     let v: Value = serde_json::from_str(line)
         .unwrap_or_else(|e| panic!("{what}: no JSON summary ({e}):\n{text}\n--- stderr\n{err}"));
     if !out.status.success() {
-        eprintln!("{what}: exit {:?}\n{text}\n--- stderr\n{err}", out.status.code());
+        eprintln!(
+            "{what}: exit {:?}\n{text}\n--- stderr\n{err}",
+            out.status.code()
+        );
     }
     (out.status.success(), v)
 }
@@ -208,53 +228,86 @@ fn echo_calls(did: &str, tag: &str, text: &str) -> Vec<(&'static str, Value)> {
         ("discover_agents", json!({"tags": [tag], "limit": 5})),
         ("get_agent_card", json!({"did": did})),
         ("send_message", json!({"tags": [tag], "text": text})),
-        ("send_message", json!({"did": did, "text": format!("{text} (by DID)")})),
+        (
+            "send_message",
+            json!({"did": did, "text": format!("{text} (by DID)")}),
+        ),
         // Failures the model must see: an agent nobody advertises, a skill nobody has.
         (
             "send_message",
             json!({"did": "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK", "text": "x"}),
         ),
-        ("discover_agents", json!({"tags": ["no-agent-has-this-tag"]})),
+        (
+            "discover_agents",
+            json!({"tags": ["no-agent-has-this-tag"]}),
+        ),
     ]
 }
 
 /// Check the summary of [`echo_calls`].
 fn check_echo(v: &Value, did: &str, text: &str) {
-    let mut tools: Vec<&str> = v["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let mut tools: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
     tools.sort();
     assert_eq!(tools, TOOLS, "{v:#}");
     let calls = v["calls"].as_array().unwrap();
     assert_eq!(calls.len(), 6, "{v:#}");
     for c in &calls[..4] {
         assert_eq!(c["isError"], false, "{c:#}");
-        assert!(c["structuredContent"].is_object(), "no structuredContent: {c:#}");
+        assert!(
+            c["structuredContent"].is_object(),
+            "no structuredContent: {c:#}"
+        );
     }
 
     let found = calls[0]["structuredContent"]["agents"].as_array().unwrap();
-    assert!(found.iter().any(|a| a["did"] == did), "discover_agents missed {did}: {v:#}");
+    assert!(
+        found.iter().any(|a| a["did"] == did),
+        "discover_agents missed {did}: {v:#}"
+    );
 
     let card = &calls[1]["structuredContent"];
     assert_eq!(card["did"], did, "{card:#}");
     assert_eq!(card["verified"], true, "{card:#}");
     assert_eq!(card["did_bound"], true, "{card:#}");
 
-    for (c, want) in [(&calls[2], text.to_owned()), (&calls[3], format!("{text} (by DID)"))] {
+    for (c, want) in [
+        (&calls[2], text.to_owned()),
+        (&calls[3], format!("{text} (by DID)")),
+    ] {
         let s = &c["structuredContent"];
         assert_eq!(s["did"], did, "{c:#}");
         assert_eq!(s["state"], "TASK_STATE_COMPLETED", "{c:#}");
         assert_eq!(s["settled"], true, "{c:#}");
-        assert!(s["texts"].as_array().unwrap().contains(&json!(want)), "no echo of {want:?}: {c:#}");
+        assert!(
+            s["texts"].as_array().unwrap().contains(&json!(want)),
+            "no echo of {want:?}: {c:#}"
+        );
     }
 
     // An agent nobody advertises: an isError result with a sentence, not a protocol error.
     assert_eq!(calls[4]["isError"], true, "{:#}", calls[4]);
-    assert!(!calls[4]["text"].as_str().unwrap().trim().is_empty(), "{:#}", calls[4]);
+    assert!(
+        !calls[4]["text"].as_str().unwrap().trim().is_empty(),
+        "{:#}",
+        calls[4]
+    );
     // No agent for a skill: an empty list, not an error.
     assert_eq!(calls[5]["isError"], false, "{:#}", calls[5]);
-    assert_eq!(calls[5]["structuredContent"]["agents"], json!([]), "{:#}", calls[5]);
+    assert_eq!(
+        calls[5]["structuredContent"]["agents"],
+        json!([]),
+        "{:#}",
+        calls[5]
+    );
 }
 
-const ECHO_AGENT: &str = "\n[[agent]]\nid = \"echo\"\nkind = \"echo\"\ntags = [\"mcp-interop-echo\"]\n";
+const ECHO_AGENT: &str =
+    "\n[[agent]]\nid = \"echo\"\nkind = \"echo\"\ntags = [\"mcp-interop-echo\"]\n";
 
 #[test]
 fn python_sdk_over_stdio_and_http_in_both_eras_finds_and_messages_the_echo_agent() {
@@ -267,7 +320,8 @@ fn python_sdk_over_stdio_and_http_in_both_eras_finds_and_messages_the_echo_agent
         for transport in ["stdio", "http"] {
             let text = format!("hello from python {era} {transport}");
             let mut cmd = python_client(&python);
-            cmd.args(["--era", era]).args(call_args(&echo_calls(&did, tag, &text)));
+            cmd.args(["--era", era])
+                .args(call_args(&echo_calls(&did, tag, &text)));
             if transport == "http" {
                 cmd.args(["--url", &node.mcp_url()]);
             } else {
@@ -290,7 +344,8 @@ fn typescript_sdk_over_http_finds_and_messages_the_echo_agent() {
     let did = node.wait_for_agent(tag);
     let text = "hello from typescript";
     let mut cmd = ts_client(&node_dir);
-    cmd.arg(node.mcp_url()).args(call_args(&echo_calls(&did, tag, text)));
+    cmd.arg(node.mcp_url())
+        .args(call_args(&echo_calls(&did, tag, text)));
     let v = passes(cmd);
     assert_eq!(v["protocolVersion"], "2025-11-25", "{v:#}");
     check_echo(&v, &did, text);
@@ -301,10 +356,18 @@ fn typescript_sdk_over_http_finds_and_messages_the_echo_agent() {
 /// tool runs, in both eras.
 #[test]
 fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
-    let Some((python, node_dir)) = tools() else { return };
+    let Some((python, node_dir)) = tools() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(&dir.path().join("node"), ECHO_AGENT, &[]);
-    let port = node.info["admin"].as_str().unwrap().rsplit(':').next().unwrap().to_owned();
+    let port = node.info["admin"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
     let forged = [
         "Origin: http://evil.example".to_owned(),
         "Origin: http://127.0.0.1.evil.example".to_owned(),
@@ -317,15 +380,29 @@ fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
             cmd.args(["--call", "list_peers", "{}"]);
             let what = format!("python {era} {header}");
             let out = cmd.stdin(Stdio::null()).output().unwrap();
-            assert!(!out.status.success(), "{what}: accepted: {}", String::from_utf8_lossy(&out.stdout));
+            assert!(
+                !out.status.success(),
+                "{what}: accepted: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(err.contains("403"), "{what}: not refused with 403:\n{err}");
         }
         let mut cmd = ts_client(&node_dir);
-        cmd.args([&node.mcp_url(), "--header", header, "--call", "list_peers", "{}"]);
+        cmd.args([
+            &node.mcp_url(),
+            "--header",
+            header,
+            "--call",
+            "list_peers",
+            "{}",
+        ]);
         let (ok, v) = run(cmd);
         assert!(!ok && v["ok"] == false, "ts {header}: accepted: {v:#}");
-        assert!(v["failed"].as_str().unwrap().contains("403"), "ts {header}: {v:#}");
+        assert!(
+            v["failed"].as_str().unwrap().contains("403"),
+            "ts {header}: {v:#}"
+        );
     }
     // The same clients with a loopback Origin are served (the refusals above are about the
     // header, not the client).
@@ -374,20 +451,32 @@ fn testnet_mcp_client_on_the_last_node_finds_and_messages_an_agent_of_the_first(
             .iter()
             .find(|a| a["did"] == did.as_str())
             .unwrap_or_else(|| panic!("node 3 did not find {did}: {v:#}"));
-        assert_eq!(a["peer_id"], n1.info["peer_id"], "published by node 1: {a:#}");
+        assert_eq!(
+            a["peer_id"], n1.info["peer_id"],
+            "published by node 1: {a:#}"
+        );
 
         let sent = &calls[1]["structuredContent"];
         assert_eq!(sent["did"], did.as_str(), "{sent:#}");
         assert_eq!(sent["state"], "TASK_STATE_COMPLETED", "{sent:#}");
-        assert!(sent["texts"].as_array().unwrap().contains(&json!(text)), "{sent:#}");
+        assert!(
+            sent["texts"].as_array().unwrap().contains(&json!(text)),
+            "{sent:#}"
+        );
 
         // The list_peers of node 3, and the agent's verified card pointing at node 1's listener.
-        assert_eq!(calls[2]["structuredContent"]["peer_id"], n3.info["peer_id"], "{v:#}");
+        assert_eq!(
+            calls[2]["structuredContent"]["peer_id"], n3.info["peer_id"],
+            "{v:#}"
+        );
         let card = &calls[3]["structuredContent"];
         assert_eq!(card["verified"], true, "{card:#}");
         let url = card["interface"]["url"].as_str().unwrap();
         let n1_http = format!("http://{}/", n1.info["http"].as_str().unwrap());
-        assert!(url.starts_with(&n1_http), "{url} is not on node 1 ({n1_http})");
+        assert!(
+            url.starts_with(&n1_http),
+            "{url} is not on node 1 ({n1_http})"
+        );
     }
     drop((n3, n2));
 }

@@ -4,7 +4,6 @@
 //!
 //! `rmcp-echo [ADDR]` (default `127.0.0.1:0`) prints `READY http://ADDR/mcp` once it listens.
 
-use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{ServerCapabilities, ServerConfig};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -18,9 +17,7 @@ struct Echo {
 }
 
 #[derive(Clone)]
-struct EchoServer {
-    tool_router: ToolRouter<Self>,
-}
+struct EchoServer;
 
 #[tool_router]
 impl EchoServer {
@@ -39,19 +36,14 @@ impl ServerHandler for EchoServer {
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:0".into());
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:0".into());
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true);
-    let service: StreamableHttpService<EchoServer, LocalSessionManager> = StreamableHttpService::new(
-        || {
-            Ok(EchoServer {
-                tool_router: EchoServer::tool_router(),
-            })
-        },
-        Default::default(),
-        config,
-    );
+    let service: StreamableHttpService<EchoServer, LocalSessionManager> =
+        StreamableHttpService::new(|| Ok(EchoServer), Default::default(), config);
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("READY http://{}/mcp", listener.local_addr()?);
     axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
