@@ -298,6 +298,13 @@ impl Guard {
 
 /// The `/admin/v1` routes, behind [`Guard`].
 pub fn router(state: AdminState, guard: Guard) -> Router {
+    router_with(state, guard, Router::new())
+}
+
+/// The `/admin/v1` routes behind [`Guard`], and `mcp` (`/mcp`, [`crate::mcp::http`]) behind
+/// the guard's first check only (a loopback peer): `/mcp` has its own Host, Origin and
+/// credential checks, those the MCP specification asks for.
+pub fn router_with(state: AdminState, guard: Guard, mcp: Router) -> Router {
     Router::new()
         .route("/admin/v1/publish", post(publish))
         .route("/admin/v1/discover", get(discover))
@@ -307,6 +314,7 @@ pub fn router(state: AdminState, guard: Guard) -> Router {
         .route("/admin/v1/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
+        .merge(mcp)
         // Outside the routes: unknown paths and methods are refused the same way, so that an
         // unauthenticated caller learns nothing about the routes.
         .layer(middleware::from_fn_with_state(guard, check))
@@ -332,6 +340,9 @@ impl Guard {
             return Err(ApiError::forbidden(
                 "the admin API answers loopback clients only",
             ));
+        }
+        if req.uri().path() == crate::mcp::http::PATH {
+            return Ok(());
         }
         let headers = req.headers();
         let host_ok = headers

@@ -505,10 +505,11 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             allow_private: opts.hosted.mcp.allow_private.unwrap_or(false),
         },
     );
-    let admin_router =
-        crate::admin::router(admin.clone(), Guard::new(token.clone(), admin_addr)).merge(
-            crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token()),
-        );
+    let admin_router = crate::admin::router_with(
+        admin.clone(),
+        Guard::new(token.clone(), admin_addr),
+        crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token()),
+    );
     let admin_task = tokio::spawn(server::serve(
         admin_listener,
         admin_router,

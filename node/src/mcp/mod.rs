@@ -420,8 +420,7 @@ fn task_result(did: &str, outcome: &Outcome) -> TaskResult {
 /// What the model reads when a call failed.
 fn explain(e: &CallError) -> String {
     match e {
-        CallError::Admin(crate::admin::ClientError::Refused { status: 404, .. })
-        | CallError::NotFound(_) => format!("{e}. Use discover_agents to find agents by skill."),
+        CallError::NotFound(_) => format!("{e}. Use discover_agents to find agents by skill."),
         CallError::CardSignature { .. } | CallError::NotTheAgents { .. } => {
             format!("the agent's card is not trustworthy: {e}. Do not use this agent.")
         }
@@ -460,11 +459,20 @@ impl Server {
 
     async fn find(&self, target: Target) -> Result<Agent, String> {
         let mut quiet = |_: call::Progress| {};
-        self.inner
-            .caller
-            .find(&target, &mut quiet)
-            .await
-            .map_err(|e| explain(&e))
+        match self.inner.caller.find(&target, &mut quiet).await {
+            Ok(a) => Ok(a),
+            Err(CallError::NotFound(_)) if matches!(target, Target::Did(_)) => {
+                let Target::Did(did) = &target else {
+                    unreachable!()
+                };
+                Err(format!(
+                    "the node knows no live advertisement of {}. Use discover_agents to find \
+                     agents by skill.",
+                    shorten(did, 200)
+                ))
+            }
+            Err(e) => Err(explain(&e)),
+        }
     }
 
     #[tool(

@@ -1,0 +1,686 @@
+//! The MCP server of the real binary: `agentnet up` hosting and publishing an `echo` and an `ask`
+//! agent, used by rmcp's own client over stdio (`agentnet mcp`) and over Streamable HTTP
+//! (`/mcp`), in both protocol eras (2025-11-25 `initialize`, 2026-07-28 `server/discover`);
+//! then attacked over raw HTTP (forged Origin, wrong Host, oversized body, mismatched
+//! `Mcp-Method`, the admin API's token still required beside `/mcp`).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use agentnet_did::SecretKey;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
+use rmcp::service::RunningService;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientLifecycleMode, ClientServiceExt as _, RoleClient};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentnet");
+
+const CONFIG: &str = r#"
+[mcp]
+allow_private = true
+
+[[agent]]
+id = "echo"
+kind = "echo"
+tags = ["echo-mcp"]
+
+[[agent]]
+id = "ask"
+kind = "ask"
+tags = ["ask-mcp"]
+work_ms = 50
+"#;
+
+/// `agentnet up` on loopback with the two agents; killed when dropped.
+struct Node {
+    child: Child,
+    dir: tempfile::TempDir,
+    info: Value,
+}
+
+impl Node {
+    async fn start() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("node.toml");
+        std::fs::write(&cfg, CONFIG).unwrap();
+        let data = dir.path().join("data");
+        let mut child = Command::new(BIN)
+            .args(["up", "--data-dir"])
+            .arg(&data)
+            .arg("--config")
+            .arg(&cfg)
+            .args([
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+                "--http",
+                "127.0.0.1:0",
+                "--no-mdns",
+                "--json",
+            ])
+            .env_remove("AGENTNET_DATA_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("agentnet up runs");
+        // The banner is printed once node.json is written.
+        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = out
+            .next_line()
+            .await
+            .unwrap()
+            .expect("agentnet up prints its banner");
+        let info: Value = serde_json::from_str(&line).unwrap();
+        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+        Node { child, dir, info }
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn admin(&self) -> String {
+        self.info["admin"].as_str().unwrap().to_owned()
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.admin())
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+fn mode(era: &str) -> ClientLifecycleMode {
+    match era {
+        "2025-11-25" => ClientLifecycleMode::Initialize,
+        _ => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    }
+}
+
+async fn stdio_client(data: &Path, era: &str) -> Client {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("mcp")
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--allow-private")
+        .env_remove("AGENTNET_DATA_DIR");
+    let (transport, _stderr) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    ().serve_with_lifecycle(transport, mode(era))
+        .await
+        .expect("the stdio client starts")
+}
+
+async fn http_client(url: &str, era: &str) -> Client {
+    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    ().serve_with_lifecycle(transport, mode(era))
+        .await
+        .expect("the HTTP client starts")
+}
+
+async fn call(c: &Client, tool: &'static str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    c.call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+/// The structured content of a successful call.
+async fn ok(c: &Client, tool: &'static str, args: Value) -> Value {
+    let r = call(c, tool, args.clone()).await;
+    assert_ne!(r.is_error, Some(true), "{tool} {args}: {r:?}");
+    r.structured_content
+        .unwrap_or_else(|| panic!("{tool}: no structuredContent"))
+}
+
+/// The text of a failed call (`isError`).
+async fn failed(c: &Client, tool: &'static str, args: Value) -> String {
+    let r = call(c, tool, args.clone()).await;
+    assert_eq!(r.is_error, Some(true), "{tool} {args} should fail: {r:?}");
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every tool, as a host would use them.
+async fn exercise(c: &Client, node: &Node, how: &str) {
+    let tools = c.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "cancel_task",
+            "discover_agents",
+            "get_agent_card",
+            "get_task",
+            "list_peers",
+            "resolve_did",
+            "send_message"
+        ],
+        "{how}"
+    );
+    for t in &tools {
+        assert!(
+            t.output_schema.is_some(),
+            "{how}: {} has no output schema",
+            t.name
+        );
+        assert_eq!(
+            t.input_schema.get("additionalProperties"),
+            Some(&json!(false)),
+            "{how}: {} accepts unknown arguments",
+            t.name
+        );
+    }
+
+    // Discover the echo agent by its tag, and nothing else.
+    let found = ok(c, "discover_agents", json!({"tags": ["echo-mcp"]})).await;
+    let agents = found["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 1, "{how}: {found}");
+    let did = agents[0]["did"].as_str().unwrap().to_owned();
+    assert!(agents[0]["tags"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("echo-mcp")));
+
+    // Its card, verified and bound to its DID.
+    let card = ok(c, "get_agent_card", json!({"did": did})).await;
+    assert_eq!(card["verified"], true, "{how}");
+    assert_eq!(card["did_bound"], true, "{how}");
+    let signers = card["signers"].as_array().unwrap();
+    assert!(
+        signers
+            .iter()
+            .any(|k| k.as_str().unwrap().starts_with(&format!("{did}#"))),
+        "{how}: {signers:?}"
+    );
+    assert!(card["interface"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with("http://127.0.0.1:"));
+
+    let doc = ok(c, "resolve_did", json!({"did": did})).await;
+    assert_eq!(doc["document"]["id"], json!(did), "{how}");
+
+    // A message, and its echo back; by DID, then by skill.
+    let text = format!("hello over {how}");
+    let sent = ok(c, "send_message", json!({"did": did, "text": text})).await;
+    assert_eq!(sent["state"], "TASK_STATE_COMPLETED", "{how}: {sent}");
+    assert_eq!(sent["texts"], json!([text]), "{how}");
+    assert_eq!(sent["settled"], true);
+    let task_id = sent["task_id"].as_str().unwrap().to_owned();
+    let by_skill = ok(
+        c,
+        "send_message",
+        json!({"tags": ["echo-mcp"], "text": "by skill"}),
+    )
+    .await;
+    assert_eq!(by_skill["did"], json!(did));
+    assert_eq!(by_skill["texts"], json!(["by skill"]));
+
+    let got = ok(c, "get_task", json!({"did": did, "task_id": task_id})).await;
+    assert_eq!(got["state"], "TASK_STATE_COMPLETED", "{how}");
+    assert_eq!(got["texts"], json!([text]));
+
+    // The ask agent waits for input; its task is canceled.
+    let asked = ok(
+        c,
+        "send_message",
+        json!({"tags": ["ask-mcp"], "text": "hi"}),
+    )
+    .await;
+    assert_eq!(
+        asked["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{how}: {asked}"
+    );
+    assert!(
+        asked["question"].as_str().unwrap().contains("name"),
+        "{asked}"
+    );
+    let ask_did = asked["did"].clone();
+    let ask_task = asked["task_id"].clone();
+    let canceled = ok(
+        c,
+        "cancel_task",
+        json!({"did": ask_did, "task_id": ask_task}),
+    )
+    .await;
+    assert_eq!(
+        canceled["state"], "TASK_STATE_CANCELED",
+        "{how}: {canceled}"
+    );
+    // Answering a canceled task is refused before anything is sent.
+    let e = failed(
+        c,
+        "send_message",
+        json!({"did": ask_did, "task_id": ask_task, "text": "Ada"}),
+    )
+    .await;
+    assert!(e.contains("not waiting for input"), "{e}");
+
+    // Without waiting: the task comes back at once; get_task follows it until it asks.
+    let started = ok(
+        c,
+        "send_message",
+        json!({"did": ask_did, "text": "hi", "wait_secs": 0}),
+    )
+    .await;
+    let task_id = started["task_id"].clone();
+    let mut state = started["state"].clone();
+    for _ in 0..200 {
+        if state == "TASK_STATE_INPUT_REQUIRED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t = ok(c, "get_task", json!({"did": ask_did, "task_id": task_id})).await;
+        state = t["state"].clone();
+    }
+    assert_eq!(state, "TASK_STATE_INPUT_REQUIRED", "{how}");
+    // Answered: the same task completes with a greeting.
+    let answered = ok(
+        c,
+        "send_message",
+        json!({"did": ask_did, "task_id": task_id, "text": "Ada"}),
+    )
+    .await;
+    assert_eq!(answered["task_id"], task_id);
+    assert_eq!(answered["state"], "TASK_STATE_COMPLETED", "{answered}");
+    assert!(
+        answered["texts"][0].as_str().unwrap().contains("Ada"),
+        "{answered}"
+    );
+
+    let peers = ok(c, "list_peers", json!({})).await;
+    assert_eq!(peers["peer_id"], node.info["peer_id"], "{how}");
+
+    // Failures the model sees.
+    let stranger = SecretKey::generate().did_key().to_string();
+    let e = failed(c, "get_agent_card", json!({"did": stranger})).await;
+    assert!(e.contains("no live advertisement"), "{how}: {e}");
+    let e = failed(c, "send_message", json!({"did": stranger, "text": "x"})).await;
+    assert!(e.contains("no live advertisement"), "{how}: {e}");
+    let e = failed(
+        c,
+        "send_message",
+        json!({"tags": ["nobody-has-this"], "text": "x"}),
+    )
+    .await;
+    assert!(e.contains("no agent found"), "{how}: {e}");
+    let e = failed(c, "get_agent_card", json!({"did": "not-a-did"})).await;
+    assert!(e.contains("is not a DID"), "{e}");
+    let e = failed(
+        c,
+        "send_message",
+        json!({"did": did, "text": "x".repeat(65_537)}),
+    )
+    .await;
+    assert!(e.contains("1 to 65536 bytes"), "{e}");
+    let e = failed(c, "send_message", json!({"did": did, "text": ""})).await;
+    assert!(e.contains("1 to 65536 bytes"), "{e}");
+    let tags: Vec<String> = (0..9).map(|i| format!("t{i}")).collect();
+    let e = failed(c, "discover_agents", json!({"tags": tags})).await;
+    assert!(e.contains("1 to 8 tags"), "{e}");
+    let e = failed(c, "discover_agents", json!({"tags": ["x".repeat(65)]})).await;
+    assert!(e.contains("not usable"), "{e}");
+    let e = failed(c, "discover_agents", json!({"tags": ["a"], "limit": 51})).await;
+    assert!(e.contains("`limit`"), "{e}");
+    let e = failed(
+        c,
+        "send_message",
+        json!({"did": did, "text": "x", "wait_secs": 61}),
+    )
+    .await;
+    assert!(e.contains("wait_secs"), "{e}");
+    let e = failed(
+        c,
+        "get_task",
+        json!({"did": did, "task_id": "t".repeat(257)}),
+    )
+    .await;
+    assert!(e.contains("task_id"), "{e}");
+    let e = failed(
+        c,
+        "get_task",
+        json!({"did": did, "task_id": "no-such-task"}),
+    )
+    .await;
+    assert!(e.contains("agent answered with an error"), "{e}");
+
+    // Arguments that are not the schema's (a wrong type, an unknown or missing argument):
+    // input validation errors, which the spec (2025-11-25 and 2026-07-28) makes tool errors
+    // the model can correct, not protocol errors.
+    for (tool, args) in [
+        ("discover_agents", json!({"tags": "echo-mcp"})),
+        ("discover_agents", json!({"tags": ["a"], "publish": true})),
+        ("list_peers", json!({"key": "x"})),
+        ("get_agent_card", json!({})),
+    ] {
+        let e = failed(c, tool, args).await;
+        assert!(e.contains("failed to deserialize parameters"), "{how}: {e}");
+    }
+    // An unknown tool is protocol misuse: a JSON-RPC error.
+    let r = c
+        .call_tool(CallToolRequestParams::new("no_such_tool").with_arguments(Default::default()))
+        .await;
+    assert!(r.is_err(), "{how}: {r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_over_stdio_and_http_in_both_eras() {
+    let node = Node::start().await;
+    for era in ["2025-11-25", "2026-07-28"] {
+        let c = stdio_client(&node.data(), era).await;
+        exercise(&c, &node, &format!("stdio {era}")).await;
+        c.cancel().await.unwrap();
+        let c = http_client(&node.url(), era).await;
+        exercise(&c, &node, &format!("http {era}")).await;
+        c.cancel().await.unwrap();
+    }
+}
+
+/// Read lines from `agentnet mcp`'s stdout until the response with `id`.
+async fn response(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u64,
+) -> Value {
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("an answer")
+            .unwrap()
+            .expect("stdout open");
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carries only JSON-RPC: {e}: {line:?}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{line}");
+        if v["id"] == json!(id) {
+            return v;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_starts_a_node_when_none_runs_and_stops_it_at_eof() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut child = Command::new(BIN)
+        .arg("mcp")
+        .arg("--data-dir")
+        .arg(&data)
+        // Logs at info: they must all go to stderr.
+        .env("AGENTNET_LOG", "info")
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let stderr = child.stderr.take().unwrap();
+    let logs = tokio::spawn(async move {
+        let mut s = String::new();
+        let mut r = tokio::io::BufReader::new(stderr);
+        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s)
+            .await
+            .unwrap();
+        s
+    });
+    let send = |v: Value| format!("{v}\n");
+    stdin
+        .write_all(
+            send(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}}),
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let init = response(&mut lines, 1).await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "agentnet", "{init}");
+    stdin
+        .write_all(
+            send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).as_bytes(),
+        )
+        .await
+        .unwrap();
+    stdin
+        .write_all(
+            send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "list_peers", "arguments": {}}}))
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let peers = response(&mut lines, 2).await;
+    assert_eq!(peers["result"]["isError"], false, "{peers}");
+    // The node runs in this very process, on this data directory.
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(data.join("node.json")).unwrap()).unwrap();
+    assert_eq!(file["pid"], json!(child.id().unwrap()));
+    assert_eq!(
+        peers["result"]["structuredContent"]["peer_id"],
+        file["peer_id"]
+    );
+    // EOF: the server and its node stop, cleanly.
+    drop(stdin);
+    while let Some(line) = lines.next_line().await.unwrap() {
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carries only JSON-RPC: {e}: {line:?}"));
+        assert_eq!(v["jsonrpc"], "2.0");
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("agentnet mcp exits at EOF")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!data.join("node.json").exists(), "the node stopped");
+    let logs = logs.await.unwrap();
+    assert!(logs.contains("started a node in this process"), "{logs}");
+}
+
+/// A 2026-07-28 request as the spec writes it, with its headers.
+fn modern(method: &str, id: u64) -> (Vec<(&'static str, String)>, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers = vec![
+        ("content-type", "application/json".to_owned()),
+        ("accept", "application/json, text/event-stream".to_owned()),
+        ("mcp-protocol-version", "2026-07-28".to_owned()),
+        ("mcp-method", method.to_owned()),
+    ];
+    (headers, body)
+}
+
+async fn post(
+    url: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut req = http.post(url).body(body);
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let h = resp.headers().clone();
+    (status, h, resp.text().await.unwrap_or_default())
+}
+
+fn with(
+    headers: &[(&'static str, String)],
+    k: &'static str,
+    v: &str,
+) -> Vec<(&'static str, String)> {
+    let mut h: Vec<_> = headers.iter().filter(|(n, _)| *n != k).cloned().collect();
+    h.push((k, v.to_owned()));
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refuses_what_the_spec_refuses() {
+    let node = Node::start().await;
+    let url = node.url();
+    let (h, body) = modern("tools/list", 1);
+    let bytes = serde_json::to_vec(&body).unwrap();
+
+    // The request as a client sends it passes: the refusals below are for what was changed.
+    let (s, _, text) = post(&url, &h, bytes.clone()).await;
+    assert_eq!(s, 200, "{text}");
+    assert!(text.contains("discover_agents"), "{text}");
+    // A page on this machine may call (a local web host).
+    let (s, _, text) = post(
+        &url,
+        &with(&h, "origin", "http://localhost:5173"),
+        bytes.clone(),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    let (s, _, _) = post(
+        &url,
+        &with(&h, "origin", "http://127.0.0.1:3000"),
+        bytes.clone(),
+    )
+    .await;
+    assert_eq!(s, 200);
+
+    // Forged Origin: 403 (spec: "MUST respond with HTTP 403 Forbidden").
+    for origin in [
+        "http://evil.example",
+        "https://localhost.evil.example",
+        "http://127.0.0.1.evil.example:80",
+        "null",
+    ] {
+        let (s, _, text) = post(&url, &with(&h, "origin", origin), bytes.clone()).await;
+        assert_eq!(s, 403, "{origin}: {text}");
+    }
+    // Wrong Host (DNS rebinding): 403.
+    for host in ["evil.example", "evil.example:80", "10.0.0.1"] {
+        let (s, _, text) = post(&url, &with(&h, "host", host), bytes.clone()).await;
+        assert_eq!(s, 403, "{host}: {text}");
+    }
+    // Oversized body: 413, whether announced or chunked.
+    let mut big = body.clone();
+    big["params"]["pad"] = json!("x".repeat(agentnet_node::mcp::MAX_BODY));
+    let big = serde_json::to_vec(&big).unwrap();
+    let (s, _, _) = post(&url, &h, big.clone()).await;
+    assert_eq!(s, 413);
+    assert_eq!(chunked_status(&node.admin(), &h, &big).await, 413);
+
+    // Mcp-Method contradicting the body: 400 and JSON-RPC -32020 (HeaderMismatch).
+    let (s, _, text) = post(&url, &with(&h, "mcp-method", "tools/call"), bytes.clone()).await;
+    assert_eq!(s, 400, "{text}");
+    let err: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(err["error"]["code"], -32020, "{text}");
+
+    // A tools/call whose arguments are not the schema's, or out of our bounds: a tool error the
+    // model reads (the spec's input validation errors); an unknown tool: a JSON-RPC error.
+    let mut call = modern("tools/call", 2);
+    call.1["params"]["name"] = json!("discover_agents");
+    let hh = with(&call.0, "mcp-name", "discover_agents");
+    for args in [json!({"tags": 7}), json!({"tags": ["x".repeat(65)]})] {
+        call.1["params"]["arguments"] = args;
+        let (s, _, text) = post(&url, &hh, serde_json::to_vec(&call.1).unwrap()).await;
+        assert_eq!(s, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["result"]["isError"], true, "{text}");
+    }
+    call.1["params"]["name"] = json!("no_such_tool");
+    call.1["params"]["arguments"] = json!({});
+    let hh = with(&call.0, "mcp-name", "no_such_tool");
+    let (s, _, text) = post(&url, &hh, serde_json::to_vec(&call.1).unwrap()).await;
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], -32602, "{s}: {text}");
+
+    // The earlier era: initialize opens a session.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let h0 = vec![
+        ("content-type", "application/json".to_owned()),
+        ("accept", "application/json, text/event-stream".to_owned()),
+    ];
+    let (s, headers, text) = post(&url, &h0, serde_json::to_vec(&init).unwrap()).await;
+    assert_eq!(s, 200, "{text}");
+    assert!(headers.contains_key("mcp-session-id"), "{headers:?}");
+    assert!(text.contains("2025-11-25"), "{text}");
+
+    // /mcp needs no token on loopback, but the admin API beside it still does, unknown paths
+    // included; and an MCP client's Authorization header gets it nothing more.
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let admin = node.admin();
+    for path in ["/admin/v1/peers", "/admin/v1/nothing", "/mcp/x", "/"] {
+        let s = http
+            .get(format!("http://{admin}{path}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(s.as_u16(), 401, "{path}");
+    }
+    let s = http
+        .get(format!("http://{admin}/admin/v1/peers"))
+        .bearer_auth("a-token-an-mcp-client-holds")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(s.as_u16(), 401);
+}
+
+/// POST `body` to `/mcp` with `Transfer-Encoding: chunked` (no `Content-Length`) over a raw
+/// connection; the status.
+async fn chunked_status(admin: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let mut s = tokio::net::TcpStream::connect(admin).await.unwrap();
+    let mut head = format!("POST /mcp HTTP/1.1\r\nhost: {admin}\r\ntransfer-encoding: chunked\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    for c in body.chunks(64 * 1024) {
+        // The server may answer and close before the whole body is sent.
+        if s.write_all(format!("{:x}\r\n", c.len()).as_bytes())
+            .await
+            .is_err()
+            || s.write_all(c).await.is_err()
+            || s.write_all(b"\r\n").await.is_err()
+        {
+            break;
+        }
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let mut buf = vec![0u8; 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    let line = String::from_utf8_lossy(&buf[..n]);
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {line:?}"))
+}
