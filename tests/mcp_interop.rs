@@ -64,7 +64,8 @@ impl Node {
         std::fs::write(
             &config,
             format!(
-                "[node]\nmdns = false\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nbootstrap = [{}]\n{agents}",
+                "[node]\nmdns = false\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nbootstrap = [{}]\n\
+                 [mcp]\nallow_private = true\n{agents}",
                 boot.join(", ")
             ),
         )
@@ -326,7 +327,14 @@ fn python_sdk_over_stdio_and_http_in_both_eras_finds_and_messages_the_echo_agent
                 cmd.args(["--url", &node.mcp_url()]);
             } else {
                 // The data directory of a running node: `agentnet mcp` uses its admin API.
-                cmd.args(["--stdio", BIN, "mcp", "--data-dir", node.data_dir()]);
+                cmd.args([
+                    "--stdio",
+                    BIN,
+                    "mcp",
+                    "--allow-private",
+                    "--data-dir",
+                    node.data_dir(),
+                ]);
             }
             let v = passes(cmd);
             assert_eq!(v["protocolVersion"], era, "{v:#}");
@@ -351,9 +359,10 @@ fn typescript_sdk_over_http_finds_and_messages_the_echo_agent() {
     check_echo(&v, &did, text);
 }
 
-/// The attacker: a web page the user visits drives the SDK clients at `/mcp` with its own
-/// `Origin`, or through a DNS name it controls (`Host`). Both clients must be refused before any
-/// tool runs, in both eras.
+/// The attacker: a web page the user visits drives an MCP client at `/mcp` with its own
+/// `Origin`, or through a DNS name it rebound to 127.0.0.1 (`Host`). The SDK clients must be
+/// refused with 403 before any tool runs, in both eras. (The TypeScript SDK runs on Node's
+/// fetch, which drops a `Host` header: only the Python client forges one.)
 #[test]
 fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
     let Some((python, node_dir)) = tools() else {
@@ -368,26 +377,33 @@ fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
         .next()
         .unwrap()
         .to_owned();
-    let forged = [
+    let origins = [
         "Origin: http://evil.example".to_owned(),
-        "Origin: http://127.0.0.1.evil.example".to_owned(),
-        format!("Host: rebind.evil.example:{port}"),
+        format!("Origin: http://127.0.0.1.evil.example:{port}"),
+        "Origin: null".to_owned(),
     ];
-    for header in &forged {
+    let hosts = [
+        format!("Host: rebind.evil.example:{port}"),
+        "Host: evil.example".to_owned(),
+    ];
+    for header in origins.iter().chain(&hosts) {
         for era in ERAS {
             let mut cmd = python_client(&python);
             cmd.args(["--era", era, "--url", &node.mcp_url(), "--header", header]);
             cmd.args(["--call", "list_peers", "{}"]);
-            let what = format!("python {era} {header}");
-            let out = cmd.stdin(Stdio::null()).output().unwrap();
+            let (ok, v) = run(cmd);
             assert!(
-                !out.status.success(),
-                "{what}: accepted: {}",
-                String::from_utf8_lossy(&out.stdout)
+                !ok && v["ok"] == false,
+                "python {era} {header}: accepted: {v:#}"
             );
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(err.contains("403"), "{what}: not refused with 403:\n{err}");
+            let statuses = v["httpStatuses"].as_array().unwrap();
+            assert!(
+                !statuses.is_empty() && statuses.iter().all(|s| s == 403),
+                "python {era} {header}: {v:#}"
+            );
         }
+    }
+    for header in &origins {
         let mut cmd = ts_client(&node_dir);
         cmd.args([
             &node.mcp_url(),
@@ -400,15 +416,41 @@ fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
         let (ok, v) = run(cmd);
         assert!(!ok && v["ok"] == false, "ts {header}: accepted: {v:#}");
         assert!(
-            v["failed"].as_str().unwrap().contains("403"),
+            v["failed"].as_str().unwrap().contains("Forbidden"),
             "ts {header}: {v:#}"
         );
     }
-    // The same clients with a loopback Origin are served (the refusals above are about the
-    // header, not the client).
-    let mut cmd = python_client(&python);
-    cmd.args(["--era", "2026-07-28", "--url", &node.mcp_url()]);
-    cmd.args(["--header", &format!("Origin: http://localhost:{port}")]);
+    // The same clients with a loopback Origin or Host are served: the refusals above are about
+    // the header, not the client.
+    for header in [
+        format!("Origin: http://localhost:{port}"),
+        format!("Host: localhost:{port}"),
+    ] {
+        let mut cmd = python_client(&python);
+        cmd.args([
+            "--era",
+            "2026-07-28",
+            "--url",
+            &node.mcp_url(),
+            "--header",
+            &header,
+        ]);
+        let v = passes(cmd);
+        assert!(
+            v["httpStatuses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|s| s == 200),
+            "{v:#}"
+        );
+    }
+    let mut cmd = ts_client(&node_dir);
+    cmd.args([
+        &node.mcp_url(),
+        "--header",
+        &format!("Origin: http://127.0.0.1:{port}"),
+    ]);
     passes(cmd);
 }
 
@@ -440,7 +482,14 @@ fn testnet_mcp_client_on_the_last_node_finds_and_messages_an_agent_of_the_first(
             ("list_peers", json!({})),
             ("get_agent_card", json!({"did": did})),
         ]));
-        cmd.args(["--stdio", BIN, "mcp", "--data-dir", n3.data_dir()]);
+        cmd.args([
+            "--stdio",
+            BIN,
+            "mcp",
+            "--allow-private",
+            "--data-dir",
+            n3.data_dir(),
+        ]);
         let v = passes(cmd);
         let calls = v["calls"].as_array().unwrap();
         for c in calls {

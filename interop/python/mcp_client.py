@@ -20,8 +20,9 @@ failure: the caller decides what it expected).
 
 Output: one JSON summary line on stdout:
   {"ok": true, "era": ..., "protocolVersion": ..., "tools": [names],
-   "calls": [{"name", "isError", "text", "structuredContent"}]}
-or {"ok": false, "failed": "..."}; diagnostics on stderr.
+   "calls": [{"name", "isError", "text", "structuredContent"}], "httpStatuses": [...]}
+or {"ok": false, "failed": "...", "httpStatuses": [...]}; diagnostics on stderr.
+httpStatuses: the status of every HTTP response in order (empty over stdio).
 Exit codes: 0 all checks passed, 1 a check failed, 2 usage / setup error.
 """
 
@@ -64,13 +65,19 @@ def _args() -> argparse.Namespace:
     return a
 
 
+STATUSES: list[int] = []
+"""The HTTP status of every response (HTTP only), reported in the summary."""
+
+
+async def _record(response: Any) -> None:
+    STATUSES.append(response.status_code)
+
+
 def _transport(a: argparse.Namespace) -> Any:
     if a.stdio:
         from mcp.client.stdio import StdioServerParameters
 
         return StdioServerParameters(command=a.stdio[0], args=a.stdio[1:])
-    if not a.header:
-        return a.url
     import httpx2 as httpx  # the HTTP client the SDK is built on
     from mcp.client.streamable_http import streamable_http_client
 
@@ -80,7 +87,8 @@ def _transport(a: argparse.Namespace) -> Any:
         if not sep:
             _die(2, f"--header {h!r}: want NAME:VALUE")
         headers[name.strip()] = value.strip()
-    return streamable_http_client(a.url, http_client=httpx.AsyncClient(headers=headers))
+    client = httpx.AsyncClient(headers=headers, event_hooks={"response": [_record]})
+    return streamable_http_client(a.url, http_client=client)
 
 
 def _text(result: Any) -> str:
@@ -129,8 +137,15 @@ def main() -> None:
     try:
         out = asyncio.run(_run(a))
     except CheckFailed as e:
-        print(json.dumps({"ok": False, "failed": str(e)}))
+        print(json.dumps({"ok": False, "failed": str(e), "httpStatuses": STATUSES}))
         sys.exit(1)
+    except BaseException as e:  # the SDK's errors arrive wrapped in exception groups
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        print(f"mcp_client.py: {e!r}", file=sys.stderr)
+        print(json.dumps({"ok": False, "failed": f"{type(e).__name__}: {e}", "httpStatuses": STATUSES}))
+        sys.exit(1)
+    out["httpStatuses"] = STATUSES
     print(json.dumps(out))
 
 
