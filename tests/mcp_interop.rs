@@ -56,7 +56,9 @@ struct Node {
 
 impl Node {
     /// `agentnet up --config <dir>/node.toml` on loopback (no mDNS), hosting the agents of
-    /// `agents` (TOML `[[agent]]` tables), bootstrapping from `bootstrap`.
+    /// `agents` (TOML `[[agent]]` tables), bootstrapping from `bootstrap`. `[mcp] allow_private`
+    /// (and `agentnet mcp --allow-private` below): the agents here are on 127.0.0.1 over plain
+    /// http, which the MCP tools otherwise refuse to call (https to public addresses only).
     fn start(dir: &Path, agents: &str, bootstrap: &[&str]) -> Node {
         std::fs::create_dir_all(dir).unwrap();
         let config = dir.join("node.toml");
@@ -527,5 +529,4 @@ fn testnet_mcp_client_on_the_last_node_finds_and_messages_an_agent_of_the_first(
             "{url} is not on node 1 ({n1_http})"
         );
     }
-    drop((n3, n2));
 }
