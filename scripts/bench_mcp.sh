@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# MCP load benchmark (docs/BENCHMARKS.md, section "MCP"): wrk, 2 threads, 16 connections,
+# stateless 2026-07-28 `tools/call` requests (one self-contained POST each: the
+# `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers and the `_meta` envelope) against
+#   1. bench/rmcp-echo: a bare rmcp 3.11 Streamable HTTP server, one `echo` tool;
+#   2. bench/python_mcp_echo.py: the Python `mcp` 2.x SDK's server, one `echo` tool;
+#   3. our node's `/mcp`: `discover_agents` with one tag on an index of $AGENTS agents, imported
+#      through the admin API (`sim` bin `adverts` signs them, bench/import_adverts.py posts them);
+# then the latency of sequential `tools/call discover_agents` over stdio through `agentnet mcp`
+# beside that node (bench/mcp_stdio_latency.py).
+#
+#   scripts/bench_mcp.sh            # env: SECS=10 AGENTS=10000 STDIO_N=2000
+#
+# Builds with --release: the workspace in ~/.cache/agentnet/target-release, bench/rmcp-echo (its
+# own workspace) in ~/.cache/agentnet/target-bench. Needs wrk and the interop venv
+# (bash interop/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${SECS:-10}
+AGENTS=${AGENTS:-10000}
+STDIO_N=${STDIO_N:-2000}
+TAG=${TAG:-bench-7}
+REL=${AGENTNET_RELEASE_TARGET:-$HOME/.cache/agentnet/target-release}
+BENCH_TARGET=${AGENTNET_BENCH_TARGET:-$HOME/.cache/agentnet/target-bench}
+PY=${AGENTNET_VENV:-$HOME/.cache/agentnet/venv}/bin/python
+command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
+[ -x "$PY" ] || { echo "no interop venv; run bash interop/setup.sh" >&2; exit 2; }
+
+echo "== build (release)"
+CARGO_TARGET_DIR="$REL" cargo build --offline --release --locked -p agentnet --bin agentnet \
+  -p agentnet-sim --bin adverts
+(cd bench/rmcp-echo && CARGO_TARGET_DIR="$BENCH_TARGET" cargo build --offline --release --locked)
+AGENTNET="$REL/release/agentnet"
+ADVERTS="$REL/release/adverts"
+RMCP_ECHO="$BENCH_TARGET/release/rmcp-echo"
+
+DIR=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+# Start "$@" in the background; wait for its `READY <url>` line; set URL (and LAST_PID).
+start_ready() {
+  local name=$1; shift
+  "$@" >"$DIR/$name.out" 2>"$DIR/$name.err" &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+  for _ in $(seq 300); do
+    if grep -q '^READY ' "$DIR/$name.out" 2>/dev/null; then
+      URL=$(sed -n 's/^READY //p' "$DIR/$name.out" | head -1)
+      return
+    fi
+    sleep 0.1
+  done
+  echo "$name did not start: $(cat "$DIR/$name.err")" >&2
+  exit 1
+}
+
+# The stateless request, as the Python SDK client sends it (see docs/BENCHMARKS.md).
+META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}'
+body_of() { # TOOL ARGS_JSON
+  printf '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"%s","arguments":%s,%s}}' "$1" "$2" "$META"
+}
+lua_of() { # TOOL ARGS_JSON -> a wrk script posting that request
+  local body; body=$(body_of "$1" "$2" | sed 's/\\/\\\\/g; s/"/\\"/g')
+  cat <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
+wrk.headers["Mcp-Method"] = "tools/call"
+wrk.headers["Mcp-Name"] = "$1"
+wrk.body = "$body"
+LUA
+}
+# One request with curl first: it must be a successful tool result, not an error.
+check() { # URL TOOL ARGS_JSON
+  local out
+  out=$(curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H "Mcp-Name: $2" \
+    --data "$(body_of "$2" "$3")" "$1")
+  echo "   one response: ${out:0:400}"
+  case "$out" in *'"structuredContent"'*'"isError":false'*|*'"isError":false'*'"structuredContent"'*) ;;
+    *) echo "not a successful tool result" >&2; exit 1 ;; esac
+}
+run_wrk() { # NAME URL TOOL ARGS_JSON
+  lua_of "$3" "$4" >"$DIR/$1.lua"
+  check "$2" "$3" "$4"
+  wrk -t2 -c16 -d"${SECS}s" --latency -s "$DIR/$1.lua" "$2"
+}
+
+echo "== 1. bare rmcp echo"
+start_ready rmcp "$RMCP_ECHO" 127.0.0.1:0
+run_wrk rmcp "$URL" echo '{"text":"hello"}'
+kill "$LAST_PID"; wait "$LAST_PID" 2>/dev/null || true
+
+echo "== 2. Python mcp echo"
+start_ready python "$PY" bench/python_mcp_echo.py http
+run_wrk python "$URL" echo '{"text":"hello"}'
+kill "$LAST_PID"; wait "$LAST_PID" 2>/dev/null || true
+
+echo "== 3. agentnet /mcp discover_agents, one tag, $AGENTS agents"
+DATA="$DIR/node"
+"$AGENTNET" up --data-dir "$DATA" --http 127.0.0.1:0 --listen /ip4/127.0.0.1/tcp/0 --no-mdns \
+  >"$DIR/up.out" 2>"$DIR/up.err" &
+NODE_PID=$!
+PIDS+=("$NODE_PID")
+for _ in $(seq 300); do [ -f "$DATA/node.json" ] && break; sleep 0.1; done
+field() { python3 -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$DATA/node.json" "$1"; }
+ADMIN=$(field admin)
+PEER=$(field peer_id)
+T0=$(date +%s.%N)
+"$ADVERTS" --count "$AGENTS" --peer-id "$PEER" >"$DIR/adverts.jsonl"
+T1=$(date +%s.%N)
+N=$("$PY" bench/import_adverts.py "$ADMIN" "$DATA/admin.token" <"$DIR/adverts.jsonl")
+T2=$(date +%s.%N)
+echo "   signed $AGENTS advertisements in $(echo "$T1 - $T0" | bc) s; imported $N in $(echo "$T2 - $T1" | bc) s"
+FOUND=$("$AGENTNET" discover --skill "$TAG" --limit 50 --json --data-dir "$DATA" | python3 -c 'import json,sys;print(len(json.load(sys.stdin)))')
+echo "   agentnet discover --skill $TAG --limit 50: $FOUND agents"
+echo "   node RSS before load: $(grep VmRSS /proc/$NODE_PID/status)"
+run_wrk node "http://$ADMIN/mcp" discover_agents "{\"tags\":[\"$TAG\"]}"
+echo "   node RSS after load: $(grep VmRSS /proc/$NODE_PID/status)"
+
+echo "== 4. stdio: agentnet mcp beside the node, $STDIO_N sequential discover_agents"
+"$PY" bench/mcp_stdio_latency.py --n "$STDIO_N" --tool discover_agents --args "{\"tags\":[\"$TAG\"]}" \
+  -- "$AGENTNET" mcp --data-dir "$DATA" 2>"$DIR/stdio.err"
+echo "== 4b. the same on the Python mcp echo over stdio (baseline)"
+"$PY" bench/mcp_stdio_latency.py --n "$STDIO_N" --tool echo --args '{"text":"hello"}' \
+  -- "$PY" bench/python_mcp_echo.py stdio 2>"$DIR/stdio-py.err"
