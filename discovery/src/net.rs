@@ -507,9 +507,13 @@ impl Client {
             return Err(Error::Network("no usable tag to search for".into()));
         }
         let limit = limit.clamp(1, 1000);
-        let store = self.store.clone();
-        let t = tags.clone();
-        let local = blocking(move || store.find(&t, limit, unix_now())).await?;
+        // On this worker, not a blocking thread: a bounded read (at most `limit` adverts found
+        // through one tag's index) that the block cache serves, cheaper than the hand-off
+        // (profiled with MCP `discover_agents`, docs/BENCHMARKS.md).
+        let local = self
+            .store
+            .find(&tags, limit, unix_now())
+            .map_err(|e| Error::Store(e.to_string()))?;
         if local.len() >= limit {
             return Ok(local);
         }
