@@ -403,12 +403,53 @@ async fn the_endpoint_verifies_every_request() {
     let open = a.mcp_url("open");
     let r = post(&open, list_body()).send().await.unwrap();
     assert_eq!(r.status(), 200);
+    // A signature that does not verify is refused there too (as on the A2A routes); one that
+    // does is served.
+    let bad = signed(&me, "POST", &open, b"{}");
+    let r = post(&open, list_body()).headers(bad).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let good = signed(&me, "POST", &open, &list_body());
+    let r = post(&open, list_body()).headers(good).send().await.unwrap();
+    assert_eq!(r.status(), 200);
     let r = post(&open, list_body())
         .header("origin", "https://evil.example")
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+
+    // Our client in the 2025-11-25 era (a session: initialize, initialized, the GET stream,
+    // tools/list, tools/call, DELETE): every request is signed and accepted by the DID agent.
+    let caller = caller(&me, true);
+    let remote = Remote {
+        did: me.did().clone(),
+        signers: vec![],
+        endpoint: agentnet_node::mcp::client::Endpoint {
+            url: url.parse().unwrap(),
+            versions: vec!["2025-11-25"],
+        },
+        addrs: vec![a.http().parse().unwrap()],
+    };
+    let tools = remote.list_tools(&caller).await.unwrap();
+    assert_eq!(tools[0].name, "echo");
+    let r = remote
+        .call_tool(&caller, "echo", json!({"text": "in a session"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.structured_content,
+        Some(json!({"text": "in a session"})),
+        "{r:?}"
+    );
+    // Unsigned, the same client is refused.
+    let anonymous = Caller::new(
+        None,
+        Resolver::new(Default::default()).unwrap(),
+        None,
+        caller.options().clone(),
+    );
+    let e = remote.list_tools(&anonymous).await.unwrap_err();
+    assert!(matches!(e, Error::Connect { .. }), "{e}");
 }
 
 /// A caller without a node, verifying cards in hand.

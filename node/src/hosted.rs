@@ -30,6 +30,10 @@
 //! [`DID_AUTH_EXTENSION`] in `capabilities.extensions` (required when the policy is `did`), is
 //! signed with the agent's key (JWS, as `agentnet card sign` does), served as is, and published
 //! to the network (unless `publish = false`) so others find it by its skill tags.
+//!
+//! With `mcp = true` (kind `echo`), the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
+//! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
+//! `urn:agentnet:mcp:v1`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 //! | check | refusal |
 //! |---|---|
 //! | the body is at most [`MAX_BODY`] bytes (read before anything else) | `413` |
-//! | policy `did`: an RFC 9421 signature (or ANP `DIDWba`) that the node's DID verifier accepts: the same one as the A2A routes, with its nonce quota and fetch budget | `401` |
+//! | policy `did`: an RFC 9421 signature (or ANP `DIDWba`) that the node's DID verifier accepts: the same one as the A2A routes, with its nonce quota and fetch budget; any policy: a signature that does not verify | `401` |
 //! | `Host` is the public URL's host (any port) | `403` (rmcp) |
 //! | no `Origin` (browsers send one; non-browser MCP clients do not) | `403` (rmcp) |
 //! | `Mcp-Method`/`Mcp-Name` agree with the body | `400` (rmcp) |
@@ -124,36 +124,37 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
         return too_large();
     };
-    if ep.require_did {
-        let who = ep
-            .auth
-            .authenticate(RequestParts {
-                method: &parts.method,
-                uri: &parts.uri,
-                headers: &parts.headers,
-                body: &bytes,
-            })
-            .await;
-        let refusal = match who {
-            Ok(Some(did)) => {
-                tracing::debug!(%did, "signed MCP request");
-                None
-            }
-            Ok(None) => Some(
-                "this MCP endpoint needs requests signed with the caller's DID \
-                 (RFC 9421, see urn:agentnet:a2a:did-auth:v1)"
-                    .to_string(),
-            ),
-            Err(e) => Some(e.0),
-        };
-        if let Some(m) = refusal {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "DIDWba")],
-                m,
-            )
-                .into_response();
+    // As on the A2A routes: a signature that does not verify is refused whatever the policy;
+    // no signature is refused under `did` only.
+    let who = ep
+        .auth
+        .authenticate(RequestParts {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+            body: &bytes,
+        })
+        .await;
+    let refusal = match who {
+        Ok(Some(did)) => {
+            tracing::debug!(%did, "signed MCP request");
+            None
         }
+        Ok(None) if ep.require_did => Some(
+            "this MCP endpoint needs requests signed with the caller's DID \
+             (RFC 9421, see urn:agentnet:a2a:did-auth:v1)"
+                .to_string(),
+        ),
+        Ok(None) => None,
+        Err(e) => Some(e.0),
+    };
+    if let Some(m) = refusal {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "DIDWba")],
+            m,
+        )
+            .into_response();
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
