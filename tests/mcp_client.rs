@@ -253,6 +253,16 @@ async fn tools_and_tool_from_another_data_dir_with_signed_requests() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("JSON object"), "{}", stderr(&o));
 
+    // Signing as an identity the data directory does not hold: refused, nothing printed.
+    let stranger = SecretKey::generate().did_key().to_string();
+    let o = run(args(
+        &["tools", "--did", &did, "--allow-private", "--as", &stranger],
+        &b.data(),
+    ))
+    .await;
+    assert!(!o.status.success());
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+
     // Without --allow-private the loopback http endpoint is refused.
     let o = run(args(&["tools", "--did", &did], &b.data())).await;
     assert!(!o.status.success());
