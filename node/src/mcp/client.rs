@@ -340,6 +340,18 @@ async fn call_tool(
         })
 }
 
+/// Install ring as the process's rustls crypto provider, if none is installed.
+///
+/// rmcp's client runs on reqwest 0.13, built here with `rustls-no-provider` (ring, as the rest
+/// of the node; not aws-lc-rs, a second crypto library). Features unify: **every** reqwest 0.13
+/// client built in a process linking this crate, rmcp's default one
+/// (`StreamableHttpClientTransport::from_uri`) included, panics unless a provider is installed
+/// first. Call this before building one; [`Remote::connect`] does.
+pub fn install_crypto_provider() {
+    // Fails harmlessly when a provider is already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The HTTP client of one endpoint: connections to the checked addresses only, no redirects,
 /// no proxy.
 fn pinned_client(
@@ -347,9 +359,7 @@ fn pinned_client(
     addrs: &[SocketAddr],
     opts: &call::CallOptions,
 ) -> Result<reqwest13::Client, Error> {
-    // reqwest 0.13 is built without a crypto provider: use ring, as the rest of the node does.
-    // Installing fails harmlessly when a provider is already installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     let mut b = reqwest13::Client::builder()
         .connect_timeout(opts.connect_timeout)
         .redirect(reqwest13::redirect::Policy::none())
