@@ -226,3 +226,48 @@ impl ServerHandler for EchoTools {
             .with_instructions("An agentnet sample agent: the echo tool returns its text.")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hosted::FileConfig;
+
+    fn config(text: &str) -> Result<FileConfig, crate::hosted::ConfigError> {
+        let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
+        cfg.check().map(|()| cfg)
+    }
+
+    #[test]
+    fn the_card_carries_the_extension_and_a2a_types_read_it() {
+        let cfg = config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nmcp = true\n").unwrap();
+        let card = crate::hosted::card_for(&cfg.agent[0], "https://node.example/a2a/e");
+        // a2a-lf's AgentCard (what the A2A SDK types accept): params is a map of JSON values.
+        let typed: agentnet_a2a::types::AgentCard = serde_json::from_value(card.clone()).unwrap();
+        let exts = typed.capabilities.extensions.unwrap();
+        let mcp = exts.iter().find(|e| e.uri == EXTENSION).unwrap();
+        assert_eq!(mcp.required, Some(false));
+        let params = mcp.params.as_ref().unwrap();
+        assert_eq!(params["url"], "https://node.example/a2a/e/mcp");
+        assert_eq!(params["transport"], TRANSPORT);
+        // Our client reads back what we advertise.
+        let ep = crate::mcp::client::endpoint("did:x", &card)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ep.url.as_str(), "https://node.example/a2a/e/mcp");
+        assert_eq!(ep.versions, VERSIONS);
+
+        // Without `mcp`, no extension.
+        let cfg = config("[[agent]]\nid = \"e\"\nkind = \"echo\"\n").unwrap();
+        let card = crate::hosted::card_for(&cfg.agent[0], "https://node.example/a2a/e");
+        assert_eq!(crate::mcp::client::endpoint("did:x", &card).unwrap(), None);
+    }
+
+    #[test]
+    fn only_echo_agents_offer_mcp() {
+        for kind in ["kind = \"ask\"", "kind = \"command\"\ncommand = [\"cat\"]"] {
+            let e = config(&format!("[[agent]]\nid = \"a\"\n{kind}\nmcp = true\n"));
+            assert!(e.is_err(), "{kind}");
+        }
+        assert!(config("[[agent]]\nid = \"a\"\nkind = \"ask\"\nmcp = false\n").is_ok());
+    }
+}
