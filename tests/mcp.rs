@@ -127,6 +127,8 @@ async fn stdio_client(data: &Path, era: &str) -> Client {
 }
 
 async fn http_client(url: &str, era: &str) -> Client {
+    // reqwest 0.13 is built without a default crypto provider (docs/MCP.md).
+    agentnet_node::mcp::client::install_crypto_provider();
     let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
     ().serve_with_lifecycle(transport, mode(era))
         .await

@@ -145,6 +145,27 @@ fn three_nodes_discover_every_sample_agent_from_the_last_node() {
         "the answer uses what the caller gave: {call:#}"
     );
 
+    // And called the echo tool of node 1's MCP sample over MCP, the endpoint read from its
+    // verified card, every request signed (its policy refuses unsigned ones).
+    let mcp = &report["mcp"];
+    assert!(mcp.get("error").is_none(), "{mcp:#}");
+    assert_eq!(mcp["tag"], "mcp-echo", "{mcp:#}");
+    assert!(str_of(mcp, "did").starts_with("did:key:"), "{mcp:#}");
+    assert_ne!(
+        mcp["did"], call["did"],
+        "another agent than the greeter: {mcp:#}"
+    );
+    assert!(str_of(mcp, "caller").starts_with("did:key:"), "{mcp:#}");
+    assert!(
+        str_of(mcp, "url").ends_with("/a2a/mcp-echo/mcp"),
+        "the endpoint of node 1's hosted agent: {mcp:#}"
+    );
+    assert_eq!(mcp["versions"][0], "2026-07-28", "{mcp:#}");
+    assert_eq!(mcp["tools"], serde_json::json!(["echo"]), "{mcp:#}");
+    assert_eq!(mcp["tool"], "echo", "{mcp:#}");
+    assert_eq!(mcp["result"]["text"], mcp["sent"], "{mcp:#}");
+    assert!(!str_of(mcp, "sent").is_empty(), "{mcp:#}");
+
     let well_known = &report["well_known"];
     assert!(str_of(well_known, "did_json").ends_with("/.well-known/did.json"));
     assert!(str_of(well_known, "agent_card_json").ends_with("/.well-known/agent-card.json"));

@@ -139,6 +139,17 @@ pub struct Agent {
     pub addrs: Vec<SocketAddr>,
 }
 
+/// A card whose signatures verify, one of them by the agent's DID.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The agent's DID.
+    pub did: Did,
+    /// Its card.
+    pub card: Value,
+    /// The `kid`s of the card's signatures.
+    pub signers: Vec<String>,
+}
+
 /// How a call behaves.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -390,6 +401,11 @@ impl Caller {
         &self.opts
     }
 
+    /// The signer of requests (`None`: anonymous).
+    pub fn signer(&self) -> Option<&Arc<dyn Signer>> {
+        self.signer.as_ref()
+    }
+
     /// Find, verify and choose the interface of `target`'s agent. Nothing is sent to it.
     pub async fn find(
         &self,
@@ -410,19 +426,7 @@ impl Caller {
         match target {
             Target::Card { did, card } => self.check(did, card.clone(), progress).await,
             Target::Did(did) => {
-                let admin = self.admin.as_ref().ok_or(CallError::NoNode)?;
-                let ad = admin.advert(did).await?.ok_or_else(|| {
-                    CallError::NotFound(format!(
-                        "the node knows no live advertisement of {did}; find it with --skill \
-                         (the node's index, then the network)"
-                    ))
-                })?;
-                if ad.get("did").and_then(Value::as_str) != Some(did.as_str()) {
-                    return Err(CallError::Protocol(format!(
-                        "the node's advertisement of {did} names another DID"
-                    )));
-                }
-                let card = ad.get("card").cloned().unwrap_or(Value::Null);
+                let card = self.card_of(did).await?;
                 self.check(did, card, progress).await
             }
             Target::Skill { tags, did } => {
@@ -457,6 +461,23 @@ impl Caller {
         }
     }
 
+    /// The card of `did` in the node's index (not verified: [`Caller::verify`] does it).
+    pub async fn card_of(&self, did: &str) -> Result<Value, CallError> {
+        let admin = self.admin.as_ref().ok_or(CallError::NoNode)?;
+        let ad = admin.advert(did).await?.ok_or_else(|| {
+            CallError::NotFound(format!(
+                "the node knows no live advertisement of {did}; find it with --skill \
+                 (the node's index, then the network)"
+            ))
+        })?;
+        if ad.get("did").and_then(Value::as_str) != Some(did) {
+            return Err(CallError::Protocol(format!(
+                "the node's advertisement of {did} names another DID"
+            )));
+        }
+        Ok(ad.get("card").cloned().unwrap_or(Value::Null))
+    }
+
     /// Verify `card` as `did`'s and choose its interface.
     async fn check(
         &self,
@@ -464,6 +485,34 @@ impl Caller {
         card: Value,
         progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Agent, CallError> {
+        let Verified {
+            did: parsed,
+            card,
+            signers,
+        } = self.verify(did, card, progress).await?;
+        let endpoint = client::choose_interface(&card).map_err(CallError::Interface)?;
+        let addrs = self.check_address(&endpoint.url).await?;
+        progress(Progress::Interface {
+            url: endpoint.url.to_string(),
+            binding: endpoint.binding.name(),
+        });
+        Ok(Agent {
+            did: parsed,
+            card,
+            signers,
+            endpoint,
+            addrs,
+        })
+    }
+
+    /// Verify every signature on `card` and that one signer is `did`: the card is `did`'s.
+    /// Nothing is sent to the agent.
+    pub async fn verify(
+        &self,
+        did: &str,
+        card: Value,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Verified, CallError> {
         let parsed =
             Did::parse(did).map_err(|_| CallError::BadDid(did.chars().take(200).collect()))?;
         let sigs = card::verify(&card, KeySource::Did(&self.resolver))
@@ -486,24 +535,17 @@ impl Caller {
             did: did.to_owned(),
             signers: signers.clone(),
         });
-        let endpoint = client::choose_interface(&card).map_err(CallError::Interface)?;
-        let addrs = self.check_address(&endpoint.url).await?;
-        progress(Progress::Interface {
-            url: endpoint.url.to_string(),
-            binding: endpoint.binding.name(),
-        });
-        Ok(Agent {
+        Ok(Verified {
             did: parsed,
             card,
             signers,
-            endpoint,
-            addrs,
         })
     }
 
-    /// Where the interface points: `https` (or `http` with `allow_private`), and every address
-    /// its host resolves to public unless `allow_private`.
-    async fn check_address(&self, url: &url::Url) -> Result<Vec<SocketAddr>, CallError> {
+    /// Where an endpoint points: `https` (or `http` with `allow_private`), and every address
+    /// its host resolves to public unless `allow_private`: the addresses to connect to (pin
+    /// them in the HTTP client, so DNS cannot swap them afterwards).
+    pub async fn check_address(&self, url: &url::Url) -> Result<Vec<SocketAddr>, CallError> {
         let refuse = |reason: String| CallError::Address {
             url: url.to_string(),
             reason,

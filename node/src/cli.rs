@@ -95,6 +95,12 @@ enum Command {
     /// Call an agent over A2A: find its card (the node's index, then the network), verify it,
     /// send the message signed with your DID, follow the task and print its artifacts.
     Call(CallArgs),
+    /// List the tools of the MCP server an agent advertises on its card (verified first;
+    /// every request signed with your DID).
+    Tools(ToolsArgs),
+    /// Call one tool of the MCP server an agent advertises on its card (verified first; every
+    /// request signed with your DID).
+    Tool(ToolArgs),
     /// Find agents by skill tag: the node's index, then the network.
     Discover {
         /// A skill tag; repeat to require several.
@@ -285,6 +291,47 @@ struct CallArgs {
 }
 
 #[derive(Debug, Args)]
+struct RemoteMcpArgs {
+    /// The agent's DID (its card is looked up in the node's index).
+    #[arg(long)]
+    did: String,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID")]
+    as_did: Option<String>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout_secs: u64,
+    /// Allow MCP endpoints on loopback and private addresses, and plain http (testnets).
+    #[arg(long)]
+    allow_private: bool,
+    #[command(flatten)]
+    node: NodeArg,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+#[derive(Debug, Args)]
+struct ToolsArgs {
+    #[command(flatten)]
+    remote: RemoteMcpArgs,
+}
+
+#[derive(Debug, Args)]
+struct ToolArgs {
+    /// The tool's name.
+    name: String,
+    /// Its arguments, a JSON object.
+    #[arg(long, default_value = "{}")]
+    args: String,
+    #[command(flatten)]
+    remote: RemoteMcpArgs,
+}
+
+#[derive(Debug, Args)]
 struct McpArgs {
     #[command(flatten)]
     dir: DataDirArg,
@@ -463,6 +510,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: IdentityCommand::Show { did, dir },
         } => identity_show(&did, dir.data_dir.as_deref()),
         Command::Call(args) => call_cmd(args).await,
+        Command::Tools(args) => tools_cmd(args).await,
+        Command::Tool(args) => tool_cmd(args).await,
         Command::Discover {
             skills,
             limit,
@@ -1015,6 +1064,102 @@ fn identity_show(did: &str, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
         id.kid(),
         agentnet_did::web::document_url(id.did())?
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The caller and the verified MCP endpoint of `agentnet tools` and `agentnet tool`.
+async fn remote_mcp(
+    a: &RemoteMcpArgs,
+) -> anyhow::Result<(call::Caller, crate::mcp::client::Remote)> {
+    let dir = data_dir::resolve(a.node.data_dir.as_deref())?;
+    let id = match &a.as_did {
+        Some(did) => data_dir::AgentKeys::new(&dir).load_identity(did)?,
+        None => identity::Identity::did_key(
+            SecretKey::load(&data_dir::key_file(&dir))
+                .context("loading the node key to sign with (run `agentnet init`, or pass --as)")?,
+        ),
+    };
+    let signer: Arc<dyn agentnet_a2a::client::Signer> = Arc::new(call::DidSigner::new(id));
+    let resolver = Resolver::new(resolver_options(&a.net)?).map_err(anyhow::Error::msg)?;
+    let opts = call::CallOptions {
+        allow_private: a.allow_private,
+        timeout: std::time::Duration::from_secs(a.timeout_secs.max(1)),
+        ..Default::default()
+    };
+    let caller = call::Caller::new(
+        Some(Arc::new(admin_client(&a.node)?)),
+        resolver,
+        Some(signer),
+        opts,
+    );
+    let mut progress = |p: call::Progress| eprintln!("{}", text::sanitize(&p.to_string()));
+    let remote = crate::mcp::client::Remote::find(&caller, &a.did, None, &mut progress).await?;
+    eprintln!(
+        "MCP endpoint {} ({})",
+        text::sanitize(remote.endpoint.url.as_str()),
+        remote.endpoint.versions.join(", ")
+    );
+    Ok((caller, remote))
+}
+
+async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
+    let (caller, remote) = remote_mcp(&args.remote).await?;
+    let tools = remote.list_tools(&caller).await?;
+    if args.remote.json {
+        let out = json!({
+            "did": remote.did.as_str(),
+            "url": remote.endpoint.url.as_str(),
+            "tools": tools,
+        });
+        println!("{}", json_line(&out)?);
+    } else {
+        for t in &tools {
+            let d = t.description.as_deref().unwrap_or("");
+            println!(
+                "{}\t{}",
+                text::sanitize(&t.name),
+                text::sanitize(&d.chars().take(300).collect::<String>())
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
+    let tool_args: Value = serde_json::from_str(&args.args).context("--args is not JSON")?;
+    if !tool_args.is_object() {
+        bail!("--args must be a JSON object");
+    }
+    let (caller, remote) = remote_mcp(&args.remote).await?;
+    let result = remote.call_tool(&caller, &args.name, tool_args).await?;
+    let failed = result.is_error == Some(true);
+    if args.remote.json {
+        let out = json!({
+            "did": remote.did.as_str(),
+            "url": remote.endpoint.url.as_str(),
+            "tool": args.name,
+            "result": result,
+        });
+        println!("{}", json_line(&out)?);
+    } else {
+        let texts: Vec<String> = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
+        if texts.is_empty() {
+            if let Some(s) = &result.structured_content {
+                println!("{}", json_line(s)?);
+            }
+        }
+        for t in texts {
+            println!("{}", text::sanitize(&t));
+        }
+    }
+    if failed {
+        eprintln!("error: the tool reported an error (isError)");
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

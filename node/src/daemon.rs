@@ -494,7 +494,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(server::serve(
         listener,
-        http::router(well_known).merge(hosted::router(&hosted)),
+        http::router(well_known).merge(hosted::router(&hosted, &http_stop)),
         opts.http_limits,
         http_stop.clone(),
     ));

@@ -30,6 +30,10 @@
 //! [`DID_AUTH_EXTENSION`] in `capabilities.extensions` (required when the policy is `did`), is
 //! signed with the agent's key (JWS, as `agentnet card sign` does), served as is, and published
 //! to the network (unless `publish = false`) so others find it by its skill tags.
+//!
+//! With `mcp = true` (kind `echo`), the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
+//! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
+//! `urn:agentnet:mcp:v1`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -254,6 +258,9 @@ pub struct AgentConfig {
     pub max_output_bytes: Option<usize>,
     /// `proxy`: the upstream agent's base URL.
     pub upstream: Option<String>,
+    /// Serve an MCP endpoint at `/a2a/<id>/mcp` (kind `echo` only), under the agent's policy,
+    /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
+    pub mcp: Option<bool>,
 }
 
 impl FileConfig {
@@ -348,6 +355,9 @@ impl AgentConfig {
             }
             _ => {}
         }
+        if self.mcp == Some(true) && self.kind != Kind::Echo {
+            return bad("mcp = true is offered by echo agents only");
+        }
         if self.work_ms.is_some_and(|w| w > 600_000) {
             return bad("work_ms at most 600000");
         }
@@ -382,6 +392,8 @@ pub struct Hosted {
     pub ttl: u64,
     /// The A2A server.
     pub server: Arc<Server>,
+    /// Its MCP endpoint, if configured.
+    pub mcp: Option<crate::mcp::hosted::Endpoint>,
 }
 
 impl std::fmt::Debug for Hosted {
@@ -455,6 +467,17 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
     if required {
         c["securityRequirements"] = json!([{"schemes": {DID_SCHEME: {"list": []}}}]);
     }
+    if a.mcp == Some(true) {
+        if let Some(exts) = c
+            .pointer_mut("/capabilities/extensions")
+            .and_then(Value::as_array_mut)
+        {
+            exts.push(crate::mcp::hosted::extension(&format!(
+                "{url}{}",
+                crate::mcp::hosted::PATH
+            )));
+        }
+    }
     c
 }
 
@@ -519,6 +542,14 @@ pub fn build(
             Arc::new(tasks.agent(&a.id)),
             auth.clone(),
         );
+        let mcp = (a.mcp == Some(true)).then(|| crate::mcp::hosted::Endpoint {
+            auth: auth.clone(),
+            require_did: a.policy == PolicyName::Did,
+            host: url::Url::parse(public_base)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or_default(),
+        });
         out.push(Hosted {
             id: a.id.clone(),
             key,
@@ -526,17 +557,23 @@ pub fn build(
             publish: a.publish.unwrap_or(true),
             ttl: a.ttl.unwrap_or(3600),
             server,
+            mcp,
         });
     }
     Ok(out)
 }
 
-/// The routes of every hosted agent, for the public listener: `/a2a/<id>/…`, with the origin
+/// The routes of every hosted agent, for the public listener: `/a2a/<id>/…` (and its MCP
+/// endpoint `/a2a/<id>/mcp`, whose sessions end when `stop` is cancelled), with the origin
 /// layer the DID authenticator needs.
-pub fn router(hosted: &[Hosted]) -> axum::Router {
+pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> axum::Router {
     let mut r = axum::Router::new();
     for h in hosted {
-        r = r.nest(&format!("{MOUNT}/{}", h.id), h.server.router());
+        let mut agent = h.server.router();
+        if let Some(mcp) = &h.mcp {
+            agent = mcp.router(stop.child_token()).merge(agent);
+        }
+        r = r.nest(&format!("{MOUNT}/{}", h.id), agent);
     }
     r.layer(axum::middleware::from_fn(crate::a2a_auth::origin_layer))
 }

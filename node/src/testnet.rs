@@ -8,7 +8,10 @@
 //! each took. Then the A2A call: node 1 hosts a sample agent (`greeter`, kind `ask`, DID
 //! policy); the last node finds it by its skill tag, verifies its card, and calls it with
 //! RFC 9421-signed requests under a fresh caller did:key: the agent asks for a name
-//! (INPUT_REQUIRED), the caller answers, the task completes with its artifact. Nodes are
+//! (INPUT_REQUIRED), the caller answers, the task completes with its artifact. Then MCP: node 1
+//! also hosts `mcp-echo` (kind `echo`, DID policy, `mcp = true`); the last node finds it by
+//! skill, verifies its card, reads the MCP endpoint the card advertises and calls its `echo`
+//! tool over MCP with every HTTP request RFC 9421-signed by the same caller DID. Nodes are
 //! numbered from 1 in the output, JSON included.
 
 use std::net::SocketAddr;
@@ -136,6 +139,8 @@ pub struct Report {
     pub discoveries: Vec<DiscoveryReport>,
     /// The last node's A2A call of the agent node 1 hosts.
     pub call: CallReport,
+    /// The last node's MCP tool call of the agent node 1 hosts with an MCP endpoint.
+    pub mcp: McpReport,
     /// Node 1's well-known documents.
     pub well_known: WellKnownReport,
     /// Wall time from start to the report, milliseconds.
@@ -210,8 +215,42 @@ pub struct CallReport {
     pub error: Option<String>,
 }
 
+/// The MCP tool call of the hosted sample agent with an MCP endpoint.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct McpReport {
+    /// The skill tag it was found by.
+    pub tag: String,
+    /// The agent's DID.
+    pub did: Option<String>,
+    /// The MCP endpoint its verified card advertises.
+    pub url: Option<String>,
+    /// The protocol versions used, preferred first.
+    pub versions: Vec<String>,
+    /// The caller's DID (every HTTP request signed with RFC 9421).
+    pub caller: String,
+    /// The tools listed.
+    pub tools: Vec<String>,
+    /// The tool called.
+    pub tool: String,
+    /// The text sent.
+    pub sent: String,
+    /// The tool's structured result.
+    pub result: Option<Value>,
+    /// Time to find and verify the card, milliseconds.
+    pub find_ms: u64,
+    /// Time to list the tools and call one (two MCP sessions), milliseconds.
+    pub call_ms: u64,
+    /// Why it failed, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// The skill tag of the hosted sample agent.
 const CALL_TAG: &str = "greeting";
+/// The skill tag of the hosted sample agent with an MCP endpoint.
+const MCP_TAG: &str = "mcp-echo";
+/// Its id on node 1.
+const MCP_AGENT: &str = "mcp-echo";
 
 /// Node 1's configuration: one `ask` agent (asks for a name, then greets), DID policy.
 fn hosted_sample() -> anyhow::Result<crate::hosted::FileConfig> {
@@ -225,6 +264,15 @@ name = "Greeter"
 description = "Asks for your name, then greets you (an agentnet testnet sample)"
 tags = ["{CALL_TAG}"]
 work_ms = 200
+
+[[agent]]
+id = "{MCP_AGENT}"
+kind = "echo"
+policy = "did"
+mcp = true
+name = "MCP echo"
+description = "Echoes your text, over A2A and as the MCP tool echo (an agentnet testnet sample)"
+tags = ["{MCP_TAG}"]
 "#
     );
     toml::from_str(&text).context("the sample agent's configuration")
@@ -260,23 +308,16 @@ async fn call_sample(
     r
 }
 
-async fn call_inner(
+/// Announce node 1's hosted agent `id` again, now that the network is up.
+async fn announce(
     host_dir: &Path,
     host: &admin::Client,
-    caller_admin: &admin::Client,
-    host_node: &Running,
-    caller_key: SecretKey,
-    progress: &Progress,
-    r: &mut CallReport,
+    http: SocketAddr,
+    id: &str,
 ) -> anyhow::Result<()> {
-    use crate::call::{self, CallOptions, Caller, Outcome, Target};
-    // Announce the hosted card again, as `agentnet publish` would.
-    let key = SecretKey::load(&crate::hosted::key_path(host_dir, "greeter"))
-        .context("the hosted agent's key")?;
-    let card_url = format!(
-        "http://{}/a2a/greeter/.well-known/agent-card.json",
-        host_node.info.http
-    );
+    let key = SecretKey::load(&crate::hosted::key_path(host_dir, id))
+        .with_context(|| format!("the hosted agent {id}'s key"))?;
+    let card_url = format!("http://{http}/a2a/{id}/.well-known/agent-card.json");
     let card: Value = reqwest::get(&card_url)
         .await
         .and_then(|r| r.error_for_status())
@@ -293,7 +334,146 @@ async fn call_inner(
         did: Some(agent_did),
     })
     .await
-    .context("announcing the hosted agent")?;
+    .with_context(|| format!("announcing the hosted agent {id}"))?;
+    Ok(())
+}
+
+async fn mcp_sample(
+    host_dir: &Path,
+    host: &admin::Client,
+    caller_admin: &admin::Client,
+    host_node: &Running,
+    progress: &Progress,
+) -> McpReport {
+    let caller_key = SecretKey::generate();
+    let mut r = McpReport {
+        tag: MCP_TAG.into(),
+        caller: caller_key.did_key().to_string(),
+        tool: "echo".into(),
+        sent: "Hello over MCP".into(),
+        ..Default::default()
+    };
+    if let Err(e) = mcp_inner(
+        host_dir,
+        host,
+        caller_admin,
+        host_node,
+        caller_key,
+        progress,
+        &mut r,
+    )
+    .await
+    {
+        progress.line(format!("the MCP call failed: {e:#}"));
+        r.error = Some(format!("{e:#}"));
+    }
+    r
+}
+
+async fn mcp_inner(
+    host_dir: &Path,
+    host: &admin::Client,
+    caller_admin: &admin::Client,
+    host_node: &Running,
+    caller_key: SecretKey,
+    progress: &Progress,
+    r: &mut McpReport,
+) -> anyhow::Result<()> {
+    use crate::call::{self, CallOptions, Caller, Target};
+    use crate::mcp::client::Remote;
+    announce(host_dir, host, host_node.info.http, MCP_AGENT).await?;
+    let resolver = agentnet_did::Resolver::new(Default::default())?;
+    let signer = std::sync::Arc::new(call::DidSigner::new(crate::identity::Identity::did_key(
+        caller_key,
+    )));
+    let opts = CallOptions {
+        allow_private: true,
+        timeout: DISCOVER_TIMEOUT,
+        ..Default::default()
+    };
+    let caller = Caller::new(
+        Some(std::sync::Arc::new(caller_admin.clone())),
+        resolver,
+        Some(signer),
+        opts,
+    );
+    let mut quiet = |_p: call::Progress| {};
+    let started = Instant::now();
+    let target = Target::Skill {
+        tags: vec![MCP_TAG.into()],
+        did: None,
+    };
+    // Gossip may still be on its way: try until the deadline.
+    let agent = loop {
+        match caller.find(&target, &mut quiet).await {
+            Ok(a) => break a,
+            Err(e) if started.elapsed() < DISCOVER_TIMEOUT => {
+                tracing::debug!(error = %e, "the MCP sample agent is not found yet");
+                tokio::time::sleep(RETRY).await;
+            }
+            Err(e) => return Err(e).context("finding the MCP sample agent by skill"),
+        }
+    };
+    let remote = Remote::find(
+        &caller,
+        agent.did.as_str(),
+        Some(agent.card.clone()),
+        &mut quiet,
+    )
+    .await
+    .context("reading the MCP endpoint of the verified card")?;
+    r.find_ms = ms(started.elapsed());
+    r.did = Some(remote.did.to_string());
+    r.url = Some(remote.endpoint.url.to_string());
+    r.versions = remote
+        .endpoint
+        .versions
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    progress.line(format!(
+        "last node found {MCP_TAG} → {} and verified its card in {} ms; MCP at {} with signed requests",
+        remote.did, r.find_ms, remote.endpoint.url
+    ));
+    let started = Instant::now();
+    let tools = remote
+        .list_tools(&caller)
+        .await
+        .context("listing the tools")?;
+    r.tools = tools.iter().map(|t| t.name.to_string()).collect();
+    let result = remote
+        .call_tool(&caller, &r.tool, json!({"text": r.sent}))
+        .await
+        .context("calling the echo tool")?;
+    r.call_ms = ms(started.elapsed());
+    r.result = result.structured_content.clone();
+    if result.is_error == Some(true) {
+        bail!("the echo tool failed: {:?}", result.content);
+    }
+    if r.result.as_ref().and_then(|v| v.get("text")) != Some(&json!(r.sent)) {
+        bail!("the echo tool answered {:?}", r.result);
+    }
+    progress.line(format!(
+        "MCP tools [{}]; echo answered {} in {} ms",
+        r.tools.join(", "),
+        r.result.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+        r.call_ms
+    ));
+    Ok(())
+}
+
+async fn call_inner(
+    host_dir: &Path,
+    host: &admin::Client,
+    caller_admin: &admin::Client,
+    host_node: &Running,
+    caller_key: SecretKey,
+    progress: &Progress,
+    r: &mut CallReport,
+) -> anyhow::Result<()> {
+    use crate::call::{self, CallOptions, Caller, Outcome, Target};
+    // Announce the hosted card again, as `agentnet publish` would.
+    announce(host_dir, host, host_node.info.http, "greeter").await?;
 
     let resolver = agentnet_did::Resolver::new(Default::default())?;
     let signer = std::sync::Arc::new(call::DidSigner::new(crate::identity::Identity::did_key(
@@ -698,6 +878,9 @@ async fn exercise(
     // start it had no peer to tell), and the last node finds it by skill, verifies its card,
     // and calls it with DID-signed requests, through the INPUT_REQUIRED round.
     let call = call_sample(&dirs[0], &clients[0], &clients[n - 1], &nodes[0], &progress).await;
+    // MCP: the last node calls the echo tool of node 1's `mcp-echo` agent, its endpoint read
+    // from the verified card, every request signed.
+    let mcp = mcp_sample(&dirs[0], &clients[0], &clients[n - 1], &nodes[0], &progress).await;
 
     let mut node_reports = Vec::with_capacity(n);
     for (i, (r, c)) in nodes.iter().zip(&clients).enumerate() {
@@ -718,7 +901,7 @@ async fn exercise(
         .filter(|d| !d.found)
         .map(|d| d.tag.as_str())
         .collect();
-    let call_failed = call.error.is_some();
+    let call_failed = call.error.is_some() || mcp.error.is_some();
     let http0 = nodes[0].info.http;
     Ok(Report {
         ok: missing.is_empty() && !call_failed,
@@ -733,8 +916,14 @@ async fn exercise(
             call.error
                 .as_ref()
                 .map(|e| format!("the A2A call failed: {e}"))
+                .or_else(|| {
+                    mcp.error
+                        .as_ref()
+                        .map(|e| format!("the MCP call failed: {e}"))
+                })
         },
         call,
+        mcp,
         nodes: node_reports,
         published,
         discoveries,
@@ -875,6 +1064,27 @@ fn print_summary(r: &Report) {
             c.state.as_deref().unwrap_or("?"),
             c.call_ms,
             c.answer.join(" ")
+        ),
+        Some(e) => println!("    FAILED: {e}"),
+    }
+    let m = &r.mcp;
+    println!(
+        "  MCP tool call from node {} (signed as {}):",
+        r.nodes.len(),
+        m.caller
+    );
+    match &m.error {
+        None => println!(
+            "    {} → {}  found in {} ms; {} tools [{}]; {}({:?}) → {} in {} ms",
+            m.tag,
+            m.did.as_deref().unwrap_or("?"),
+            m.find_ms,
+            m.url.as_deref().unwrap_or("?"),
+            m.tools.join(", "),
+            m.tool,
+            m.sent,
+            m.result.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+            m.call_ms
         ),
         Some(e) => println!("    FAILED: {e}"),
     }

@@ -12,6 +12,8 @@
 //! Nothing here publishes, reads key material or signs anything but the A2A requests of
 //! `send_message`, `get_task` and `cancel_task`.
 
+pub mod client;
+pub mod hosted;
 pub mod http;
 pub mod stdio;
 
