@@ -370,18 +370,15 @@ async fn mcp_sample(
     r
 }
 
-async fn mcp_inner(
-    host_dir: &Path,
-    host: &admin::Client,
+/// A caller on the last node signing as `caller_key`, and the agent it finds by `tag` and
+/// verifies, retried until [`DISCOVER_TIMEOUT`] while gossip is on its way.
+async fn find_by_skill(
     caller_admin: &admin::Client,
-    host_node: &Running,
     caller_key: SecretKey,
-    progress: &Progress,
-    r: &mut McpReport,
-) -> anyhow::Result<()> {
+    tag: &str,
+    what: &str,
+) -> anyhow::Result<(crate::call::Caller, crate::call::Agent)> {
     use crate::call::{self, CallOptions, Caller, Target};
-    use crate::mcp::client::Remote;
-    announce(host_dir, host, host_node.info.http, MCP_AGENT).await?;
     let resolver = agentnet_did::Resolver::new(Default::default())?;
     let signer = std::sync::Arc::new(call::DidSigner::new(crate::identity::Identity::did_key(
         caller_key,
@@ -400,20 +397,37 @@ async fn mcp_inner(
     let mut quiet = |_p: call::Progress| {};
     let started = Instant::now();
     let target = Target::Skill {
-        tags: vec![MCP_TAG.into()],
+        tags: vec![tag.into()],
         did: None,
     };
-    // Gossip may still be on its way: try until the deadline.
-    let agent = loop {
+    loop {
         match caller.find(&target, &mut quiet).await {
-            Ok(a) => break a,
+            Ok(a) => return Ok((caller, a)),
             Err(e) if started.elapsed() < DISCOVER_TIMEOUT => {
-                tracing::debug!(error = %e, "the MCP sample agent is not found yet");
+                tracing::debug!(error = %e, "{what} is not found yet");
                 tokio::time::sleep(RETRY).await;
             }
-            Err(e) => return Err(e).context("finding the MCP sample agent by skill"),
+            Err(e) => return Err(e).with_context(|| format!("finding {what} by skill")),
         }
-    };
+    }
+}
+
+async fn mcp_inner(
+    host_dir: &Path,
+    host: &admin::Client,
+    caller_admin: &admin::Client,
+    host_node: &Running,
+    caller_key: SecretKey,
+    progress: &Progress,
+    r: &mut McpReport,
+) -> anyhow::Result<()> {
+    use crate::call;
+    use crate::mcp::client::Remote;
+    announce(host_dir, host, host_node.info.http, MCP_AGENT).await?;
+    let started = Instant::now();
+    let (caller, agent) =
+        find_by_skill(caller_admin, caller_key, MCP_TAG, "the MCP sample agent").await?;
+    let mut quiet = |_p: call::Progress| {};
     let remote = Remote::find(
         &caller,
         agent.did.as_str(),
@@ -471,42 +485,14 @@ async fn call_inner(
     progress: &Progress,
     r: &mut CallReport,
 ) -> anyhow::Result<()> {
-    use crate::call::{self, CallOptions, Caller, Outcome, Target};
+    use crate::call::{self, Outcome};
     // Announce the hosted card again, as `agentnet publish` would.
     announce(host_dir, host, host_node.info.http, "greeter").await?;
 
-    let resolver = agentnet_did::Resolver::new(Default::default())?;
-    let signer = std::sync::Arc::new(call::DidSigner::new(crate::identity::Identity::did_key(
-        caller_key,
-    )));
-    let opts = CallOptions {
-        allow_private: true,
-        timeout: DISCOVER_TIMEOUT,
-        ..Default::default()
-    };
-    let caller = Caller::new(
-        Some(std::sync::Arc::new(caller_admin.clone())),
-        resolver,
-        Some(signer),
-        opts,
-    );
-    let mut quiet = |_p: call::Progress| {};
     let started = Instant::now();
-    let target = Target::Skill {
-        tags: vec![CALL_TAG.into()],
-        did: None,
-    };
-    // Gossip may still be on its way: try until the deadline.
-    let agent = loop {
-        match caller.find(&target, &mut quiet).await {
-            Ok(a) => break a,
-            Err(e) if started.elapsed() < DISCOVER_TIMEOUT => {
-                tracing::debug!(error = %e, "the hosted agent is not found yet");
-                tokio::time::sleep(RETRY).await;
-            }
-            Err(e) => return Err(e).context("finding the hosted agent by skill"),
-        }
-    };
+    let (caller, agent) =
+        find_by_skill(caller_admin, caller_key, CALL_TAG, "the hosted agent").await?;
+    let mut quiet = |_p: call::Progress| {};
     r.find_ms = ms(started.elapsed());
     r.did = Some(agent.did.to_string());
     r.url = Some(agent.endpoint.url.to_string());
