@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentnet");
+mod common;
+use common::{start_up, BIN};
 
 const CONFIG: &str = r#"
 [mcp]
@@ -48,8 +49,8 @@ impl Node {
         let cfg = dir.path().join("node.toml");
         std::fs::write(&cfg, CONFIG).unwrap();
         let data = dir.path().join("data");
-        let mut child = Command::new(BIN)
-            .args(["up", "--data-dir"])
+        let mut cmd = Command::new(BIN);
+        cmd.args(["up", "--data-dir"])
             .arg(&data)
             .arg("--config")
             .arg(&cfg)
@@ -60,23 +61,8 @@ impl Node {
                 "127.0.0.1:0",
                 "--no-mdns",
                 "--json",
-            ])
-            .env_remove("AGENTNET_DATA_DIR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("agentnet up runs");
-        // The banner is printed once node.json is written.
-        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = out
-            .next_line()
-            .await
-            .unwrap()
-            .expect("agentnet up prints its banner");
-        let info: Value = serde_json::from_str(&line).unwrap();
-        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+            ]);
+        let (child, info) = start_up(cmd).await;
         Node { child, dir, info }
     }
 

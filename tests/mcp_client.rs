@@ -17,7 +17,6 @@ use agentnet_node::call::{CallError, CallOptions, Caller, DidSigner};
 use agentnet_node::identity::Identity;
 use agentnet_node::mcp::client::{Error, Remote};
 use serde_json::{json, Value};
-use tokio::io::AsyncBufReadExt as _;
 use tokio::process::{Child, Command};
 
 mod common;
@@ -67,22 +66,7 @@ impl Node {
         if let Some(b) = bootstrap {
             cmd.args(["--bootstrap", b]);
         }
-        let mut child = cmd
-            .env_remove("AGENTNET_DATA_DIR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("agentnet up runs");
-        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = out
-            .next_line()
-            .await
-            .unwrap()
-            .expect("agentnet up prints its banner");
-        let info: Value = serde_json::from_str(&line).unwrap();
-        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+        let (child, info) = start_up(cmd).await;
         Node {
             _child: child,
             dir,

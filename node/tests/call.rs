@@ -703,35 +703,31 @@ fn venv_python() -> Option<PathBuf> {
     py.exists().then_some(py)
 }
 
+/// The interop venv's Python if it can `import` `imports`; `None` (the test skips) otherwise.
+/// `scripts/test.sh` installs the tools and sets `AGENTNET_INTEROP_REQUIRED`: there a missing
+/// tool fails the test instead.
+fn python_with(imports: &str) -> Option<PathBuf> {
+    let ok = venv_python().filter(|python| {
+        std::process::Command::new(python)
+            .args(["-c", &format!("import {imports}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if ok.is_none() {
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing ({imports}) although scripts/test.sh installed them"
+        );
+        eprintln!("SKIPPED: no interop venv that imports {imports} (run interop/setup.sh)");
+    }
+    ok
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_caller_against_the_python_sdk_server_with_a_verified_card() {
-    let Some(python) = venv_python() else {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: no Python venv with a2a-sdk (run interop/setup.sh)");
+    let Some(python) = python_with("a2a.server.routes, starlette, sse_starlette, uvicorn") else {
         return;
     };
-    let has_server = std::process::Command::new(&python)
-        .args([
-            "-c",
-            "import a2a.server.routes, starlette, sse_starlette, uvicorn",
-        ])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_server {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!(
-            "SKIPPED: the venv lacks a2a-sdk[http-server] and uvicorn (run interop/setup.sh)"
-        );
-        return;
-    }
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/python/a2a_server.py");
     let log = std::env::temp_dir().join(format!("a2a_server_call_{}.log", std::process::id()));
     let mut child = tokio::process::Command::new(&python)
@@ -814,28 +810,9 @@ async fn our_caller_against_the_python_sdk_server_with_a_verified_card() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_anp_sdk_resolves_and_verifies_our_did_wba_document_over_https() {
-    let Some(python) = venv_python() else {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: no Python venv with anp (run interop/setup.sh)");
+    let Some(python) = python_with("anp.authentication") else {
         return;
     };
-    let has_anp = std::process::Command::new(&python)
-        .args(["-c", "import anp.authentication"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_anp {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: the venv lacks anp (run interop/setup.sh)");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let docs = Arc::new(Mutex::new(std::collections::HashMap::new()));
     let port = did_server(docs.clone()).await;

@@ -38,3 +38,27 @@ pub fn json_of(args: &[&str]) -> Value {
     assert!(o.status.success(), "agentnet {args:?}: {}", stderr(&o));
     serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)))
 }
+
+/// Start a configured `agentnet up … --json` command and read the JSON banner it prints once
+/// `node.json` is written; the rest of its standard output is drained. The node is killed when
+/// the child is dropped.
+pub async fn start_up(mut cmd: tokio::process::Command) -> (tokio::process::Child, Value) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = cmd
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("agentnet up runs");
+    let mut out = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let line = out
+        .next_line()
+        .await
+        .expect("reading agentnet up's output")
+        .expect("agentnet up prints its banner");
+    let info: Value = serde_json::from_str(&line).expect("the banner is JSON");
+    tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+    (child, info)
+}
