@@ -69,6 +69,12 @@ pub struct Limits {
     pub max_blocking_wait: Duration,
     /// SSE keep-alive comment interval: 15 s.
     pub keep_alive: Duration,
+    /// A new task of a blocking `SendMessage` is first written when its turn reports (an
+    /// update or its outcome) or after this long, whichever comes first: 50 ms (at most half
+    /// of `max_blocking_wait`; zero writes it at once). Until then only the turn knows its id,
+    /// so nobody can ask for it; a turn that ends within the delay costs one write instead of
+    /// two. The quota is checked before the turn starts all the same.
+    pub defer_first_write: Duration,
     /// Longest id (task, context, message) accepted: 256 bytes.
     pub max_id_len: usize,
 }
@@ -89,10 +95,15 @@ impl Default for Limits {
             event_buffer: 64,
             max_blocking_wait: Duration::from_secs(25),
             keep_alive: Duration::from_secs(15),
+            defer_first_write: Duration::from_millis(50),
             max_id_len: 256,
         }
     }
 }
+
+/// How a turn ended: the task as the turn left it; `None` when the turn did not write the
+/// last state (canceled, shut down); an error when a task not stored yet could not be.
+type TurnEnd = Result<Option<Task>, ProtocolError>;
 
 /// Stripes of the per-task update lock.
 const STRIPES: usize = 64;
@@ -529,14 +540,19 @@ impl Engine {
     }
 
     /// Accept a message: create or continue its task, start the turn. Returns the task as
-    /// accepted, the stream (when asked for) and the turn's completion signal.
+    /// accepted, the stream (when asked for) and the turn's completion signal. With `defer`
+    /// (a blocking send, whose caller learns the task's id only from the answer) a new task's
+    /// first write waits for the turn (see [`Limits::defer_first_write`]).
     async fn begin(
         &self,
         owner: &Owner,
         req: SendMessageRequest,
         stream: bool,
-    ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<Option<Task>>), ProtocolError> {
+        defer: bool,
+    ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<TurnEnd>), ProtocolError> {
         self.validate_send(&req)?;
+        let defer = defer && !stream && !self.inner.limits.defer_first_write.is_zero();
+        let mut unstored = None;
         let mut slot = self.reserve_run(owner)?;
         let mut message = req.message;
         let max_hist = self.inner.limits.max_history_stored;
@@ -624,8 +640,19 @@ impl Engine {
                 self.mark_running(owner, &id, &cancel);
                 slot.task_id = Some(id.clone());
                 let o = owner.clone();
-                self.blocking(move |i| i.store.put(&o, &working).map_err(store_error))
+                if defer {
+                    self.blocking(move |i| i.store.admit(&o).map_err(store_error))
+                        .await?;
+                    unstored = Some(working);
+                } else {
+                    self.blocking(move |i| {
+                        i.store
+                            .admit(&o)
+                            .and_then(|()| i.store.insert(&o, &working))
+                            .map_err(store_error)
+                    })
                     .await?;
+                }
                 (task, Vec::new())
             }
         };
@@ -661,24 +688,33 @@ impl Engine {
         let owner = owner.clone();
         let fresh = task.status.state == TaskState::Submitted;
         tokio::spawn(async move {
-            let last = engine.drive(owner, turn, fresh).await;
+            let last = engine.drive(owner, turn, fresh, unstored).await;
             drop(slot);
             let _ = done_tx.send(last);
         });
         Ok((task, events, done_rx))
     }
 
-    /// Run one turn to its end and store what it produced. Returns the task as the turn left
-    /// it, or `None` when the turn did not write the last state (canceled, shut down).
-    async fn drive(&self, owner: Owner, turn: Turn, fresh: bool) -> Option<Task> {
+    /// Run one turn to its end and store what it produced. `unstored` is the new task not
+    /// written yet (see [`Limits::defer_first_write`]); it is written when the turn first
+    /// reports, or when the delay has passed.
+    async fn drive(
+        &self,
+        owner: Owner,
+        turn: Turn,
+        fresh: bool,
+        mut unstored: Option<Task>,
+    ) -> TurnEnd {
         let id = turn.task_id.clone();
         let gone = || ProtocolError::UnsupportedOperation(String::new());
         if fresh {
-            // Stored WORKING when it was accepted (see `begin`); a cancel since then has
-            // stopped the token.
+            // Stored WORKING when it was accepted (see `begin`), or not stored yet; a cancel
+            // since then has stopped the token.
             if turn.cancel.is_cancelled() {
-                return None;
+                return Ok(None);
             }
+        }
+        if fresh && unstored.is_none() {
             self.inner.publish(
                 &owner,
                 &id,
@@ -693,32 +729,52 @@ impl Engine {
                     metadata: None,
                 }),
             );
-        } else {
+        } else if !fresh {
             match self.load(&owner, &id).await {
                 Ok(Some(t)) if !t.status.state.is_terminal() => {
                     self.inner.publish(&owner, &id, status_event(&t))
                 }
-                _ => return None, // canceled between acceptance and start
+                _ => return Ok(None), // canceled between acceptance and start
             }
         }
 
         let cancel = turn.cancel.clone();
         let (tx, mut rx) = mpsc::channel(16);
         let mut work = tokio::spawn(self.inner.handler.handle(turn, Updates { tx }));
+        let limits = &self.inner.limits;
+        let first_write =
+            tokio::time::sleep(limits.defer_first_write.min(limits.max_blocking_wait / 2));
+        tokio::pin!(first_write);
         let result = loop {
             tokio::select! {
                 r = &mut work => break Some(r),
-                Some(u) = rx.recv() => self.apply_update(&owner, &id, u).await,
+                Some(u) = rx.recv() => {
+                    if let Err(e) = self.apply_update(&owner, &id, &mut unstored, u).await {
+                        work.abort();
+                        return Err(e);
+                    }
+                }
+                _ = &mut first_write, if unstored.is_some() => {
+                    if let Some(t) = unstored.take() {
+                        if let Err(e) = self.insert(&owner, t).await {
+                            work.abort();
+                            return Err(e);
+                        }
+                    }
+                }
                 _ = cancel.cancelled() => { work.abort(); break None; }
             }
         };
         // Updates sent just before the outcome are applied first.
         while let Ok(u) = rx.try_recv() {
-            self.apply_update(&owner, &id, u).await;
+            self.apply_update(&owner, &id, &mut unstored, u).await?;
         }
-        // Canceled (the cancel wrote the state) or shut down (the task stays as stored): a
-        // handler that noticed the cancel first and returned does not get to write either.
-        let result = result.filter(|_| !cancel.is_cancelled())?;
+        // Canceled (the cancel wrote the state) or shut down (the task stays as stored; one
+        // not stored yet is dropped with its turn): a handler that noticed the cancel first
+        // and returned does not get to write either.
+        let Some(result) = result.filter(|_| !cancel.is_cancelled()) else {
+            return Ok(None);
+        };
         let outcome = match result {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => Outcome::Failed {
@@ -738,8 +794,9 @@ impl Engine {
             Outcome::Rejected { message } => (TaskState::Rejected, Some(message), vec![]),
         };
         let outcome_artifacts = artifacts.clone();
+        let first = unstored.is_some();
         let res = self
-            .update(&owner, &id, gone(), {
+            .change(&owner, &id, &mut unstored, gone(), {
                 move |t, l| {
                     for a in artifacts {
                         add_artifact(t, a, l.max_artifacts);
@@ -763,6 +820,8 @@ impl Engine {
             })
             .await;
         match res {
+            // Written for the first time: nobody knew the task, nobody streams it.
+            Ok(t) if first => Ok(Some(t)),
             Ok(t) => {
                 // The outcome's artifacts, as events, before the final status.
                 for a in outcome_artifacts {
@@ -780,21 +839,61 @@ impl Engine {
                     );
                 }
                 self.inner.publish(&owner, &id, status_event(&t));
-                Some(t)
+                Ok(Some(t))
             }
+            Err(e) if first => Err(e),
             Err(e) => {
                 tracing::debug!(task = %id, error = %e, "turn outcome dropped");
-                None
+                Ok(None)
             }
         }
     }
 
-    async fn apply_update(&self, owner: &Owner, id: &str, u: Update) {
+    /// Write a new task for the first time (admitted by `begin`).
+    async fn insert(&self, owner: &Owner, task: Task) -> Result<Task, ProtocolError> {
+        let owner = owner.clone();
+        self.blocking(move |i| {
+            i.store.insert(&owner, &task).map_err(store_error)?;
+            Ok(task)
+        })
+        .await
+    }
+
+    /// [`Engine::update`] the turn's task, or, while it is `unstored`, change it and write it
+    /// for the first time.
+    async fn change(
+        &self,
+        owner: &Owner,
+        id: &str,
+        unstored: &mut Option<Task>,
+        on_terminal: ProtocolError,
+        f: impl FnOnce(&mut Task, &Limits) -> Result<(), ProtocolError> + Send + 'static,
+    ) -> Result<Task, ProtocolError> {
+        match unstored.take() {
+            Some(mut t) => {
+                f(&mut t, &self.inner.limits)?;
+                self.insert(owner, t).await
+            }
+            None => self.update(owner, id, on_terminal, f).await,
+        }
+    }
+
+    /// Store an update of the turn and send it to the task's streams. An update the task no
+    /// longer takes (canceled) is dropped; the error is a failed first write of an unstored
+    /// task, which ends the turn.
+    async fn apply_update(
+        &self,
+        owner: &Owner,
+        id: &str,
+        unstored: &mut Option<Task>,
+        u: Update,
+    ) -> Result<(), ProtocolError> {
         let gone = ProtocolError::UnsupportedOperation(String::new());
-        match u {
+        let first = unstored.is_some();
+        let (r, event) = match u {
             Update::Status(m) => {
                 let r = self
-                    .update(owner, id, gone, move |t, l| {
+                    .change(owner, id, unstored, gone, move |t, l| {
                         let mut m = m;
                         m.task_id = Some(t.id.clone());
                         m.context_id = Some(t.context_id.clone());
@@ -808,34 +907,42 @@ impl Engine {
                         Ok(())
                     })
                     .await;
-                if let Ok(t) = r {
-                    self.inner.publish(owner, id, status_event(&t));
-                }
+                (r, None)
             }
             Update::Artifact(a) => {
                 let ev_artifact = a.clone();
                 let r = self
-                    .update(owner, id, gone, move |t, l| {
+                    .change(owner, id, unstored, gone, move |t, l| {
                         add_artifact(t, a, l.max_artifacts);
                         Ok(())
                     })
                     .await;
-                if let Ok(t) = r {
-                    self.inner.publish(
-                        owner,
-                        id,
-                        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                            task_id: t.id.clone(),
-                            context_id: t.context_id.clone(),
-                            artifact: ev_artifact,
-                            append: None,
-                            last_chunk: None,
-                            metadata: None,
-                        }),
-                    );
-                }
+                (r, Some(ev_artifact))
             }
+        };
+        let t = match r {
+            Err(e) if first => return Err(e),
+            Err(_) => return Ok(()),
+            // Written for the first time: nobody knew the task, nobody streams it.
+            Ok(_) if first => return Ok(()),
+            Ok(t) => t,
+        };
+        match event {
+            None => self.inner.publish(owner, id, status_event(&t)),
+            Some(artifact) => self.inner.publish(
+                owner,
+                id,
+                StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                    task_id: t.id.clone(),
+                    context_id: t.context_id.clone(),
+                    artifact,
+                    append: None,
+                    last_chunk: None,
+                    metadata: None,
+                }),
+            ),
         }
+        Ok(())
     }
 
     /// `SendMessage`: blocking unless `returnImmediately`; answers `{"task": …}`.
@@ -849,14 +956,15 @@ impl Engine {
             .as_ref()
             .map(|c| (c.return_immediately.unwrap_or(false), c.history_length))
             .unwrap_or((false, None));
-        let (task, _, done) = self.begin(owner, req, false).await?;
+        let (task, _, done) = self.begin(owner, req, false, !immediately).await?;
         if immediately {
             return Ok(SendMessageResponse::Task(self.shape(task, history_length)));
         }
         // The turn's last state when it wrote one; otherwise (canceled, still running at the
         // wait's end) the stored task.
         let task = match tokio::time::timeout(self.inner.limits.max_blocking_wait, done).await {
-            Ok(Ok(Some(t))) => t,
+            Ok(Ok(Ok(Some(t)))) => t,
+            Ok(Ok(Err(e))) => return Err(e),
             _ => self
                 .load(owner, &task.id)
                 .await?
@@ -872,7 +980,7 @@ impl Engine {
         owner: &Owner,
         req: SendMessageRequest,
     ) -> Result<EventStream, ProtocolError> {
-        let (_, events, _) = self.begin(owner, req, true).await?;
+        let (_, events, _) = self.begin(owner, req, true, false).await?;
         events.ok_or_else(|| ProtocolError::Internal("stream not opened".into()))
     }
 
@@ -1123,5 +1231,213 @@ mod tests {
         assert_eq!(t.status.state, TaskState::Failed);
         assert_eq!(e.running(), 0);
         assert!(e.inner.lock_live().channels.is_empty());
+    }
+
+    /// A store that counts its writes and can be told to fail new tasks.
+    #[derive(Default)]
+    struct Counting {
+        mem: MemoryStore,
+        writes: std::sync::atomic::AtomicUsize,
+        fail_inserts: std::sync::atomic::AtomicBool,
+    }
+
+    impl Counting {
+        fn writes(&self) -> usize {
+            self.writes.load(std::sync::atomic::Ordering::SeqCst)
+        }
+        fn count(&self) {
+            self.writes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    impl TaskStore for Counting {
+        fn get(&self, owner: &Owner, id: &str) -> Result<Option<Task>, StoreError> {
+            self.mem.get(owner, id)
+        }
+        fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+            self.count();
+            self.mem.put(owner, task)
+        }
+        fn admit(&self, owner: &Owner) -> Result<(), StoreError> {
+            self.mem.admit(owner)
+        }
+        fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+            if self.fail_inserts.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(StoreError::Backend("disk full".into()));
+            }
+            self.count();
+            self.mem.insert(owner, task)
+        }
+        fn list(&self, owner: &Owner, q: &ListQuery) -> Result<crate::store::TaskPage, StoreError> {
+            self.mem.list(owner, q)
+        }
+        fn runs_inline(&self) -> bool {
+            true
+        }
+    }
+
+    /// Completes when its gate opens; counts its turns.
+    struct Gated {
+        gate: tokio::sync::Semaphore,
+        turns: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Default for Gated {
+        fn default() -> Self {
+            Gated {
+                gate: tokio::sync::Semaphore::new(0),
+                turns: Default::default(),
+            }
+        }
+    }
+
+    impl Handler for Arc<Gated> {
+        fn handle(&self, _: Turn, _: Updates) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+            self.turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let me = self.clone();
+            Box::pin(async move {
+                me.gate.acquire().await.unwrap().forget();
+                Ok(Outcome::Completed {
+                    message: None,
+                    artifacts: vec![],
+                })
+            })
+        }
+    }
+
+    fn task_of(r: SendMessageResponse) -> Task {
+        match r {
+            SendMessageResponse::Task(t) => t,
+            other => panic!("not a task: {other:?}"),
+        }
+    }
+
+    async fn listed(e: &Engine, o: &Owner) -> Vec<Task> {
+        let req: ListTasksRequest = serde_json::from_value(serde_json::json!({})).unwrap();
+        e.list_tasks(o, req).await.unwrap().tasks
+    }
+
+    #[tokio::test]
+    async fn a_blocking_send_that_ends_at_once_writes_its_task_once() {
+        let store = Arc::new(Counting::default());
+        let e = Engine::new(
+            Arc::new(crate::samples::Echo),
+            store.clone(),
+            Limits::default(),
+        );
+        let o = Owner::Caller("did:x".into());
+        let t = task_of(e.send_message(&o, msg()).await.unwrap());
+        assert_eq!(t.status.state, TaskState::Completed);
+        assert_eq!(store.writes(), 1);
+        assert_eq!(store.get(&o, &t.id).unwrap().unwrap().status, t.status);
+        // Asked to answer at once, the caller learns the id before the turn ends: the task is
+        // stored before the answer, then again with its outcome.
+        let mut m = msg();
+        m.configuration = Some(a2a::SendMessageConfiguration {
+            accepted_output_modes: None,
+            task_push_notification_config: None,
+            history_length: None,
+            return_immediately: Some(true),
+        });
+        let t = task_of(e.send_message(&o, m).await.unwrap());
+        assert!(store.get(&o, &t.id).unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_slow_blocking_turn_is_stored_once_the_delay_has_passed() {
+        let store = Arc::new(Counting::default());
+        let agent = Arc::new(Gated::default());
+        let mut limits = Limits::default();
+        limits.defer_first_write = Duration::from_millis(20);
+        let e = Engine::new(Arc::new(agent.clone()), store.clone(), limits);
+        let o = Owner::Caller("did:x".into());
+        let send = tokio::spawn({
+            let (e, o) = (e.clone(), o.clone());
+            async move { e.send_message(&o, msg()).await }
+        });
+        // The caller does not know the id yet, but its task list shows the task working.
+        let working = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(t) = listed(&e, &o).await.pop() {
+                    return t;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the running task was never stored");
+        assert_eq!(working.status.state, TaskState::Working);
+        agent.gate.add_permits(1);
+        let t = task_of(send.await.unwrap().unwrap());
+        assert_eq!(t.id, working.id);
+        assert_eq!(t.status.state, TaskState::Completed);
+        assert_eq!(store.writes(), 2);
+        let stored = store.get(&o, &t.id).unwrap().unwrap();
+        assert_eq!(stored.status.state, TaskState::Completed);
+    }
+
+    #[tokio::test]
+    async fn a_caller_past_the_quota_is_refused_before_the_turn_runs() {
+        let agent = Arc::new(Gated::default());
+        let e = Engine::new(
+            Arc::new(agent.clone()),
+            Arc::new(MemoryStore::new(1)),
+            Limits::default(),
+        );
+        let o = Owner::Caller("did:x".into());
+        agent.gate.add_permits(1);
+        e.send_message(&o, msg()).await.unwrap();
+        let err = e.send_message(&o, msg()).await.unwrap_err();
+        assert!(matches!(err, ProtocolError::Busy(_)), "{err:?}");
+        assert_eq!(agent.turns.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn turns_admitted_together_are_all_stored_past_the_quota() {
+        let agent = Arc::new(Gated::default());
+        let store = Arc::new(MemoryStore::new(1));
+        let e = Engine::new(Arc::new(agent.clone()), store.clone(), Limits::default());
+        let o = Owner::Caller("did:x".into());
+        let sends: Vec<_> = (0..3)
+            .map(|_| {
+                let (e, o) = (e.clone(), o.clone());
+                tokio::spawn(async move { e.send_message(&o, msg()).await })
+            })
+            .collect();
+        // All three were admitted (nothing stored yet) before any finishes.
+        while agent.turns.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        agent.gate.add_permits(3);
+        for s in sends {
+            let t = task_of(s.await.unwrap().unwrap());
+            assert_eq!(t.status.state, TaskState::Completed);
+            assert!(
+                store.get(&o, &t.id).unwrap().is_some(),
+                "an accepted outcome was lost"
+            );
+        }
+        // The bound holds again for the next one.
+        let err = e.send_message(&o, msg()).await.unwrap_err();
+        assert!(matches!(err, ProtocolError::Busy(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_first_write_that_fails_is_the_callers_error() {
+        let store = Arc::new(Counting::default());
+        store
+            .fail_inserts
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let e = Engine::new(
+            Arc::new(crate::samples::Echo),
+            store.clone(),
+            Limits::default(),
+        );
+        let o = Owner::Caller("did:x".into());
+        let err = e.send_message(&o, msg()).await.unwrap_err();
+        assert!(matches!(err, ProtocolError::Internal(_)), "{err:?}");
+        assert_eq!(e.running(), 0);
+        assert!(listed(&e, &o).await.is_empty());
     }
 }

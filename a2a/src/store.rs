@@ -128,6 +128,21 @@ pub trait TaskStore: Send + Sync + 'static {
         let _ = old;
         self.put(owner, task)
     }
+    /// Whether the owner may start a new task now: the quota check of [`TaskStore::put`],
+    /// without writing anything. The engine asks before a new task's turn starts, and stores
+    /// the task later with [`TaskStore::insert`] (see [`crate::engine::Limits::defer_first_write`]).
+    /// The default admits every task.
+    fn admit(&self, owner: &Owner) -> Result<(), StoreError> {
+        let _ = owner;
+        Ok(())
+    }
+    /// Store a new task that [`TaskStore::admit`] let in: its id is fresh (no stored task has
+    /// it), and it is not refused for quota, so the bounds may be passed by as many tasks as
+    /// there are turns running at once ([`crate::engine::Limits::max_running`]). The default
+    /// calls [`TaskStore::put`].
+    fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+        self.put(owner, task)
+    }
     /// One page of the owner's tasks.
     fn list(&self, owner: &Owner, query: &ListQuery) -> Result<TaskPage, StoreError>;
     /// `true` when every call returns in microseconds without waiting on the network or on a
@@ -177,6 +192,33 @@ impl MemoryStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, Mem> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Insert or replace; a new task beyond `max_tasks` is refused when `bounded`.
+    fn store(&self, owner: &Owner, task: &Task, bounded: bool) -> Result<(), StoreError> {
+        let mut m = self.lock();
+        let key = (owner.clone(), task.id.clone());
+        match m.tasks.get(&key) {
+            Some(old) => {
+                let old_idx = (
+                    owner.clone(),
+                    std::cmp::Reverse(status_micros(old)),
+                    task.id.clone(),
+                );
+                m.index.remove(&old_idx);
+            }
+            None if bounded && m.tasks.len() >= self.max_tasks => {
+                return Err(StoreError::Full(self.max_tasks))
+            }
+            None => {}
+        }
+        m.index.insert((
+            owner.clone(),
+            std::cmp::Reverse(status_micros(task)),
+            task.id.clone(),
+        ));
+        m.tasks.insert(key, task.clone());
+        Ok(())
+    }
 }
 
 impl Default for MemoryStore {
@@ -215,29 +257,18 @@ impl TaskStore for MemoryStore {
     }
 
     fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
-        let mut m = self.lock();
-        let key = (owner.clone(), task.id.clone());
-        match m.tasks.get(&key) {
-            Some(old) => {
-                let old_idx = (
-                    owner.clone(),
-                    std::cmp::Reverse(status_micros(old)),
-                    task.id.clone(),
-                );
-                m.index.remove(&old_idx);
-            }
-            None if m.tasks.len() >= self.max_tasks => {
-                return Err(StoreError::Full(self.max_tasks))
-            }
-            None => {}
+        self.store(owner, task, true)
+    }
+
+    fn admit(&self, _owner: &Owner) -> Result<(), StoreError> {
+        if self.lock().tasks.len() >= self.max_tasks {
+            return Err(StoreError::Full(self.max_tasks));
         }
-        m.index.insert((
-            owner.clone(),
-            std::cmp::Reverse(status_micros(task)),
-            task.id.clone(),
-        ));
-        m.tasks.insert(key, task.clone());
         Ok(())
+    }
+
+    fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+        self.store(owner, task, false)
     }
 
     fn runs_inline(&self) -> bool {

@@ -277,16 +277,29 @@ impl TaskDb {
 
     fn put_scoped(&self, scope: &Scope, task: &Task) -> Result<(), StoreError> {
         let old = self.load(scope, &task.id)?.map(|t| t.status);
-        self.write_task(scope, old.as_ref(), task)
+        self.write_task(scope, old.as_ref(), task, true)
     }
 
-    /// Write `task` whose stored status is `old` (`None`: a new task), moving its index
-    /// entries.
+    /// Refuse a new task of `scope` beyond the bounds ([`StoreError::Full`]).
+    fn check_room(&self, scope: &Scope) -> Result<(), StoreError> {
+        if self.total.load(Ordering::Relaxed) >= self.retention.max_tasks {
+            return Err(StoreError::Full(self.retention.max_tasks as usize));
+        }
+        let mine = decode_u64(self.index.get(&scope.count_key()).map_err(backend)?);
+        if mine >= self.retention.max_per_owner {
+            return Err(StoreError::Full(self.retention.max_per_owner as usize));
+        }
+        Ok(())
+    }
+
+    /// Write `task` whose stored status is `old` (`None`: a new task, refused beyond the
+    /// bounds when `bounded`), moving its index entries.
     fn write_task(
         &self,
         scope: &Scope,
         old: Option<&TaskStatus>,
         task: &Task,
+        bounded: bool,
     ) -> Result<(), StoreError> {
         let id = task.id.as_str();
         let mut ops = Vec::with_capacity(7);
@@ -317,14 +330,11 @@ impl TaskDb {
         }
         // A new task: check and move the counters under the lock.
         let _g = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if bounded {
+            self.check_room(scope)?;
+        }
         let total = self.total.load(Ordering::Relaxed);
-        if total >= self.retention.max_tasks {
-            return Err(StoreError::Full(self.retention.max_tasks as usize));
-        }
         let mine = decode_u64(self.index.get(&scope.count_key()).map_err(backend)?);
-        if mine >= self.retention.max_per_owner {
-            return Err(StoreError::Full(self.retention.max_per_owner as usize));
-        }
         ops.push(FamilyOp::Put(
             scope.count_key(),
             (mine + 1).to_be_bytes().to_vec(),
@@ -492,7 +502,16 @@ impl TaskStore for AgentTasks {
     }
 
     fn replace(&self, owner: &Owner, old: &TaskStatus, task: &Task) -> Result<(), StoreError> {
-        self.db.write_task(&self.scope(owner)?, Some(old), task)
+        self.db
+            .write_task(&self.scope(owner)?, Some(old), task, true)
+    }
+
+    fn admit(&self, owner: &Owner) -> Result<(), StoreError> {
+        self.db.check_room(&self.scope(owner)?)
+    }
+
+    fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+        self.db.write_task(&self.scope(owner)?, None, task, false)
     }
 
     /// RocksDB writes here go to its log without a sync (the page cache keeps them across a
