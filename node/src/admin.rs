@@ -470,7 +470,7 @@ fn parse_discover_query(query: &str) -> Result<(Vec<String>, usize), ApiError> {
     Ok((skills, limit))
 }
 
-fn found(a: StoredAdvert) -> Found {
+pub(crate) fn found(a: StoredAdvert) -> Found {
     let card = serde_json::from_slice::<Advertisement>(&a.bytes)
         .map(|ad| ad.card)
         .unwrap_or(Value::Null);
@@ -643,6 +643,18 @@ pub trait Directory: Send + Sync {
         skills: &'a [String],
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>>;
+    /// [`Directory::discover`]'s agents as MCP `discover_agents` shows them. The default
+    /// summarizes the cards `discover` returns.
+    fn summaries<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::mcp::AgentSummary>, ClientError>> {
+        Box::pin(async move {
+            let found = self.discover(skills, limit).await?;
+            Ok(found.into_iter().map(crate::mcp::summary).collect())
+        })
+    }
     /// The node's live advertisement of `did` (JSON, as received), or `None`.
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>>;
     /// The node's peers and counters.
@@ -677,6 +689,23 @@ impl Directory for AdminState {
         Box::pin(async move {
             check_skills(skills)?;
             Ok(AdminState::discover(self, skills, limit).await?)
+        })
+    }
+    /// Summarized from the stored advertisements' bytes, without building their cards as
+    /// JSON values ([`crate::mcp::summarize`]).
+    fn summaries<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::mcp::AgentSummary>, ClientError>> {
+        Box::pin(async move {
+            check_skills(skills)?;
+            let found = self
+                .client
+                .discover(skills, limit.clamp(1, MAX_LIMIT))
+                .await
+                .map_err(from_net)?;
+            Ok(found.into_iter().map(crate::mcp::summarize).collect())
         })
     }
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {

@@ -17,6 +17,7 @@ pub mod hosted;
 pub mod http;
 pub mod stdio;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -328,12 +329,17 @@ fn check_task_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The first `n` characters of `s`, with `…` if it had more.
 fn shorten(s: &str, n: usize) -> String {
-    let mut out: String = s.chars().take(n).collect();
-    if out.len() < s.len() {
-        out.push('…');
+    match s.char_indices().nth(n) {
+        None => s.to_owned(),
+        Some((end, _)) => {
+            let mut out = String::with_capacity(end + '…'.len_utf8());
+            out.push_str(&s[..end]);
+            out.push('…');
+            out
+        }
     }
-    out
 }
 
 fn text_of(v: &Value, key: &str) -> Option<String> {
@@ -354,7 +360,77 @@ fn strings(v: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn summary(f: Found) -> AgentSummary {
+/// The parts of an advertisement that a summary shows, borrowed from its bytes: reading the
+/// whole card as a `Value` was most of `discover_agents`' cost (profiled, docs/BENCHMARKS.md).
+#[derive(Deserialize)]
+struct AdvertView<'a> {
+    #[serde(borrow)]
+    card: CardView<'a>,
+}
+
+#[derive(Deserialize)]
+struct CardView<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    description: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    skills: Vec<SkillView<'a>>,
+}
+
+#[derive(Deserialize)]
+struct SkillView<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    description: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tags: Vec<Cow<'a, str>>,
+}
+
+fn short(s: Option<&str>, n: usize) -> Option<String> {
+    s.map(|s| shorten(s, n))
+}
+
+/// A stored advertisement's summary. A card whose fields are not of the expected JSON types
+/// (validation checks the card's signature, not its shape) is read as a `Value` instead, the
+/// way [`summary`] tolerates it: a field of another type is left out.
+pub(crate) fn summarize(a: agentnet_discovery::store::StoredAdvert) -> AgentSummary {
+    let Ok(view) = serde_json::from_slice::<AdvertView>(&a.bytes) else {
+        return summary(crate::admin::found(a));
+    };
+    let card = view.card;
+    AgentSummary {
+        name: short(card.name.as_deref(), MAX_SUMMARY),
+        description: short(card.description.as_deref(), MAX_SUMMARY),
+        skills: card
+            .skills
+            .iter()
+            .take(32)
+            .map(|s| SkillSummary {
+                id: short(s.id.as_deref(), MAX_SUMMARY),
+                name: short(s.name.as_deref(), MAX_SUMMARY),
+                description: short(s.description.as_deref(), MAX_SUMMARY),
+                tags: s
+                    .tags
+                    .iter()
+                    .take(agentnet_discovery::tags::MAX_TAGS)
+                    .map(|t| shorten(t, MAX_TAG_LEN))
+                    .collect(),
+            })
+            .collect(),
+        domain_verified: a.domain_verified(),
+        did: a.did,
+        tags: a.tags,
+        expires_at: a.expires_at,
+        peer_id: a.peer_id,
+    }
+}
+
+/// A found agent's summary, from its card as a JSON value.
+pub(crate) fn summary(f: Found) -> AgentSummary {
     let skills = f
         .card
         .get("skills")
@@ -493,15 +569,14 @@ impl Server {
             Some(n) if (1..=MAX_LIMIT as u32).contains(&n) => n as usize,
             Some(n) => return Err(format!("`limit` must be 1 to {MAX_LIMIT}, not {n}")),
         };
-        let found = self
+        let mut agents = self
             .inner
             .directory
-            .discover(&args.tags, limit)
+            .summaries(&args.tags, limit)
             .await
             .map_err(|e| format!("discovering agents: {e}"))?;
-        Ok(Json(Discovered {
-            agents: found.into_iter().take(limit).map(summary).collect(),
-        }))
+        agents.truncate(limit);
+        Ok(Json(Discovered { agents }))
     }
 
     #[tool(
@@ -736,5 +811,52 @@ mod tests {
         assert!(e.is_err());
         let e = serde_json::from_value::<NoArgs>(serde_json::json!({"publish": true}));
         assert!(e.is_err());
+    }
+
+    fn stored(card: Value) -> agentnet_discovery::store::StoredAdvert {
+        let did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
+        let bytes = serde_json::to_vec(&serde_json::json!({
+            "v": 1, "did": did, "card": card, "peerId": "12D3KooW", "addrs": [], "seq": 3,
+            "issuedAt": 1, "expiresAt": 2,
+            "proof": {"protected": "e30", "signature": "AA"}
+        }))
+        .unwrap();
+        agentnet_discovery::store::StoredAdvert {
+            did: did.into(),
+            seq: 3,
+            issued_at: 1,
+            expires_at: 2,
+            tags: vec!["echo".into()],
+            peer_id: "12D3KooW".into(),
+            bytes,
+        }
+    }
+
+    /// The fast reading of a stored advertisement says what the `Value` reading says, for
+    /// cards of the expected shape and for cards that are not.
+    #[test]
+    fn summaries_read_from_bytes_match_the_value_reading() {
+        let long = "é".repeat(MAX_SUMMARY + 7);
+        let cards = [
+            serde_json::json!({"name": "A", "description": long, "skills": [
+                {"id": "s", "name": "S", "description": "d", "tags": ["echo", "x".repeat(300)]},
+                {"id": "t"}
+            ]}),
+            serde_json::json!({"name": 5, "skills": [{"id": "s", "tags": ["echo", 7]}]}),
+            serde_json::json!({"name": null, "skills": "none"}),
+            serde_json::json!({"skills": (0..40).map(|i| serde_json::json!({"id": i.to_string(),
+                "tags": (0..20).map(|j| format!("t{j}")).collect::<Vec<_>>()})).collect::<Vec<_>>()}),
+            serde_json::json!("not an object"),
+        ];
+        for card in cards {
+            let a = stored(card.clone());
+            let fast = serde_json::to_value(summarize(a.clone())).unwrap();
+            let slow = serde_json::to_value(summary(crate::admin::found(a))).unwrap();
+            assert_eq!(fast, slow, "card {card}");
+        }
+        let s = summarize(stored(serde_json::json!({"description": long})));
+        let d = s.description.unwrap();
+        assert_eq!(d.chars().count(), MAX_SUMMARY + 1);
+        assert!(d.ends_with('…'));
     }
 }
