@@ -35,7 +35,9 @@ def main() -> None:
     if not cmd:
         sys.exit("mcp_stdio_latency.py: no command")
     args = json.loads(a.args)
-    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    # Buffered: an unbuffered pipe's readline() reads one byte per system call, which cost
+    # ~5 ms per 9 KB answer and was first mistaken for the server's latency.
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert p.stdin and p.stdout
     out = p.stdout
 
@@ -45,6 +47,7 @@ def main() -> None:
         line = (json.dumps(req) + "\n").encode()
         t0 = time.perf_counter_ns()
         p.stdin.write(line)
+        p.stdin.flush()
         while True:
             got = out.readline()
             if not got:
