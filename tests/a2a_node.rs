@@ -64,6 +64,11 @@ impl Node {
 
     /// [`Node::start`] with `config` as the configuration file.
     fn start_with(dir: &Path, config: &str) -> Node {
+        Node::start_args(dir, config, &[])
+    }
+
+    /// [`Node::start_with`], with more flags for `agentnet up`.
+    fn start_args(dir: &Path, config: &str, extra: &[&str]) -> Node {
         std::fs::create_dir_all(dir).unwrap();
         let config_text = config;
         let config = dir.join("node.toml");
@@ -79,6 +84,7 @@ impl Node {
                 "--http",
                 "127.0.0.1:0",
             ])
+            .args(extra)
             .env_remove("AGENTNET_DATA_DIR")
             .stdin(Stdio::null())
             .stdout(File::create(dir.join("up.out")).unwrap())
@@ -399,4 +405,109 @@ publish = false
             rt.block_on(sdk_client::assert_sdk_client_passes(cmd, &what, transport));
         }
     }
+}
+
+/// Serve `doc` to every GET on `listener` (plain HTTP/1.1, one request per connection); counts
+/// the requests for `path`.
+fn serve_document(
+    listener: std::net::TcpListener,
+    path: String,
+    doc: Vec<u8>,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::io::{Read, Write};
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 * 1024 {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&req);
+            let ok = line.starts_with(&format!("GET {path} "));
+            if ok {
+                h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            let (status, body) = if ok {
+                ("200 OK", doc.as_slice())
+            } else {
+                ("404 Not Found", &b""[..])
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(body);
+        }
+    });
+    hits
+}
+
+/// `agentnet up` takes the resolver flags of `resolve` and `call`: without them its verifier
+/// refuses a caller whose did:web document is on loopback (as on a public node, where that would
+/// let callers make it fetch from its own host); with `--allow-http-loopback` (a local
+/// testnet's setting) the same signed call is verified against the document, fetched from the
+/// test's server.
+#[test]
+fn up_resolves_did_web_callers_on_loopback_only_with_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    let docs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = docs.local_addr().unwrap().port();
+    let id = json_of(&[
+        "identity",
+        "new",
+        "--web",
+        &format!("127.0.0.1%3A{port}:users:me"),
+        "--data-dir",
+        p(&node_dir),
+        "--json",
+    ]);
+    let did = id["did"].as_str().unwrap().to_string();
+    let doc = std::fs::read(id["documentFile"].as_str().unwrap()).unwrap();
+    let hits = serve_document(docs, "/users/me/did.json".into(), doc);
+    let call = |as_did: Option<&str>| {
+        let mut args = vec![
+            "call",
+            "--skill",
+            "e2e-echo",
+            "hello",
+            "--allow-private",
+            "--json",
+            "--timeout-secs",
+            "20",
+            "--data-dir",
+            p(&node_dir),
+        ];
+        if let Some(d) = as_did {
+            args.extend(["--as", d]);
+        }
+        agentnet(&args)
+    };
+
+    let node = Node::start(&node_dir);
+    // The agent is found and answers its node's own did:key...
+    let o = call(None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // ...but not a did:web on loopback, which this node does not resolve.
+    let o = call(Some(&did));
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("401"), "{}", stderr(&o));
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    drop(node);
+
+    let _node = Node::start_args(&node_dir, CONFIG, &["--allow-http-loopback"]);
+    let o = call(Some(&did));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let t = &out["result"]["task"];
+    assert_eq!(t["status"]["state"], json!("TASK_STATE_COMPLETED"), "{out}");
+    assert_eq!(t["artifacts"][0]["parts"][0]["text"], json!("hello"));
+    assert!(hits.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 }

@@ -198,6 +198,10 @@ struct UpArgs {
     /// (connections already open stay); 0: no such bound.
     #[arg(long, value_name = "MIB", default_value_t = daemon::DEFAULT_MAX_MEMORY_MIB)]
     max_memory_mib: u64,
+    /// How the node resolves did:web/did:wba callers (and the agents it calls): a local
+    /// testnet's documents on loopback need `--allow-http-loopback` or `--ca-cert`.
+    #[command(flatten)]
+    net: NetArgs,
     /// Print the start banner as one JSON line.
     #[arg(long)]
     json: bool,
@@ -620,7 +624,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         json: args.json,
         quiet: false,
         hosted: cfg,
-        resolver: Default::default(),
+        resolver: resolver_options(&args.net)?,
     };
     daemon::run(opts).await?;
     Ok(ExitCode::SUCCESS)
