@@ -440,6 +440,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     auth_cfg.max_nonces = a.max_nonces.unwrap_or(auth_cfg.max_nonces);
     auth_cfg.fetch_burst = a.fetch_burst.unwrap_or(auth_cfg.fetch_burst);
     auth_cfg.fetches_per_minute = a.fetches_per_minute.unwrap_or(auth_cfg.fetches_per_minute);
+    if let Some(secs) = a.token_ttl_secs {
+        auth_cfg.token_ttl = Duration::from_secs(secs);
+    }
     let mcp_resolver = resolver.clone();
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
     let upstream_http = reqwest::Client::builder()

@@ -197,6 +197,8 @@ pub struct AuthSection {
     pub fetch_burst: Option<u32>,
     /// And per minute.
     pub fetches_per_minute: Option<u32>,
+    /// Lifetime of the access tokens given to verified callers, seconds; 0: none.
+    pub token_ttl_secs: Option<u64>,
 }
 
 /// What an agent does.

@@ -945,3 +945,146 @@ async fn requests_failing_cheap_checks_fetch_no_did_document() {
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     node.shutdown().await;
 }
+
+/// POST a JSON-RPC body with `Authorization: Bearer <token>`; the status, the body, and the
+/// response's headers.
+async fn post_bearer(url: &str, body: Vec<u8>, token: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0")
+        .header("authorization", format!("Bearer {token}"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// A caller whose signature verified gets an access token in the headers the ANP SDK reads,
+/// and with it is the same owner at every hosted agent of the node, without signing; a token
+/// altered in any part, one of another node, and garbage are refused with 401; a node
+/// configured without tokens issues none and refuses them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verified_callers_get_access_tokens_that_stand_for_their_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path(), None).await;
+    let url = format!("{}/a2a/echo", base(&node));
+    let me = Caller::new();
+    let body = send_body("tok", None);
+    let mut req = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0");
+    for (k, v) in me.headers("POST", &url, &body, &httpsig::new_nonce()) {
+        req = req.header(k, v);
+    }
+    let resp = req.body(body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let info = resp.headers()["authentication-info"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let legacy = resp.headers()["authorization"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let v: Value = resp.json().await.unwrap();
+    let task_id = v["result"]["task"]["id"].as_str().unwrap().to_string();
+    let token = info
+        .split("access_token=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_string();
+    assert!(info.contains("token_type=\"Bearer\""), "{info}");
+    assert!(info.contains("expires_in=900"), "{info}");
+    assert_eq!(legacy, format!("Bearer {token}"));
+
+    // The token stands for the DID: the caller's own task, unsigned.
+    let (s, v) = post_bearer(&url, rpc_body("GetTask", json!({"id": task_id})), &token).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["result"]["id"], json!(task_id));
+    // At another agent of the node too, as the same owner: its list holds what it sent there.
+    let ask = format!("{}/a2a/ask", base(&node));
+    let (s, v) = post_bearer(&ask, send_body("Ada", None), &token).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = post_bearer(&ask, rpc_body("ListTasks", json!({})), &token).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["result"]["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "{v}"
+    );
+    // Another DID's signed request sees none of it.
+    let other = Caller::new();
+    let (s, v) = post(
+        &url,
+        rpc_body("GetTask", json!({"id": task_id})),
+        Some((&other, None)),
+    )
+    .await;
+    assert_eq!((s, &v["error"]["code"]), (200, &json!(-32001)), "{v}");
+
+    // Altered tokens: each part changed, or cut, or padded.
+    let mut forged = Vec::new();
+    let parts: Vec<&str> = token.split('.').collect();
+    assert_eq!(parts.len(), 4, "{token}");
+    let other_did = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(other.did())
+    };
+    forged.push(format!(
+        "{}.{}.{}.{}",
+        parts[0], parts[1], other_did, parts[3]
+    ));
+    forged.push(format!(
+        "{}.{}.{}.{}",
+        parts[0], "99999999999", parts[2], parts[3]
+    ));
+    forged.push(format!("v2.{}.{}.{}", parts[1], parts[2], parts[3]));
+    forged.push(format!(
+        "{}.{}.{}.{}A",
+        parts[0], parts[1], parts[2], parts[3]
+    ));
+    forged.push(token[..token.len() - 1].to_string());
+    forged.push(format!("{token}.x"));
+    forged.push("x".repeat(5000));
+    forged.push("....".into());
+    forged.push(String::new());
+    for f in forged {
+        let (s, v) = post_bearer(&url, rpc_body("GetTask", json!({"id": task_id})), &f).await;
+        assert_eq!(s, 401, "forged token {f:.80} accepted: {v}");
+    }
+    // Another node's token (another key) is refused here.
+    let dir2 = tempfile::tempdir().unwrap();
+    let node2 = start(dir2.path(), None).await;
+    let url2 = format!("{}/a2a/echo", base(&node2));
+    let (s, _) = post_bearer(&url2, send_body("x", None), &token).await;
+    assert_eq!(s, 401);
+
+    // Tokens turned off: none given, none taken.
+    let dir3 = tempfile::tempdir().unwrap();
+    let mut o = Options::local(dir3.path().to_path_buf());
+    o.hosted = toml_config(&CONFIG.replace("[auth]\n", "[auth]\ntoken_ttl_secs = 0\n"));
+    let node3 = daemon::start(o).await.unwrap();
+    let url3 = format!("{}/a2a/echo", base(&node3));
+    let body = send_body("no token", None);
+    let mut req = reqwest::Client::new()
+        .post(&url3)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0");
+    for (k, v) in me.headers("POST", &url3, &body, &httpsig::new_nonce()) {
+        req = req.header(k, v);
+    }
+    let resp = req.body(body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("authentication-info").is_none());
+    assert!(resp.headers().get("authorization").is_none());
+    let (s, _) = post_bearer(&url3, send_body("x", None), &token).await;
+    assert_eq!(s, 401);
+    for n in [node, node2, node3] {
+        n.shutdown().await;
+    }
+}
