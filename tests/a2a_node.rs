@@ -511,3 +511,28 @@ fn up_resolves_did_web_callers_on_loopback_only_with_the_flag() {
     assert_eq!(t["artifacts"][0]["parts"][0]["text"], json!("hello"));
     assert!(hits.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 }
+
+/// The ANP SDK's own client (`DIDWbaAuthHeader`): it signs its first request, reads the access
+/// token the node answers with, and sends its next requests with it, unsigned, to the same and
+/// to another agent of the node; an altered token is refused.
+#[test]
+fn anp_sdk_client_uses_the_access_token_the_node_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(&dir.path().join("node"));
+    let (_, key, doc) = caller(dir.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/anp_token_client.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .args([&node.agent("echo"), &node.agent("ask")])
+        .args(["--did-doc", p(&doc), "--key", p(&key)])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["checks"].as_array().unwrap().len(), 6, "{v}");
+}
