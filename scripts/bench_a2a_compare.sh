@@ -4,6 +4,8 @@
 #   node-open  our node's hosted echo agent, policy open (tasks in its RocksDB)
 #   node-did   our node's hosted echo agent, policy did, replaying requests pre-signed as
 #              `agentnet call` signs them (agentnet-sim --bin signed_requests, scripts/wrk_replay.lua)
+#   node-token the same agent, every request with the access token one signed request got
+#              (as the ANP SDK's client sends them: Authorization: Bearer)
 #   a2a-lf     the echo agent on the official Rust server crate, a2a-server-lf 0.5, in memory
 #              (bench/a2a-lf-echo)
 #   python     the echo agent on the Python a2a-sdk 1.3.0 server, in memory (bench/python_echo_server.py)
@@ -20,7 +22,7 @@
 #   DIDS             did:key identities signing the load [32]
 #   SIGNED_REQUESTS_N  pre-signed requests [90000; the node's nonce cache holds 100000 in all,
 #                    10000 per DID, for 360 s]
-#   ONLY             space-separated subset of: node-open node-did a2a-lf python
+#   ONLY             space-separated subset of: node-open node-did node-token a2a-lf python
 #   OUT_DIR          where wrk's outputs go
 # Build first (release; docs/BENCHMARKS.md, "A2A: baselines and signed load"):
 #   CARGO_TARGET_DIR=/root/.cache/agentnet/target-release cargo build --offline --release --workspace --bins
@@ -35,7 +37,7 @@ LF_ECHO=${LF_ECHO:-/root/.cache/agentnet/target-bench/release/a2a-lf-echo}
 PYTHON=${PYTHON:-$HOME/.cache/agentnet/venv/bin/python}
 DIDS=${DIDS:-32}
 N=${SIGNED_REQUESTS_N:-90000}
-ONLY=${ONLY:-node-open node-did a2a-lf python}
+ONLY=${ONLY:-node-open node-did node-token a2a-lf python}
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
 for f in "$BIN" "$SIGNED_REQUESTS" "$LF_ECHO" "$PYTHON"; do
   [ -x "$f" ] || { echo "missing: $f (see the build commands at the top of $0)" >&2; exit 2; }
@@ -162,6 +164,25 @@ for target in $ONLY; do
       idle=$(rss "$PID")
       REQUESTS="$DIR/signed.tsv" run_wrk node-did "$NODE_BASE/a2a/echo-did" "$HERE/wrk_replay.lua"
       row node-did "$idle" "$(rss "$PID")"
+      stop
+      ;;
+    node-token)
+      start_node node-token
+      "$SIGNED_REQUESTS" --agent "$NODE_BASE/a2a/echo-did" --dids 1 --requests 1 \
+        --out "$DIR/one.tsv" --check 0 --check-out "$DIR/none.tsv"
+      IFS=$'\t' read -r -a f <"$DIR/one.tsv"
+      hargs=(); for ((i = 2; i < ${#f[@]} - 1; i++)); do hargs+=(-H "${f[i]}"); done
+      token=$(curl -s -o /dev/null -D - -X "${f[0]}" "${hargs[@]}" --data-binary "${f[-1]}" "$NODE_BASE${f[1]}" \
+        | sed -n 's/^authentication-info: access_token="\([^"]*\)".*/\1/Ip' | tr -d '\r')
+      [ -n "$token" ] || { echo "no access token in the answer to a signed request" >&2; exit 1; }
+      out=$(curl -s -H 'Content-Type: application/a2a+json' -H 'A2A-Version: 1.0' -H "Authorization: Bearer $token" \
+        -d '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"t-1"}}}' \
+        "$NODE_BASE/a2a/echo-did")
+      grep -q '"TASK_STATE_COMPLETED"' <<<"$out" || { echo "the token was not accepted: $out" >&2; exit 1; }
+      echo "node-token: a signed request got a token; a request with it completed"
+      idle=$(rss "$PID")
+      BEARER="$token" run_wrk node-token "$NODE_BASE/a2a/echo-did" "$HERE/wrk_send_message.lua"
+      row node-token "$idle" "$(rss "$PID")"
       stop
       ;;
     a2a-lf)

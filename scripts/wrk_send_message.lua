@@ -3,6 +3,11 @@
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/a2a+json"
 wrk.headers["A2A-Version"] = "1.0"
+-- BEARER: an access token the node gave a verified caller (scripts/bench_a2a_compare.sh, node-token)
+local bearer = os.getenv("BEARER")
+if bearer and bearer ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. bearer
+end
 local n = 0
 request = function()
   n = n + 1
