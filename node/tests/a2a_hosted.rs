@@ -946,8 +946,19 @@ async fn requests_failing_cheap_checks_fetch_no_did_document() {
     node.shutdown().await;
 }
 
-/// POST a JSON-RPC body with `Authorization: Bearer <token>`; the status, the body, and the
-/// response's headers.
+/// POST a JSON-RPC body signed by `caller` (fresh nonce); the whole response, headers included.
+async fn post_signed_raw(url: &str, body: Vec<u8>, caller: &Caller) -> reqwest::Response {
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0");
+    for (k, v) in caller.headers("POST", url, &body, &httpsig::new_nonce()) {
+        req = req.header(k, v);
+    }
+    req.body(body).send().await.unwrap()
+}
+
+/// POST a JSON-RPC body with `Authorization: Bearer <token>`; the status and the body.
 async fn post_bearer(url: &str, body: Vec<u8>, token: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .post(url)
@@ -972,15 +983,7 @@ async fn verified_callers_get_access_tokens_that_stand_for_their_did() {
     let node = start(dir.path(), None).await;
     let url = format!("{}/a2a/echo", base(&node));
     let me = Caller::new();
-    let body = send_body("tok", None);
-    let mut req = reqwest::Client::new()
-        .post(&url)
-        .header("content-type", "application/a2a+json")
-        .header("A2A-Version", "1.0");
-    for (k, v) in me.headers("POST", &url, &body, &httpsig::new_nonce()) {
-        req = req.header(k, v);
-    }
-    let resp = req.body(body).send().await.unwrap();
+    let resp = post_signed_raw(&url, send_body("tok", None), &me).await;
     assert_eq!(resp.status(), 200);
     let info = resp.headers()["authentication-info"]
         .to_str()
@@ -1070,15 +1073,7 @@ async fn verified_callers_get_access_tokens_that_stand_for_their_did() {
     o.hosted = toml_config(&CONFIG.replace("[auth]\n", "[auth]\ntoken_ttl_secs = 0\n"));
     let node3 = daemon::start(o).await.unwrap();
     let url3 = format!("{}/a2a/echo", base(&node3));
-    let body = send_body("no token", None);
-    let mut req = reqwest::Client::new()
-        .post(&url3)
-        .header("content-type", "application/a2a+json")
-        .header("A2A-Version", "1.0");
-    for (k, v) in me.headers("POST", &url3, &body, &httpsig::new_nonce()) {
-        req = req.header(k, v);
-    }
-    let resp = req.body(body).send().await.unwrap();
+    let resp = post_signed_raw(&url3, send_body("no token", None), &me).await;
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("authentication-info").is_none());
     assert!(resp.headers().get("authorization").is_none());
