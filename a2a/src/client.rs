@@ -4,7 +4,9 @@
 //! `protocolBinding` is `JSONRPC` or `HTTP+JSON` and whose `protocolVersion` is 1.0 (a patch
 //! number is ignored), and refuses, before anything is sent, when there is none. Every request
 //! carries `A2A-Version: 1.0`; before it is sent, the optional [`Signer`] sees its method, URL,
-//! headers and body and returns headers to add (the node's RFC 9421 DID signature).
+//! headers and body and returns headers to add (the node's RFC 9421 DID signature), unless it
+//! holds an access token the server gave ([`Signer::token`]): then the request carries that,
+//! and is signed and sent once more if the server refuses it.
 //!
 //! Bounds: a response body is read up to [`ClientLimits::max_response_bytes`]; SSE streams
 //! are decoded with [`crate::sse::Decoder`] (bounded lines and events). The `reqwest::Client`
@@ -18,7 +20,7 @@ use a2a::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SendMessageRequest,
     SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
 };
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -93,6 +95,19 @@ pub struct SignError(pub String);
 pub trait Signer: Send + Sync + 'static {
     /// Headers to add to the request.
     fn sign<'a>(&'a self, request: SignRequest<'a>) -> BoxFuture<'a, Result<HeaderMap, SignError>>;
+    /// An `Authorization` value to send to `url` instead of a signature: an access token its
+    /// server gave (ANP). The client sends it, and on a 401 signs and sends the request once
+    /// more. The default: none, every request is signed.
+    fn token(&self, url: &Url) -> Option<HeaderValue> {
+        let _ = url;
+        None
+    }
+    /// What the server at `url` answered a request, `with_token` when it was sent with
+    /// [`Signer::token`]'s value: where a signer keeping tokens reads a new one, or drops one
+    /// that was refused. The default does nothing.
+    fn answered(&self, url: &Url, status: u16, headers: &HeaderMap, with_token: bool) {
+        let _ = (url, status, headers, with_token);
+    }
 }
 
 /// What a server answered with as an A2A error.
@@ -582,7 +597,9 @@ impl Client {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         }
         let body = body.unwrap_or_default();
-        if let Some(signer) = &self.signer {
+        if let Some(token) = self.signer.as_ref().and_then(|s| s.token(&url)) {
+            headers.insert(AUTHORIZATION, token);
+        } else if let Some(signer) = &self.signer {
             let extra = signer
                 .sign(SignRequest {
                     method: &method,
@@ -601,8 +618,40 @@ impl Client {
         })
     }
 
-    /// Send a prepared request.
+    /// Send a prepared request. One sent with an access token that the server refuses (401)
+    /// is signed and sent once more.
     async fn execute(&self, req: PreparedRequest) -> Result<reqwest::Response, ClientError> {
+        let with_token = self.signer.is_some()
+            && req
+                .headers
+                .get(AUTHORIZATION)
+                .is_some_and(|v| v.as_bytes().starts_with(b"Bearer "));
+        let again = with_token.then(|| req.clone());
+        let resp = self.send_prepared(req, with_token).await?;
+        let (Some(mut req), Some(signer)) = (again, &self.signer) else {
+            return Ok(resp);
+        };
+        if resp.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return Ok(resp);
+        }
+        req.headers.remove(AUTHORIZATION);
+        let extra = signer
+            .sign(SignRequest {
+                method: &req.method,
+                url: &req.url,
+                headers: &req.headers,
+                body: &req.body,
+            })
+            .await?;
+        req.headers.extend(extra);
+        self.send_prepared(req, false).await
+    }
+
+    async fn send_prepared(
+        &self,
+        req: PreparedRequest,
+        with_token: bool,
+    ) -> Result<reqwest::Response, ClientError> {
         let PreparedRequest {
             method,
             url,
@@ -613,10 +662,14 @@ impl Client {
         if !body.is_empty() {
             rb = rb.body(body);
         }
-        rb.send().await.map_err(|source| ClientError::Http {
+        let resp = rb.send().await.map_err(|source| ClientError::Http {
             url: url.to_string(),
             source,
-        })
+        })?;
+        if let Some(s) = &self.signer {
+            s.answered(&url, resp.status().as_u16(), resp.headers(), with_token);
+        }
+        Ok(resp)
     }
 
     /// Read a response: the JSON value of a success, or the A2A error.

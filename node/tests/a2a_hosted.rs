@@ -1083,3 +1083,54 @@ async fn verified_callers_get_access_tokens_that_stand_for_their_did() {
         n.shutdown().await;
     }
 }
+
+/// Our client keeps the token the node gives and sends it instead of signing: ten sends from
+/// one DID pass although the node takes only five live nonces per DID (`per_did_nonces = 5`),
+/// which signing every request would exhaust; a token the node refuses is dropped and the
+/// request is signed and sent again, transparently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_client_reuses_the_token_and_signs_again_when_it_is_refused() {
+    use agentnet_a2a::client::{Client, Signer};
+    use agentnet_a2a::types::{Message, Part, Role, SendMessageRequest, SendMessageResponse};
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path(), None).await;
+    let url = format!("{}/a2a/echo", base(&node));
+    let card: Value = reqwest::get(format!("{url}/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let signer = Arc::new(agentnet_node::call::DidSigner::new(Identity::did_key(
+        SecretKey::generate(),
+    )));
+    let client = Client::from_card(reqwest::Client::new(), &card, Some(signer.clone())).unwrap();
+    let send = |text: &str| SendMessageRequest {
+        message: Message::new(Role::User, vec![Part::text(text)]),
+        configuration: None,
+        metadata: None,
+        tenant: None,
+    };
+    let endpoint = client.endpoint().url.clone();
+    assert!(!signer.has_token(&endpoint));
+    for i in 0..10 {
+        let r = client.send_message(&send(&format!("m{i}"))).await;
+        assert!(
+            matches!(r, Ok(SendMessageResponse::Task(_))),
+            "send {i}: {r:?}"
+        );
+        assert!(signer.has_token(&endpoint), "no token kept after send {i}");
+    }
+    // A token of no use here (as after a restart of the node): refused, signed again, and the
+    // fresh token from that answer is kept.
+    signer.keep_token(&endpoint, "v1.1.eA.eA", Duration::from_secs(600));
+    let planted = signer.token(&endpoint).unwrap();
+    let r = client.send_message(&send("after")).await;
+    assert!(matches!(r, Ok(SendMessageResponse::Task(_))), "{r:?}");
+    let now = signer.token(&endpoint).expect("a fresh token");
+    assert_ne!(now, planted);
+    // Another origin gets no token.
+    let other = url::Url::parse("http://127.0.0.1:1/a2a/echo").unwrap();
+    assert!(!signer.has_token(&other));
+    node.shutdown().await;
+}
