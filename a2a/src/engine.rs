@@ -1348,8 +1348,10 @@ mod tests {
     async fn a_slow_blocking_turn_is_stored_once_the_delay_has_passed() {
         let store = Arc::new(Counting::default());
         let agent = Arc::new(Gated::default());
-        let mut limits = Limits::default();
-        limits.defer_first_write = Duration::from_millis(20);
+        let limits = Limits {
+            defer_first_write: Duration::from_millis(20),
+            ..Limits::default()
+        };
         let e = Engine::new(Arc::new(agent.clone()), store.clone(), limits);
         let o = Owner::Caller("did:x".into());
         let send = tokio::spawn({
