@@ -614,3 +614,119 @@ async fn the_python_sdk_lists_and_calls_the_tools_of_an_open_agents_endpoint() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("401"), "{out}");
 }
+
+/// Agents of other kinds than `echo` offer `send_message` on their MCP endpoint: one turn of
+/// the agent, as the verified caller. The `ask` agent's question comes back as
+/// `TASK_STATE_INPUT_REQUIRED` with its task id, and the same caller's next call with that id
+/// completes it (the task is the caller's: the engine finds it only for that DID); a command
+/// agent's output comes back as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_kinds_offer_a_turn_of_work_as_the_send_message_tool() {
+    const KINDS: &str = r#"
+[[agent]]
+id = "ask"
+kind = "ask"
+work_ms = 50
+mcp = true
+tags = ["mcp-ask"]
+
+[[agent]]
+id = "shout"
+kind = "command"
+command = ["tr", "a-z", "A-Z"]
+policy = "open"
+mcp = true
+tags = ["mcp-shout"]
+"#;
+    let a = Node::start(Some(KINDS), None).await;
+    let b = Node::start(None, Some(&a.listen())).await;
+    let tool = |did: &str, json_args: &str| {
+        args(
+            &[
+                "tool",
+                "send_message",
+                "--args",
+                json_args,
+                "--did",
+                did,
+                "--allow-private",
+                "--json",
+            ],
+            &b.data(),
+        )
+    };
+    let ask = discover(&b, "mcp-ask").await;
+    let o = run(args(
+        &["tools", "--did", &ask, "--allow-private", "--json"],
+        &b.data(),
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["tools"][0]["name"], "send_message", "{v}");
+
+    let o = run(tool(&ask, r#"{"text": "hello"}"#)).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let r = &v["result"]["structuredContent"];
+    assert_eq!(r["state"], "TASK_STATE_INPUT_REQUIRED", "{v}");
+    assert!(r["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    let task = r["task_id"].as_str().unwrap().to_string();
+    let o = run(tool(
+        &ask,
+        &json!({"text": "Ada", "task_id": task}).to_string(),
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let r = &v["result"]["structuredContent"];
+    assert_eq!(r["state"], "TASK_STATE_COMPLETED", "{v}");
+    assert_eq!(r["task_id"], json!(task));
+    assert!(
+        r["texts"].to_string().contains("Ada"),
+        "the answer names the caller: {v}"
+    );
+    // Over A2A the task is B's, the DID that signed the MCP calls, and no one else's.
+    let b_id =
+        Identity::did_key(SecretKey::load(&agentnet_node::data_dir::key_file(&b.data())).unwrap());
+    let a2a = format!("http://{}/a2a/ask", a.http());
+    let get = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task}}),
+    )
+    .unwrap();
+    for (who, found) in [
+        (&b_id, true),
+        (&Identity::did_key(SecretKey::generate()), false),
+    ] {
+        let v: Value = reqwest::Client::new()
+            .post(&a2a)
+            .header("content-type", "application/a2a+json")
+            .header("A2A-Version", "1.0")
+            .headers(signed(who, "POST", &a2a, &get))
+            .body(get.clone())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["result"]["id"] == json!(task), found, "{v}");
+    }
+    // The task is done: another message to it is the tool's error (exit 1).
+    let o = run(tool(
+        &ask,
+        &json!({"text": "again", "task_id": task}).to_string(),
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+
+    let shout = discover(&b, "mcp-shout").await;
+    let o = run(tool(&shout, r#"{"text": "quiet words"}"#)).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v["result"]["structuredContent"]["texts"],
+        json!(["QUIET WORDS"]),
+        "{v}"
+    );
+}

@@ -31,7 +31,7 @@
 //! signed with the agent's key (JWS, as `agentnet card sign` does), served as is, and published
 //! to the network (unless `publish = false`) so others find it by its skill tags.
 //!
-//! With `mcp = true` (kind `echo`), the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
+//! With `mcp = true`, the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
 //! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
 //! `urn:agentnet:mcp:v1`.
 
@@ -260,7 +260,8 @@ pub struct AgentConfig {
     pub max_output_bytes: Option<usize>,
     /// `proxy`: the upstream agent's base URL.
     pub upstream: Option<String>,
-    /// Serve an MCP endpoint at `/a2a/<id>/mcp` (kind `echo` only), under the agent's policy,
+    /// Serve an MCP endpoint at `/a2a/<id>/mcp` (tool `echo` for kind `echo`, `send_message`
+    /// for the others), under the agent's policy,
     /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
     pub mcp: Option<bool>,
 }
@@ -356,9 +357,6 @@ impl AgentConfig {
                 }
             }
             _ => {}
-        }
-        if self.mcp == Some(true) && self.kind != Kind::Echo {
-            return bad("mcp = true is offered by echo agents only");
         }
         if self.work_ms.is_some_and(|w| w > 600_000) {
             return bad("work_ms at most 600000");
@@ -551,6 +549,7 @@ pub fn build(
                 .ok()
                 .and_then(|u| u.host_str().map(str::to_owned))
                 .unwrap_or_default(),
+            turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
         });
         out.push(Hosted {
             id: a.id.clone(),
@@ -591,7 +590,8 @@ fn text_artifact(name: &str, text: String) -> Artifact {
     }
 }
 
-fn uuid_v4() -> String {
+/// A random (version 4) UUID.
+pub(crate) fn uuid_v4() -> String {
     let mut b = [0u8; 16];
     rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut b);
     b[6] = (b[6] & 0x0f) | 0x40;

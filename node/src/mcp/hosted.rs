@@ -17,8 +17,11 @@
 //! 2025-11-25 session too. Sessions are in memory, at most [`super::http::MAX_SESSIONS`] per
 //! agent, closed after 5 minutes idle.
 //!
-//! Tools by kind: `echo` offers the tool `echo` (returns the text). Other kinds offer no MCP
-//! endpoint yet (the configuration refuses `mcp = true` for them).
+//! Tools by kind: `echo` offers the tool `echo` (returns the text). Every other kind (`ask`,
+//! `command`, `proxy`) offers `send_message`: one turn of the agent, run by its A2A task engine
+//! as the verified caller (the same owner as over A2A: the task is then the caller's there
+//! too, `GetTask` finds it), answering with the task's state, its id, and its text; a task
+//! waiting for input is continued by calling again with its `task_id`.
 
 use std::sync::Arc;
 
@@ -72,7 +75,13 @@ pub struct Endpoint {
     pub require_did: bool,
     /// The host clients address (the public URL's).
     pub host: String,
+    /// The agent's task engine, whose turns `send_message` runs; `None`: the `echo` tool.
+    pub turns: Option<agentnet_a2a::engine::Engine>,
 }
+
+/// The caller the guard verified (`None`: anonymous, under policy `open`), for the tools.
+#[derive(Debug, Clone)]
+pub struct Verified(pub Option<String>);
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,11 +104,26 @@ impl Endpoint {
             .with_max_request_body_bytes(MAX_BODY)
             .with_json_response(true)
             .with_cancellation_token(stop);
-        let service =
-            StreamableHttpService::new(|| Ok(EchoTools::new()), Arc::new(Sessions::default()), cfg);
-        Router::new()
-            .route_service(PATH, service)
-            .layer(middleware::from_fn_with_state(self.clone(), guard))
+        let router = match &self.turns {
+            None => {
+                let service = StreamableHttpService::new(
+                    || Ok(EchoTools::new()),
+                    Arc::new(Sessions::default()),
+                    cfg,
+                );
+                Router::new().route_service(PATH, service)
+            }
+            Some(engine) => {
+                let engine = engine.clone();
+                let service = StreamableHttpService::new(
+                    move || Ok(TurnTools::new(engine.clone())),
+                    Arc::new(Sessions::default()),
+                    cfg,
+                );
+                Router::new().route_service(PATH, service)
+            }
+        };
+        router.layer(middleware::from_fn_with_state(self.clone(), guard))
     }
 }
 
@@ -135,6 +159,10 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
             body: &bytes,
         })
         .await;
+    let caller = match &who {
+        Ok(Some(did)) => Some(did.clone()),
+        _ => None,
+    };
     let refusal = match who {
         Ok(Some(did)) => {
             tracing::debug!(%did, "signed MCP request");
@@ -156,6 +184,8 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
         )
             .into_response();
     }
+    let mut parts = parts;
+    parts.extensions.insert(Verified(caller));
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
 }
@@ -227,6 +257,126 @@ impl ServerHandler for EchoTools {
     }
 }
 
+/// `send_message`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnArgs {
+    /// The message to the agent (at most 65 536 bytes).
+    #[schemars(length(max = 65536))]
+    pub text: String,
+    /// Continue this task (one of yours waiting for input, `INPUT_REQUIRED`) instead of
+    /// starting a new one.
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    pub task_id: Option<String>,
+}
+
+/// What `send_message` returns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TurnResult {
+    /// The task's id: give it back as `task_id` to answer a question.
+    pub task_id: String,
+    /// Its A2A state: `TASK_STATE_COMPLETED`, `TASK_STATE_INPUT_REQUIRED` (answer with
+    /// `task_id`), `TASK_STATE_FAILED`, ...
+    pub state: String,
+    /// The text of its artifacts, in order.
+    pub texts: Vec<String>,
+    /// Its status message: the question when input is required, the reason of a failure.
+    pub message: Option<String>,
+}
+
+/// The tools of an agent that is not `echo`: one turn of it.
+#[derive(Clone)]
+pub struct TurnTools {
+    engine: agentnet_a2a::engine::Engine,
+    tool_router: ToolRouter<Self>,
+}
+
+impl std::fmt::Debug for TurnTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnTools").finish_non_exhaustive()
+    }
+}
+
+#[tool_router]
+impl TurnTools {
+    /// The tools, running turns on `engine`.
+    pub fn new(engine: agentnet_a2a::engine::Engine) -> Self {
+        TurnTools {
+            engine,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Send a message to this agent and wait for its answer (one turn of work). \
+        Returns the task's state and the agent's text. If the state is \
+        TASK_STATE_INPUT_REQUIRED, the message says what the agent asks: answer by calling \
+        send_message again with that task_id.",
+        annotations(read_only_hint = false, open_world_hint = true)
+    )]
+    async fn send_message(
+        &self,
+        rmcp::handler::server::common::Extension(parts): rmcp::handler::server::common::Extension<
+            axum::http::request::Parts,
+        >,
+        Parameters(args): Parameters<TurnArgs>,
+    ) -> Result<Json<TurnResult>, String> {
+        use agentnet_a2a::auth::Owner;
+        use agentnet_a2a::types::{Message, Part, Role, SendMessageRequest, SendMessageResponse};
+        if args.text.len() > MAX_ECHO {
+            return Err(format!("text is longer than {MAX_ECHO} bytes"));
+        }
+        let owner = match parts.extensions.get::<Verified>() {
+            Some(Verified(Some(did))) => Owner::Caller(did.clone()),
+            Some(Verified(None)) => Owner::Anonymous,
+            None => return Err("the request was not checked (no caller)".into()),
+        };
+        let mut message = Message::new(Role::User, vec![Part::text(args.text)]);
+        message.message_id = crate::hosted::uuid_v4();
+        message.task_id = args.task_id;
+        let req = SendMessageRequest {
+            message,
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        };
+        match self.engine.send_message(&owner, req).await {
+            Ok(SendMessageResponse::Task(t)) => Ok(Json(TurnResult {
+                texts: crate::call::texts(&crate::call::Outcome::Task(Box::new(t.clone()))),
+                message: crate::call::status_text(&t),
+                state: crate::call::state_name(&t.status.state),
+                task_id: t.id,
+            })),
+            Ok(SendMessageResponse::Message(m)) => Ok(Json(TurnResult {
+                task_id: String::new(),
+                state: "MESSAGE".into(),
+                texts: m
+                    .parts
+                    .iter()
+                    .filter_map(|p| p.as_text().map(str::to_owned))
+                    .collect(),
+                message: None,
+            })),
+            Err(e) => Err(format!("the agent refused the message: {e}")),
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for TurnTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "agentnet-agent",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                "An agent hosted by an agentnet node: send_message runs one turn of its work.",
+            )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,11 +413,10 @@ mod tests {
     }
 
     #[test]
-    fn only_echo_agents_offer_mcp() {
+    fn every_kind_may_offer_mcp() {
         for kind in ["kind = \"ask\"", "kind = \"command\"\ncommand = [\"cat\"]"] {
-            let e = config(&format!("[[agent]]\nid = \"a\"\n{kind}\nmcp = true\n"));
-            assert!(e.is_err(), "{kind}");
+            let c = config(&format!("[[agent]]\nid = \"a\"\n{kind}\nmcp = true\n"));
+            assert!(c.is_ok(), "{kind}");
         }
-        assert!(config("[[agent]]\nid = \"a\"\nkind = \"ask\"\nmcp = false\n").is_ok());
     }
 }
