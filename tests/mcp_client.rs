@@ -720,7 +720,24 @@ tags = ["mcp-shout"]
     .await;
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
 
+    // By skill: the first agent with the tag whose verified card advertises an endpoint.
+    let o = run(args(
+        &["tools", "--skill", "mcp-shout", "--allow-private", "--json"],
+        &b.data(),
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["tools"][0]["name"], "send_message", "{v}");
+    let o = run(args(
+        &["tools", "--skill", "no-such-tag", "--allow-private"],
+        &b.data(),
+    ))
+    .await;
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no-such-tag"), "{}", stderr(&o));
     let shout = discover(&b, "mcp-shout").await;
+    assert_eq!(v["did"], json!(shout));
     let o = run(tool(&shout, r#"{"text": "quiet words"}"#)).await;
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();

@@ -538,8 +538,7 @@ impl Caller {
                 self.check(did, card, progress).await
             }
             Target::Skill { tags, did } => {
-                let admin = self.admin.as_ref().ok_or(CallError::NoNode)?;
-                let found = admin.discover(tags, MAX_CANDIDATES).await?;
+                let found = self.candidates(tags).await?;
                 let mut last = None;
                 for f in found
                     .into_iter()
@@ -567,6 +566,13 @@ impl Caller {
                 }))
             }
         }
+    }
+
+    /// Agents with all of `tags` (the node's index, then the network), at most
+    /// [`MAX_CANDIDATES`]; their cards are not verified yet.
+    pub async fn candidates(&self, tags: &[String]) -> Result<Vec<admin::Found>, CallError> {
+        let admin = self.admin.as_ref().ok_or(CallError::NoNode)?;
+        Ok(admin.discover(tags, MAX_CANDIDATES).await?)
     }
 
     /// The card of `did` in the node's index (not verified: [`Caller::verify`] does it).

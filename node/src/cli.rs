@@ -297,8 +297,12 @@ struct CallArgs {
 #[derive(Debug, Args)]
 struct RemoteMcpArgs {
     /// The agent's DID (its card is looked up in the node's index).
-    #[arg(long)]
-    did: String,
+    #[arg(long, required_unless_present = "skill", conflicts_with = "skill")]
+    did: Option<String>,
+    /// Or: the first agent with this skill tag (repeatable: all of them) whose verified card
+    /// advertises an MCP endpoint.
+    #[arg(long, value_name = "TAG")]
+    skill: Vec<String>,
     /// Print the result as one JSON line.
     #[arg(long)]
     json: bool,
@@ -1097,7 +1101,10 @@ async fn remote_mcp(
         opts,
     );
     let mut progress = |p: call::Progress| eprintln!("{}", text::sanitize(&p.to_string()));
-    let remote = crate::mcp::client::Remote::find(&caller, &a.did, None, &mut progress).await?;
+    let remote = match &a.did {
+        Some(did) => crate::mcp::client::Remote::find(&caller, did, None, &mut progress).await?,
+        None => crate::mcp::client::Remote::find_by_skill(&caller, &a.skill, &mut progress).await?,
+    };
     eprintln!(
         "MCP endpoint {} ({})",
         text::sanitize(remote.endpoint.url.as_str()),

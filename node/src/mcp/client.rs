@@ -228,6 +228,39 @@ impl Remote {
             .map_err(|_| Error::Timeout(timeout))?
     }
 
+    /// The first agent with all of `tags` whose card advertises an MCP endpoint and verifies
+    /// ([`Remote::find`]), of at most [`crate::call::MAX_CANDIDATES`] found, in the directory's
+    /// order; each skipped one is reported to `progress`.
+    pub async fn find_by_skill(
+        caller: &Caller,
+        tags: &[String],
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Remote, Error> {
+        let mut last = None;
+        for f in caller.candidates(tags).await? {
+            if !matches!(endpoint(&f.did, &f.card), Ok(Some(_))) {
+                continue;
+            }
+            let did = f.did.clone();
+            match Remote::find(caller, &did, Some(f.card), progress).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    progress(Progress::Skipped {
+                        did,
+                        reason: e.to_string(),
+                    });
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::Call(CallError::NotFound(format!(
+                "no agent found with skill {} that advertises an MCP endpoint",
+                tags.join(" + ")
+            )))
+        }))
+    }
+
     /// Open an MCP session, every request signed by `caller`'s signer (none: unsigned).
     pub async fn connect(&self, caller: &Caller) -> Result<Session, Error> {
         let opts = caller.options();
