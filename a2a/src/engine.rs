@@ -30,6 +30,7 @@ use a2a::{
     Role, SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
     TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
+use futures_util::FutureExt as _;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -740,29 +741,33 @@ impl Engine {
 
         let cancel = turn.cancel.clone();
         let (tx, mut rx) = mpsc::channel(16);
-        let mut work = tokio::spawn(self.inner.handler.handle(turn, Updates { tx }));
-        let limits = &self.inner.limits;
-        let first_write =
-            tokio::time::sleep(limits.defer_first_write.min(limits.max_blocking_wait / 2));
-        tokio::pin!(first_write);
-        let result = loop {
-            tokio::select! {
-                r = &mut work => break Some(r),
-                Some(u) = rx.recv() => {
-                    if let Err(e) = self.apply_update(&owner, &id, &mut unstored, u).await {
-                        work.abort();
-                        return Err(e);
-                    }
-                }
-                _ = &mut first_write, if unstored.is_some() => {
-                    if let Some(t) = unstored.take() {
-                        if let Err(e) = self.insert(&owner, t).await {
-                            work.abort();
-                            return Err(e);
+        // The turn runs in this task (no task of its own to spawn and wake): a panic in it is
+        // caught here and fails the task, a cancel drops it. A turn that ends at its first
+        // poll (the echo agent's) is done before any timer is armed.
+        let work = std::panic::AssertUnwindSafe(self.inner.handler.handle(turn, Updates { tx }))
+            .catch_unwind();
+        let mut work = std::pin::pin!(work);
+        let result = match (&mut work).now_or_never() {
+            Some(r) => Some(r),
+            None => {
+                let limits = &self.inner.limits;
+                let first_write =
+                    tokio::time::sleep(limits.defer_first_write.min(limits.max_blocking_wait / 2));
+                tokio::pin!(first_write);
+                loop {
+                    tokio::select! {
+                        r = &mut work => break Some(r),
+                        Some(u) = rx.recv() => {
+                            self.apply_update(&owner, &id, &mut unstored, u).await?;
                         }
+                        _ = &mut first_write, if unstored.is_some() => {
+                            if let Some(t) = unstored.take() {
+                                self.insert(&owner, t).await?;
+                            }
+                        }
+                        _ = cancel.cancelled() => break None,
                     }
                 }
-                _ = cancel.cancelled() => { work.abort(); break None; }
             }
         };
         // Updates sent just before the outcome are applied first.
@@ -780,8 +785,13 @@ impl Engine {
             Ok(Err(e)) => Outcome::Failed {
                 message: agent_text(&id, &e.0),
             },
-            Err(join) => {
-                tracing::warn!(task = %id, error = %join, "agent turn panicked");
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::warn!(task = %id, panic = %why, "agent turn panicked");
                 Outcome::Failed {
                     message: agent_text(&id, "the agent failed"),
                 }
