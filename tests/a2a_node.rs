@@ -11,13 +11,11 @@ mod common;
 #[path = "../a2a/tests/common/sdk_client.rs"]
 mod sdk_client;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use agentnet_did::{httpsig, SecretKey};
-use common::{agentnet, json_of, p, stderr, stdout, BIN};
+use common::{agentnet, json_of, p, stderr, stdout};
 use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
@@ -50,11 +48,8 @@ work_ms = 300
 publish = false
 "#;
 
-struct Node {
-    child: Child,
-    dir: PathBuf,
-    info: Value,
-}
+// A running `agentnet up --config`.
+use common::UpNode as Node;
 
 impl Node {
     /// `agentnet up --config <dir>/node.toml --http 127.0.0.1:0` (the flag overrides the file).
@@ -70,66 +65,15 @@ impl Node {
     /// [`Node::start_with`], with more flags for `agentnet up`.
     fn start_args(dir: &Path, config: &str, extra: &[&str]) -> Node {
         std::fs::create_dir_all(dir).unwrap();
-        let config_text = config;
-        let config = dir.join("node.toml");
-        std::fs::write(&config, config_text).unwrap();
-        let _ = std::fs::remove_file(dir.join("node.json"));
-        let child = Command::new(BIN)
-            .args([
-                "up",
-                "--config",
-                p(&config),
-                "--data-dir",
-                p(dir),
-                "--http",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
-            .env_remove("AGENTNET_DATA_DIR")
-            .stdin(Stdio::null())
-            .stdout(File::create(dir.join("up.out")).unwrap())
-            .stderr(File::create(dir.join("up.err")).unwrap())
-            .spawn()
-            .expect("agentnet up starts");
-        let mut node = Node {
-            child,
-            dir: dir.to_owned(),
-            info: Value::Null,
-        };
-        let pid = node.child.id();
-        for _ in 0..120 {
-            if let Ok(Some(status)) = node.child.try_wait() {
-                panic!("agentnet up exited with {status}: {}", node.log());
-            }
-            if let Some(v) = std::fs::read(dir.join("node.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .filter(|v| v["pid"] == json!(pid))
-            {
-                node.info = v;
-                return node;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        panic!("no node.json: {}", node.log());
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+        let config_path = dir.join("node.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut args = vec!["--config", p(&config_path), "--http", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Node::spawn(dir, &args)
     }
 
     fn agent(&self, id: &str) -> String {
         format!("http://{}/a2a/{id}", self.info["http"].as_str().unwrap())
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- node log ---\n{}", self.log());
-        }
     }
 }
 

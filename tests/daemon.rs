@@ -1,9 +1,8 @@
 //! `agentnet up`, `publish`, `discover` and `peers` through the real binary, on loopback: each
 //! node a process with its own data directory, killed when the test ends.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -26,21 +25,13 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// A running `agentnet up`, killed (SIGKILL) when dropped.
-struct Node {
-    child: Child,
-    dir: PathBuf,
-    /// Its `node.json`.
-    info: Value,
-}
+// A running `agentnet up`.
+use common::UpNode as Node;
 
 impl Node {
     /// `agentnet up` on loopback with data directory `dir`.
     fn start(dir: &Path, bootstrap: &[&str]) -> Node {
         let mut args = vec![
-            "up",
-            "--data-dir",
-            p(dir),
             "--listen",
             "/ip4/127.0.0.1/tcp/0",
             "--http",
@@ -50,35 +41,7 @@ impl Node {
         for b in bootstrap {
             args.extend(["--bootstrap", b]);
         }
-        std::fs::create_dir_all(dir).unwrap();
-        let child = Command::new(BIN)
-            .args(&args)
-            .env_remove("AGENTNET_DATA_DIR")
-            .env("AGENTNET_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(File::create(dir.join("up.out")).unwrap())
-            .stderr(File::create(dir.join("up.err")).unwrap())
-            .spawn()
-            .expect("agentnet up starts");
-        let mut node = Node {
-            child,
-            dir: dir.to_owned(),
-            info: Value::Null,
-        };
-        let pid = node.child.id();
-        node.info = eventually("node.json", || {
-            if let Ok(Some(status)) = node.child.try_wait() {
-                panic!("agentnet up exited with {status}: {}", node.log());
-            }
-            let bytes = std::fs::read(dir.join("node.json")).ok()?;
-            let v: Value = serde_json::from_slice(&bytes).ok()?;
-            (v["pid"] == json!(pid)).then_some(v)
-        });
-        node
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+        Node::spawn(dir, &args)
     }
 
     fn data_dir(&self) -> &str {
@@ -127,20 +90,6 @@ impl Node {
     fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- log of the node in {} ---\n{}",
-                self.dir.display(),
-                self.log()
-            );
-        }
     }
 }
 

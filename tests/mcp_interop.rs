@@ -11,9 +11,8 @@
 
 mod common;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{agentnet, p, stderr, stdout, BIN};
@@ -47,12 +46,8 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// A running `agentnet up --config`, killed when dropped.
-struct Node {
-    child: Child,
-    dir: PathBuf,
-    info: Value,
-}
+// A running `agentnet up --config`.
+use common::UpNode as Node;
 
 impl Node {
     /// `agentnet up --config <dir>/node.toml` on loopback (no mDNS), hosting the agents of
@@ -72,34 +67,7 @@ impl Node {
             ),
         )
         .unwrap();
-        let child = Command::new(BIN)
-            .args(["up", "--config", p(&config), "--data-dir", p(dir)])
-            .args(["--http", "127.0.0.1:0"])
-            .env_remove("AGENTNET_DATA_DIR")
-            .stdin(Stdio::null())
-            .stdout(File::create(dir.join("up.out")).unwrap())
-            .stderr(File::create(dir.join("up.err")).unwrap())
-            .spawn()
-            .expect("agentnet up starts");
-        let mut node = Node {
-            child,
-            dir: dir.to_owned(),
-            info: Value::Null,
-        };
-        let pid = node.child.id();
-        node.info = eventually("node.json", || {
-            if let Ok(Some(status)) = node.child.try_wait() {
-                panic!("agentnet up exited with {status}: {}", node.log());
-            }
-            let v: Value =
-                serde_json::from_slice(&std::fs::read(dir.join("node.json")).ok()?).ok()?;
-            (v["pid"] == json!(pid)).then_some(v)
-        });
-        node
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+        Node::spawn(dir, &["--config", p(&config), "--http", "127.0.0.1:0"])
     }
 
     fn data_dir(&self) -> &str {
@@ -134,16 +102,6 @@ impl Node {
                 Some(v.get(0)?["did"].as_str()?.to_owned())
             },
         )
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- node log {} ---\n{}", self.dir.display(), self.log());
-        }
     }
 }
 

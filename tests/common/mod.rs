@@ -1,8 +1,9 @@
 //! Helpers shared by the tests that run the `agentnet` binary.
 #![allow(dead_code)] // each test crate uses its own subset
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -61,4 +62,74 @@ pub async fn start_up(mut cmd: tokio::process::Command) -> (tokio::process::Chil
     let info: Value = serde_json::from_str(&line).expect("the banner is JSON");
     tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
     (child, info)
+}
+
+/// A running `agentnet up` whose log is `<dir>/up.err`; killed (SIGKILL) when dropped, its log
+/// printed if the test is failing. Each test crate adds the accessors it needs.
+pub struct UpNode {
+    /// The process.
+    pub child: std::process::Child,
+    /// Its data directory.
+    pub dir: PathBuf,
+    /// Its `node.json`.
+    pub info: Value,
+}
+
+impl UpNode {
+    /// `agentnet up --data-dir <dir> <args>` (logging at `info`), once it has written the
+    /// `node.json` of this process (at most 60 s); panics with its log if it exits first.
+    pub fn spawn(dir: &Path, args: &[&str]) -> UpNode {
+        std::fs::create_dir_all(dir).unwrap();
+        let child = Command::new(BIN)
+            .args(["up", "--data-dir", p(dir)])
+            .args(args)
+            .env_remove("AGENTNET_DATA_DIR")
+            .env("AGENTNET_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("up.out")).unwrap())
+            .stderr(std::fs::File::create(dir.join("up.err")).unwrap())
+            .spawn()
+            .expect("agentnet up starts");
+        let mut node = UpNode {
+            child,
+            dir: dir.to_owned(),
+            info: Value::Null,
+        };
+        let pid = node.child.id();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("agentnet up exited with {status}: {}", node.log());
+            }
+            if let Some(v) = std::fs::read(dir.join("node.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .filter(|v| v["pid"] == serde_json::json!(pid))
+            {
+                node.info = v;
+                return node;
+            }
+            assert!(Instant::now() < deadline, "no node.json: {}", node.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+    }
+}
+
+impl Drop for UpNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the node in {} ---\n{}",
+                self.dir.display(),
+                self.log()
+            );
+        }
+    }
 }
