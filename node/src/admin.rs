@@ -501,12 +501,20 @@ impl AdminState {
     /// What `GET /admin/v1/discover` answers, for `skills` already checked
     /// ([`check_skills`]).
     pub async fn discover(&self, skills: &[String], limit: usize) -> Result<Vec<Found>, ApiError> {
-        let found_ = self
-            .client
+        Ok(self
+            .stored(skills, limit)
+            .await?
+            .into_iter()
+            .map(found)
+            .collect())
+    }
+
+    /// The stored advertisements [`AdminState::discover`] answers with.
+    async fn stored(&self, skills: &[String], limit: usize) -> Result<Vec<StoredAdvert>, ApiError> {
+        self.client
             .discover(skills, limit.clamp(1, MAX_LIMIT))
             .await
-            .map_err(from_net)?;
-        Ok(found_.into_iter().map(found).collect())
+            .map_err(from_net)
     }
 
     /// What `GET /admin/v1/peers` answers.
@@ -700,12 +708,8 @@ impl Directory for AdminState {
     ) -> BoxFuture<'a, Result<Vec<crate::mcp::AgentSummary>, ClientError>> {
         Box::pin(async move {
             check_skills(skills)?;
-            let found = self
-                .client
-                .discover(skills, limit.clamp(1, MAX_LIMIT))
-                .await
-                .map_err(from_net)?;
-            Ok(found.into_iter().map(crate::mcp::summarize).collect())
+            let stored = self.stored(skills, limit).await?;
+            Ok(stored.into_iter().map(crate::mcp::summarize).collect())
         })
     }
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {

@@ -735,19 +735,7 @@ impl Caller {
     ) -> Result<Outcome, CallError> {
         let fut = async {
             let client = self.client(agent)?;
-            let task = client
-                .get_task(&get(task_id, Some(0)))
-                .await
-                .map_err(CallError::Agent)?;
-            if !matches!(
-                task.status.state,
-                TaskState::InputRequired | TaskState::AuthRequired
-            ) {
-                return Err(CallError::NotWaiting {
-                    task: task.id,
-                    state: state_name(&task.status.state),
-                });
-            }
+            let task = waiting_task(&client, task_id).await?;
             let msg = message(text, Some(&task))?;
             self.run(agent, msg, progress).await
         };
@@ -768,22 +756,7 @@ impl Caller {
         let fut = async {
             let client = self.client(agent)?;
             let task = match task_id {
-                Some(id) => {
-                    let task = client
-                        .get_task(&get(id, Some(0)))
-                        .await
-                        .map_err(CallError::Agent)?;
-                    if !matches!(
-                        task.status.state,
-                        TaskState::InputRequired | TaskState::AuthRequired
-                    ) {
-                        return Err(CallError::NotWaiting {
-                            task: task.id,
-                            state: state_name(&task.status.state),
-                        });
-                    }
-                    Some(task)
-                }
+                Some(id) => Some(waiting_task(&client, id).await?),
                 None => None,
             };
             let req = SendMessageRequest {
@@ -1051,6 +1024,24 @@ pub fn message(text: &str, task: Option<&Task>) -> Result<Message, CallError> {
         m.context_id = Some(t.context_id.clone());
     }
     Ok(m)
+}
+
+/// Task `id` of the client's agent, which must be waiting for the caller's input.
+async fn waiting_task(client: &Client, id: &str) -> Result<Task, CallError> {
+    let task = client
+        .get_task(&get(id, Some(0)))
+        .await
+        .map_err(CallError::Agent)?;
+    if !matches!(
+        task.status.state,
+        TaskState::InputRequired | TaskState::AuthRequired
+    ) {
+        return Err(CallError::NotWaiting {
+            task: task.id,
+            state: state_name(&task.status.state),
+        });
+    }
+    Ok(task)
 }
 
 /// The text parts of the task's artifacts, or of a message, in order.

@@ -536,20 +536,33 @@ impl Server {
 
     async fn find(&self, target: Target) -> Result<Agent, String> {
         let mut quiet = |_: call::Progress| {};
-        match self.inner.caller.find(&target, &mut quiet).await {
-            Ok(a) => Ok(a),
-            Err(CallError::NotFound(_)) if matches!(target, Target::Did(_)) => {
-                let Target::Did(did) = &target else {
-                    unreachable!()
-                };
-                Err(format!(
-                    "the node knows no live advertisement of {}. Use discover_agents to find \
-                     agents by skill.",
-                    shorten(did, 200)
-                ))
-            }
-            Err(e) => Err(explain(&e)),
+        match (self.inner.caller.find(&target, &mut quiet).await, &target) {
+            (Ok(a), _) => Ok(a),
+            (Err(CallError::NotFound(_)), Target::Did(did)) => Err(format!(
+                "the node knows no live advertisement of {}. Use discover_agents to find \
+                 agents by skill.",
+                shorten(did, 200)
+            )),
+            (Err(e), _) => Err(explain(&e)),
         }
+    }
+
+    /// `get_task`, or `cancel_task` when `cancel`.
+    async fn on_task(&self, args: TaskArgs, cancel: bool) -> Result<Json<TaskResult>, String> {
+        check_did(&args.did)?;
+        check_task_id(&args.task_id)?;
+        let agent = self.find(Target::Did(args.did)).await?;
+        let caller = &self.inner.caller;
+        let t = if cancel {
+            caller.cancel_task(&agent, &args.task_id).await
+        } else {
+            caller.get_task(&agent, &args.task_id).await
+        }
+        .map_err(|e| explain(&e))?;
+        Ok(Json(task_result(
+            agent.did.as_str(),
+            &Outcome::Task(Box::new(t)),
+        )))
     }
 
     #[tool(
@@ -698,19 +711,7 @@ impl Server {
         &self,
         Parameters(args): Parameters<TaskArgs>,
     ) -> Result<Json<TaskResult>, String> {
-        check_did(&args.did)?;
-        check_task_id(&args.task_id)?;
-        let agent = self.find(Target::Did(args.did)).await?;
-        let t = self
-            .inner
-            .caller
-            .get_task(&agent, &args.task_id)
-            .await
-            .map_err(|e| explain(&e))?;
-        Ok(Json(task_result(
-            agent.did.as_str(),
-            &Outcome::Task(Box::new(t)),
-        )))
+        self.on_task(args, false).await
     }
 
     #[tool(
@@ -726,19 +727,7 @@ impl Server {
         &self,
         Parameters(args): Parameters<TaskArgs>,
     ) -> Result<Json<TaskResult>, String> {
-        check_did(&args.did)?;
-        check_task_id(&args.task_id)?;
-        let agent = self.find(Target::Did(args.did)).await?;
-        let t = self
-            .inner
-            .caller
-            .cancel_task(&agent, &args.task_id)
-            .await
-            .map_err(|e| explain(&e))?;
-        Ok(Json(task_result(
-            agent.did.as_str(),
-            &Outcome::Task(Box::new(t)),
-        )))
+        self.on_task(args, true).await
     }
 
     #[tool(
