@@ -78,12 +78,7 @@ impl Node {
 }
 
 fn python() -> PathBuf {
-    let venv = std::env::var_os("AGENTNET_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/agentnet/venv")
-        });
-    let py = venv.join("bin/python");
+    let py = common::venv_python();
     assert!(
         py.is_file(),
         "no interop venv at {}; run bash interop/setup.sh",

@@ -6,6 +6,8 @@
 //! `interop/NOTES.md`, `interop/ANP_NOTES.md`). They must be installed with
 //! `bash interop/setup.sh`; these tests fail (never skip) when they are missing.
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,13 +41,7 @@ fn tools() -> &'static Tools {
         let interop = interop
             .canonicalize()
             .unwrap_or_else(|e| panic!("{}: {e}; {SETUP_HINT}", interop.display()));
-        let venv = std::env::var_os("AGENTNET_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let home = std::env::var_os("HOME").expect("HOME is not set");
-                PathBuf::from(home).join(".cache/agentnet/venv")
-            });
-        let python = venv.join("bin/python");
+        let python = common::venv_python();
         assert!(
             python.is_file(),
             "no interop venv python at {}; {SETUP_HINT}",

@@ -551,23 +551,9 @@ async fn refusals_send_nothing_and_what_is_sent_is_signed() {
     assert!(matches!(e, Error::Connect { .. }), "{e}");
 }
 
-fn venv_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("AGENTNET_VENV")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/agentnet/venv"))
-        })?;
-    let py = venv.join("bin/python");
-    let has_mcp = std::process::Command::new(&py)
-        .args(["-c", "import mcp"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    has_mcp.then_some(py)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_lists_and_calls_the_tools_of_an_open_agents_endpoint() {
-    let Some(python) = venv_python() else {
+    let Some(python) = venv_python_with("mcp") else {
         assert!(
             std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
             "the Python mcp SDK is missing although scripts/test.sh installed it"

@@ -108,22 +108,13 @@ impl Node {
 /// The interop tools: the venv's python and the Node modules directory, or `None` (skip) when
 /// they are missing outside `scripts/test.sh`.
 fn tools() -> Option<(PathBuf, PathBuf)> {
-    let venv = std::env::var_os("AGENTNET_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/agentnet/venv")
-        });
-    let python = venv.join("bin/python");
+    let python = common::venv_python_with("mcp");
     let node_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/node");
-    let have_py = python.is_file()
-        && Command::new(&python)
-            .args(["-c", "import mcp"])
-            .status()
-            .is_ok_and(|s| s.success());
+    let have_py = python.is_some();
     let have_ts = node_dir
         .join("node_modules/@modelcontextprotocol/sdk")
         .is_dir();
-    if have_py && have_ts {
+    if let (Some(python), true) = (python, have_ts) {
         return Some((python, node_dir));
     }
     // scripts/test.sh installs the tools and sets this: a skip there is a failure.

@@ -133,3 +133,25 @@ impl Drop for UpNode {
         }
     }
 }
+
+/// The interop venv's python (`interop/setup.sh`): `$AGENTNET_VENV/bin/python`, by default
+/// under `~/.cache/agentnet/venv`. It may not exist.
+pub fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("AGENTNET_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").expect("HOME is not set");
+            PathBuf::from(home).join(".cache/agentnet/venv")
+        });
+    venv.join("bin/python")
+}
+
+/// [`venv_python`], if it exists and imports `module`.
+pub fn venv_python_with(module: &str) -> Option<PathBuf> {
+    let py = venv_python();
+    let ok = Command::new(&py)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(py)
+}
