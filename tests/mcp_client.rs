@@ -658,6 +658,26 @@ tags = ["mcp-shout"]
     assert_eq!(r["state"], "TASK_STATE_INPUT_REQUIRED", "{v}");
     assert!(r["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
     let task = r["task_id"].as_str().unwrap().to_string();
+    // Another DID (node A's own, from A's data directory) cannot answer B's task: for it the
+    // task does not exist (the tool's error, exit 1), and the task still waits for B.
+    let o = run(args(
+        &[
+            "tool",
+            "send_message",
+            "--args",
+            &json!({"text": "Eve", "task_id": task}).to_string(),
+            "--did",
+            &ask,
+            "--allow-private",
+            "--json",
+        ],
+        &a.data(),
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap_or(Value::Null);
+    assert_eq!(v["result"]["isError"], true, "{}{}", stdout(&o), stderr(&o));
+    assert!(v.to_string().contains("not found"), "{v}");
     let o = run(tool(
         &ask,
         &json!({"text": "Ada", "task_id": task}).to_string(),

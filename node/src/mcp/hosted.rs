@@ -49,8 +49,8 @@ use super::http::Sessions;
 pub const PATH: &str = "/mcp";
 /// Largest request body.
 pub const MAX_BODY: usize = 256 * 1024;
-/// Longest text the `echo` tool takes, bytes.
-pub const MAX_ECHO: usize = 64 * 1024;
+/// Longest text the tools (`echo`, `send_message`) take, bytes.
+pub const MAX_TOOL_TEXT: usize = 64 * 1024;
 
 /// The card extension advertising the MCP endpoint at `url`.
 pub fn extension(url: &str) -> Value {
@@ -238,8 +238,8 @@ impl EchoTools {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn echo(&self, Parameters(args): Parameters<EchoArgs>) -> Result<Json<Echoed>, String> {
-        if args.text.len() > MAX_ECHO {
-            return Err(format!("text is longer than {MAX_ECHO} bytes"));
+        if args.text.len() > MAX_TOOL_TEXT {
+            return Err(format!("text is longer than {MAX_TOOL_TEXT} bytes"));
         }
         Ok(Json(Echoed { text: args.text }))
     }
@@ -324,8 +324,8 @@ impl TurnTools {
     ) -> Result<Json<TurnResult>, String> {
         use agentnet_a2a::auth::Owner;
         use agentnet_a2a::types::{Message, Part, Role, SendMessageRequest, SendMessageResponse};
-        if args.text.len() > MAX_ECHO {
-            return Err(format!("text is longer than {MAX_ECHO} bytes"));
+        if args.text.len() > MAX_TOOL_TEXT {
+            return Err(format!("text is longer than {MAX_TOOL_TEXT} bytes"));
         }
         let owner = match parts.extensions.get::<Verified>() {
             Some(Verified(Some(did))) => Owner::Caller(did.clone()),
