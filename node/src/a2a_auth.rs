@@ -130,7 +130,7 @@ impl Tokens {
         use hmac::Mac as _;
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let expires_in = self.ttl.as_secs();
-        let payload = format!("v1.{}.{}", now + expires_in, b64.encode(did));
+        let payload = format!("v1.{}.{}", now.saturating_add(expires_in), b64.encode(did));
         let tag = b64.encode(self.mac(&payload).finalize().into_bytes());
         Issued {
             token: format!("{payload}.{tag}"),

@@ -197,7 +197,8 @@ pub struct AuthSection {
     pub fetch_burst: Option<u32>,
     /// And per minute.
     pub fetches_per_minute: Option<u32>,
-    /// Lifetime of the access tokens given to verified callers, seconds; 0: none.
+    /// Lifetime of the access tokens given to verified callers, seconds; 0: none; at most
+    /// [`MAX_TOKEN_TTL_SECS`].
     pub token_ttl_secs: Option<u64>,
 }
 
@@ -295,6 +296,16 @@ impl FileConfig {
         if self.agent.len() > MAX_AGENTS {
             return Err(invalid("node", format!("more than {MAX_AGENTS} agents")));
         }
+        if self
+            .auth
+            .token_ttl_secs
+            .is_some_and(|t| t > MAX_TOKEN_TTL_SECS)
+        {
+            return Err(invalid(
+                "auth",
+                format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
+            ));
+        }
         let mut ids = HashSet::new();
         for a in &self.agent {
             a.check()?;
@@ -305,6 +316,9 @@ impl FileConfig {
         Ok(())
     }
 }
+
+/// Longest access-token lifetime `[auth] token_ttl_secs` may set: one day.
+pub const MAX_TOKEN_TTL_SECS: u64 = 24 * 3600;
 
 fn invalid(agent: &str, reason: String) -> ConfigError {
     ConfigError::Invalid {

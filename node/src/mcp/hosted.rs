@@ -413,6 +413,14 @@ mod tests {
     }
 
     #[test]
+    fn a_token_lifetime_beyond_a_day_is_refused() {
+        assert!(config("[auth]\ntoken_ttl_secs = 86400\n").is_ok());
+        assert!(config("[auth]\ntoken_ttl_secs = 0\n").is_ok());
+        let e = config("[auth]\ntoken_ttl_secs = 86401\n").unwrap_err();
+        assert!(e.to_string().contains("token_ttl_secs"), "{e}");
+    }
+
+    #[test]
     fn every_kind_may_offer_mcp() {
         for kind in ["kind = \"ask\"", "kind = \"command\"\ncommand = [\"cat\"]"] {
             let c = config(&format!("[[agent]]\nid = \"a\"\n{kind}\nmcp = true\n"));
