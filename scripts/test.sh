@@ -19,6 +19,9 @@ bash interop/setup.sh
 # rest); here they were just installed, so a skip would hide a failure: make it one.
 export AGENTNET_INTEROP_REQUIRED=1
 
+echo "== the test graph reuses the binary's RocksDB build (checked from cargo's unit graph, no build)"
+bash scripts/tests/shared-build.sh
+
 echo "== build: the agentnet binary, exactly as scripts/run.sh builds it"
 cargo build --locked -p agentnet --bin agentnet
 
