@@ -13,6 +13,7 @@
 //! owned by [`Owner::Anonymous`].
 
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
 
 use axum::http::{HeaderMap, Method, Uri};
@@ -24,16 +25,81 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// fragment fits many times over, and the identity is part of every task key.
 pub const MAX_CALLER_LEN: usize = 512;
 
+/// Where a request comes from, as a network block: an IPv4 address, or an IPv6 /64 (the block
+/// one subscriber line is given, so the smallest a stranger cannot cheaply multiply). Shares of
+/// every total (tasks, bytes, streams, turns) are counted per source as well as per owner,
+/// because DIDs and addresses inside one block cost nothing to mint (DESIGN.md section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Source {
+    /// An IPv4 address (IPv4-mapped IPv6 addresses count as their IPv4 address).
+    V4(Ipv4Addr),
+    /// The first 64 bits of an IPv6 address.
+    V6(u64),
+    /// A call that did not come over the network (in-process, tests).
+    Local,
+}
+
+impl Source {
+    /// The block `ip` belongs to.
+    pub fn of(ip: IpAddr) -> Source {
+        match ip {
+            IpAddr::V4(v4) => Source::V4(v4),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Source::V4(v4),
+                None => Source::V6((u128::from(v6) >> 64) as u64),
+            },
+        }
+    }
+
+    /// A key unique to this block, for stores that count per source.
+    pub fn key(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::V4(a) => write!(f, "{a}"),
+            Source::V6(p) => write!(f, "{}/64", std::net::Ipv6Addr::from(u128::from(*p) << 64)),
+            Source::Local => f.write_str("local"),
+        }
+    }
+}
+
+/// Who sends a request: the owner of the tasks it reaches, and the block it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Caller {
+    /// Whose tasks the request reaches.
+    pub owner: Owner,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl Caller {
+    /// A caller identified as `owner`, from `source`.
+    pub fn new(owner: Owner, source: Source) -> Self {
+        Caller { owner, source }
+    }
+
+    /// An identified caller of an in-process call (tests, examples).
+    pub fn local(id: impl Into<String>) -> Self {
+        Caller::new(Owner::Caller(id.into()), Source::Local)
+    }
+}
+
 /// Whose a task is: the identity the authenticator returned, or nobody.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Owner {
     /// An identified caller (for the node, a DID).
     Caller(String),
-    /// A caller without identity, on an agent whose policy is [`Policy::Open`]. An anonymous
-    /// task is reachable by any anonymous caller who knows its id (a random UUID: the id is the
-    /// capability), and never listed.
-    Anonymous,
+    /// A caller without identity, on an agent whose policy is [`Policy::Open`], owned by the
+    /// network block it called from ([`Source`]): one block's anonymous tasks and quotas are
+    /// not another's. An anonymous task is reachable by any anonymous caller of that block who
+    /// knows its id (a random UUID: the id is the capability), and never listed.
+    Anonymous(Source),
 }
 
 impl Owner {
@@ -41,16 +107,16 @@ impl Owner {
     pub fn caller(&self) -> Option<&str> {
         match self {
             Owner::Caller(c) => Some(c),
-            Owner::Anonymous => None,
+            Owner::Anonymous(_) => None,
         }
     }
 
-    /// A key prefix unique to this owner (`c:<id>` or `a:`), for stores that keep tasks under
-    /// owner-scoped keys.
+    /// A key prefix unique to this owner (`c:<id>` or `a:<source>`), for stores that keep
+    /// tasks under owner-scoped keys.
     pub fn key(&self) -> String {
         match self {
             Owner::Caller(c) => format!("c:{c}"),
-            Owner::Anonymous => "a:".to_string(),
+            Owner::Anonymous(s) => format!("a:{s}"),
         }
     }
 }
@@ -59,7 +125,7 @@ impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Owner::Caller(c) => f.write_str(c),
-            Owner::Anonymous => f.write_str("anonymous"),
+            Owner::Anonymous(s) => write!(f, "anonymous ({s})"),
         }
     }
 }
@@ -121,16 +187,17 @@ impl Authenticator for NoAuth {
 pub(crate) fn decide(
     policy: Policy,
     identity: Result<Option<String>, AuthError>,
-) -> Result<Owner, crate::ProtocolError> {
+    source: Source,
+) -> Result<Caller, crate::ProtocolError> {
     use crate::ProtocolError::Unauthenticated;
     match identity {
         Err(e) => Err(Unauthenticated(e.0)),
         Ok(Some(id)) if id.is_empty() || id.len() > MAX_CALLER_LEN => Err(Unauthenticated(
             format!("caller identity must be 1 to {MAX_CALLER_LEN} bytes"),
         )),
-        Ok(Some(id)) => Ok(Owner::Caller(id)),
+        Ok(Some(id)) => Ok(Caller::new(Owner::Caller(id), source)),
         Ok(None) => match policy {
-            Policy::Open => Ok(Owner::Anonymous),
+            Policy::Open => Ok(Caller::new(Owner::Anonymous(source), source)),
             Policy::Did => Err(Unauthenticated(
                 "this agent serves identified callers only (sign the request with your DID)".into(),
             )),
@@ -144,14 +211,32 @@ mod tests {
 
     #[test]
     fn policy_decisions() {
-        assert_eq!(decide(Policy::Open, Ok(None)), Ok(Owner::Anonymous));
-        assert!(decide(Policy::Did, Ok(None)).is_err());
-        assert!(decide(Policy::Open, Err(AuthError("bad signature".into()))).is_err());
+        let src = Source::of("192.0.2.7".parse().unwrap());
         assert_eq!(
-            decide(Policy::Did, Ok(Some("did:key:z".into()))),
-            Ok(Owner::Caller("did:key:z".into()))
+            decide(Policy::Open, Ok(None), src),
+            Ok(Caller::new(Owner::Anonymous(src), src))
         );
-        assert!(decide(Policy::Did, Ok(Some(String::new()))).is_err());
-        assert!(decide(Policy::Did, Ok(Some("x".repeat(MAX_CALLER_LEN + 1)))).is_err());
+        assert!(decide(Policy::Did, Ok(None), src).is_err());
+        assert!(decide(Policy::Open, Err(AuthError("bad signature".into())), src).is_err());
+        assert_eq!(
+            decide(Policy::Did, Ok(Some("did:key:z".into())), src),
+            Ok(Caller::new(Owner::Caller("did:key:z".into()), src))
+        );
+        assert!(decide(Policy::Did, Ok(Some(String::new())), src).is_err());
+        assert!(decide(Policy::Did, Ok(Some("x".repeat(MAX_CALLER_LEN + 1))), src).is_err());
+    }
+
+    #[test]
+    fn sources_are_network_blocks() {
+        let s = |a: &str| Source::of(a.parse().unwrap());
+        assert_eq!(s("2001:db8:1:2::1"), s("2001:db8:1:2:ffff::9"));
+        assert_ne!(s("2001:db8:1:2::1"), s("2001:db8:1:3::1"));
+        assert_eq!(s("::ffff:192.0.2.1"), s("192.0.2.1"));
+        assert_ne!(s("192.0.2.1"), s("192.0.2.2"));
+        assert_eq!(s("2001:db8:1:2::1").to_string(), "2001:db8:1:2::/64");
+        assert_ne!(
+            Owner::Anonymous(s("192.0.2.1")).key(),
+            Owner::Anonymous(s("192.0.2.2")).key()
+        );
     }
 }

@@ -34,7 +34,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::Owner;
+use crate::auth::{Caller, Owner};
 use crate::error::ProtocolError;
 use crate::handler::{Handler, Outcome, Turn, Update, Updates};
 use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
@@ -546,11 +546,12 @@ impl Engine {
     /// first write waits for the turn (see [`Limits::defer_first_write`]).
     async fn begin(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         req: SendMessageRequest,
         stream: bool,
         defer: bool,
     ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<TurnEnd>), ProtocolError> {
+        let owner = &caller.owner;
         self.validate_send(&req)?;
         let defer = defer && !stream && !self.inner.limits.defer_first_write.is_zero();
         let mut unstored = None;
@@ -958,15 +959,16 @@ impl Engine {
     /// `SendMessage`: blocking unless `returnImmediately`; answers `{"task": …}`.
     pub async fn send_message(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         req: SendMessageRequest,
     ) -> Result<SendMessageResponse, ProtocolError> {
+        let owner = &caller.owner;
         let (immediately, history_length) = req
             .configuration
             .as_ref()
             .map(|c| (c.return_immediately.unwrap_or(false), c.history_length))
             .unwrap_or((false, None));
-        let (task, _, done) = self.begin(owner, req, false, !immediately).await?;
+        let (task, _, done) = self.begin(caller, req, false, !immediately).await?;
         if immediately {
             return Ok(SendMessageResponse::Task(self.shape(task, history_length)));
         }
@@ -987,19 +989,20 @@ impl Engine {
     /// state.
     pub async fn send_streaming(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         req: SendMessageRequest,
     ) -> Result<EventStream, ProtocolError> {
-        let (_, events, _) = self.begin(owner, req, true, false).await?;
+        let (_, events, _) = self.begin(caller, req, true, false).await?;
         events.ok_or_else(|| ProtocolError::Internal("stream not opened".into()))
     }
 
     /// `GetTask`.
     pub async fn get_task(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         req: GetTaskRequest,
     ) -> Result<Task, ProtocolError> {
+        let owner = &caller.owner;
         self.check_history_length(req.history_length)?;
         if req.id.is_empty() || req.id.len() > self.inner.limits.max_id_len {
             return Err(ProtocolError::TaskNotFound(req.id));
@@ -1014,9 +1017,10 @@ impl Engine {
     /// `ListTasks`: the caller's tasks, newest status first. Anonymous callers own no list.
     pub async fn list_tasks(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         req: ListTasksRequest,
     ) -> Result<ListTasksResponse, ProtocolError> {
+        let owner = &caller.owner;
         let l = &self.inner.limits;
         self.check_history_length(req.history_length)?;
         let page_size = match req.page_size {
@@ -1038,7 +1042,7 @@ impl Engine {
         if let Some(c) = &req.context_id {
             self.check_id("contextId", c)?;
         }
-        if matches!(owner, Owner::Anonymous) {
+        if matches!(owner, Owner::Anonymous(_)) {
             return Ok(ListTasksResponse {
                 tasks: vec![],
                 next_page_token: String::new(),
@@ -1081,9 +1085,10 @@ impl Engine {
     /// `CancelTask`: the task becomes `CANCELED` for good; its running turn is stopped.
     pub async fn cancel_task(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         req: CancelTaskRequest,
     ) -> Result<Task, ProtocolError> {
+        let owner = &caller.owner;
         if req.id.is_empty() || req.id.len() > self.inner.limits.max_id_len {
             return Err(ProtocolError::TaskNotFound(req.id));
         }
@@ -1118,9 +1123,10 @@ impl Engine {
     /// `SubscribeToTask`: the task, then its updates. Terminal tasks are refused.
     pub async fn subscribe(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         req: SubscribeToTaskRequest,
     ) -> Result<EventStream, ProtocolError> {
+        let owner = &caller.owner;
         if req.id.is_empty() || req.id.len() > self.inner.limits.max_id_len {
             return Err(ProtocolError::TaskNotFound(req.id));
         }
@@ -1178,6 +1184,7 @@ fn add_artifact(t: &mut Task, a: Artifact, max: usize) {
 mod tests {
     use super::*;
     use crate::auth::BoxFuture;
+    use crate::auth::Source;
     use crate::handler::HandlerError;
     use crate::store::MemoryStore;
     use a2a::Part;
@@ -1206,8 +1213,9 @@ mod tests {
             store.clone(),
             Limits::default(),
         );
-        let o = Owner::Caller("did:x".into());
-        let SendMessageResponse::Task(t) = e.send_message(&o, msg()).await.unwrap() else {
+        let c = Caller::local("did:x");
+        let o = c.owner.clone();
+        let SendMessageResponse::Task(t) = e.send_message(&c, msg()).await.unwrap() else {
             panic!()
         };
         assert_eq!(t.status.state, TaskState::Completed);
@@ -1234,8 +1242,8 @@ mod tests {
             Arc::new(MemoryStore::default()),
             Limits::default(),
         );
-        let o = Owner::Anonymous;
-        let SendMessageResponse::Task(t) = e.send_message(&o, msg()).await.unwrap() else {
+        let c = Caller::new(Owner::Anonymous(Source::Local), Source::Local);
+        let SendMessageResponse::Task(t) = e.send_message(&c, msg()).await.unwrap() else {
             panic!()
         };
         assert_eq!(t.status.state, TaskState::Failed);
@@ -1323,7 +1331,7 @@ mod tests {
         }
     }
 
-    async fn listed(e: &Engine, o: &Owner) -> Vec<Task> {
+    async fn listed(e: &Engine, o: &Caller) -> Vec<Task> {
         let req: ListTasksRequest = serde_json::from_value(serde_json::json!({})).unwrap();
         e.list_tasks(o, req).await.unwrap().tasks
     }
@@ -1336,8 +1344,9 @@ mod tests {
             store.clone(),
             Limits::default(),
         );
-        let o = Owner::Caller("did:x".into());
-        let t = task_of(e.send_message(&o, msg()).await.unwrap());
+        let c = Caller::local("did:x");
+        let o = c.owner.clone();
+        let t = task_of(e.send_message(&c, msg()).await.unwrap());
         assert_eq!(t.status.state, TaskState::Completed);
         assert_eq!(store.writes(), 1);
         assert_eq!(store.get(&o, &t.id).unwrap().unwrap().status, t.status);
@@ -1350,7 +1359,7 @@ mod tests {
             history_length: None,
             return_immediately: Some(true),
         });
-        let t = task_of(e.send_message(&o, m).await.unwrap());
+        let t = task_of(e.send_message(&c, m).await.unwrap());
         assert!(store.get(&o, &t.id).unwrap().is_some());
     }
 
@@ -1363,15 +1372,16 @@ mod tests {
             ..Limits::default()
         };
         let e = Engine::new(Arc::new(agent.clone()), store.clone(), limits);
-        let o = Owner::Caller("did:x".into());
+        let c = Caller::local("did:x");
+        let o = c.owner.clone();
         let send = tokio::spawn({
-            let (e, o) = (e.clone(), o.clone());
-            async move { e.send_message(&o, msg()).await }
+            let (e, c) = (e.clone(), c.clone());
+            async move { e.send_message(&c, msg()).await }
         });
         // The caller does not know the id yet, but its task list shows the task working.
         let working = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
-                if let Some(t) = listed(&e, &o).await.pop() {
+                if let Some(t) = listed(&e, &c).await.pop() {
                     return t;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -1397,10 +1407,11 @@ mod tests {
             Arc::new(MemoryStore::new(1)),
             Limits::default(),
         );
-        let o = Owner::Caller("did:x".into());
+        let c = Caller::local("did:x");
+
         agent.gate.add_permits(1);
-        e.send_message(&o, msg()).await.unwrap();
-        let err = e.send_message(&o, msg()).await.unwrap_err();
+        e.send_message(&c, msg()).await.unwrap();
+        let err = e.send_message(&c, msg()).await.unwrap_err();
         assert!(matches!(err, ProtocolError::Busy(_)), "{err:?}");
         assert_eq!(agent.turns.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
@@ -1410,11 +1421,12 @@ mod tests {
         let agent = Arc::new(Gated::default());
         let store = Arc::new(MemoryStore::new(1));
         let e = Engine::new(Arc::new(agent.clone()), store.clone(), Limits::default());
-        let o = Owner::Caller("did:x".into());
+        let c = Caller::local("did:x");
+        let o = c.owner.clone();
         let sends: Vec<_> = (0..3)
             .map(|_| {
-                let (e, o) = (e.clone(), o.clone());
-                tokio::spawn(async move { e.send_message(&o, msg()).await })
+                let (e, c) = (e.clone(), c.clone());
+                tokio::spawn(async move { e.send_message(&c, msg()).await })
             })
             .collect();
         // All three were admitted (nothing stored yet) before any finishes.
@@ -1431,7 +1443,7 @@ mod tests {
             );
         }
         // The bound holds again for the next one.
-        let err = e.send_message(&o, msg()).await.unwrap_err();
+        let err = e.send_message(&c, msg()).await.unwrap_err();
         assert!(matches!(err, ProtocolError::Busy(_)), "{err:?}");
     }
 
@@ -1446,10 +1458,11 @@ mod tests {
             store.clone(),
             Limits::default(),
         );
-        let o = Owner::Caller("did:x".into());
-        let err = e.send_message(&o, msg()).await.unwrap_err();
+        let c = Caller::local("did:x");
+
+        let err = e.send_message(&c, msg()).await.unwrap_err();
         assert!(matches!(err, ProtocolError::Internal(_)), "{err:?}");
         assert_eq!(e.running(), 0);
-        assert!(listed(&e, &o).await.is_empty());
+        assert!(listed(&e, &c).await.is_empty());
     }
 }

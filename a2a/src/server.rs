@@ -41,7 +41,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
-use crate::auth::{decide, Authenticator, Owner, Policy, RequestParts};
+use crate::auth::{decide, Authenticator, Caller, Owner, Policy, RequestParts, Source};
 use crate::engine::{Engine, EventStream, Limits};
 use crate::error::ProtocolError;
 use crate::handler::Handler;
@@ -186,17 +186,25 @@ impl Server {
         if !bytes.is_empty() || parts.method == Method::POST {
             check_media_type(&parts.headers, bytes.is_empty())?;
         }
+        // The node serves with `into_make_service_with_connect_info`; a router called in
+        // process (tests) has no peer address: its callers are one local source.
+        let source = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| Source::of(c.0.ip()))
+            .unwrap_or(Source::Local);
         Ok((
             Parts {
                 method: parts.method,
                 uri: parts.uri,
                 headers: parts.headers,
+                source,
             },
             bytes,
         ))
     }
 
-    async fn caller(&self, parts: &Parts, body: &[u8]) -> Result<Owner, ProtocolError> {
+    async fn caller(&self, parts: &Parts, body: &[u8]) -> Result<Caller, ProtocolError> {
         let identity = self
             .auth
             .authenticate(RequestParts {
@@ -206,11 +214,11 @@ impl Server {
                 body,
             })
             .await;
-        decide(self.policy, identity)
+        decide(self.policy, identity, parts.source)
     }
 
-    fn extended(&self, owner: &Owner) -> Result<Value, ProtocolError> {
-        match (&self.extended_card, owner) {
+    fn extended(&self, caller: &Caller) -> Result<Value, ProtocolError> {
+        match (&self.extended_card, &caller.owner) {
             (Some(card), Owner::Caller(_)) => Ok(card.clone()),
             _ => Err(ProtocolError::ExtendedAgentCardNotConfigured),
         }
@@ -222,6 +230,7 @@ struct Parts {
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    source: Source,
 }
 
 fn check_media_type(headers: &HeaderMap, empty: bool) -> Result<(), ProtocolError> {
@@ -528,7 +537,7 @@ fn rest_result(r: Result<Response, ProtocolError>) -> Response {
 }
 
 /// Read, check version, authenticate: the common start of every HTTP+JSON operation.
-async fn rest_start(s: &Server, req: Request) -> Result<(Parts, Bytes, Owner), ProtocolError> {
+async fn rest_start(s: &Server, req: Request) -> Result<(Parts, Bytes, Caller), ProtocolError> {
     let (parts, body) = s.read(req).await?;
     check_version(&parts)?;
     let owner = s.caller(&parts, &body).await?;
@@ -709,6 +718,7 @@ mod tests {
             method: Method::GET,
             uri: format!("/tasks{query}").parse().unwrap(),
             headers,
+            source: Source::Local,
         }
     }
 

@@ -361,7 +361,10 @@ mod tests {
         }
         s.put(&bob, &task("b0", 5000, TaskState::Working)).unwrap();
         assert!(s.get(&bob, "a0").unwrap().is_none());
-        assert!(s.get(&Owner::Anonymous, "a0").unwrap().is_none());
+        assert!(s
+            .get(&Owner::Anonymous(crate::auth::Source::Local), "a0")
+            .unwrap()
+            .is_none());
 
         let mut q = ListQuery {
             page_size: 2,
@@ -400,7 +403,7 @@ mod tests {
     #[test]
     fn full_store_refuses_new_tasks_but_updates_old_ones() {
         let s = MemoryStore::new(1);
-        let o = Owner::Anonymous;
+        let o = Owner::Anonymous(crate::auth::Source::Local);
         s.put(&o, &task("x", 1, TaskState::Working)).unwrap();
         assert_eq!(
             s.put(&o, &task("y", 1, TaskState::Working)),

@@ -643,7 +643,10 @@ mod tests {
         echo.put(&bob, &task("b0", 5000, TaskState::Working))
             .unwrap();
         assert!(echo.get(&bob, "a0").unwrap().is_none());
-        assert!(echo.get(&Owner::Anonymous, "a0").unwrap().is_none());
+        assert!(echo
+            .get(&Owner::Anonymous(agentnet_a2a::auth::Source::Local), "a0")
+            .unwrap()
+            .is_none());
         assert!(other_agent.get(&alice, "a0").unwrap().is_none());
         assert!(echo.get(&alice, "a0").unwrap().is_some());
 
@@ -717,7 +720,10 @@ mod tests {
         a.put(&o1, &task("x", 2, TaskState::Completed)).unwrap();
         a.put(&o2, &task("z", 1, TaskState::Working)).unwrap();
         assert_eq!(
-            a.put(&Owner::Anonymous, &task("w", 1, TaskState::Working)),
+            a.put(
+                &Owner::Anonymous(agentnet_a2a::auth::Source::Local),
+                &task("w", 1, TaskState::Working)
+            ),
             Err(StoreError::Full(3))
         );
     }

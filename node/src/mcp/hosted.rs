@@ -322,16 +322,22 @@ impl TurnTools {
         >,
         Parameters(args): Parameters<TurnArgs>,
     ) -> Result<Json<TurnResult>, String> {
-        use agentnet_a2a::auth::Owner;
+        use agentnet_a2a::auth::{Caller, Owner, Source};
         use agentnet_a2a::types::{Message, Part, Role, SendMessageRequest, SendMessageResponse};
         if args.text.len() > MAX_TOOL_TEXT {
             return Err(format!("text is longer than {MAX_TOOL_TEXT} bytes"));
         }
+        let source = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| Source::of(c.0.ip()))
+            .unwrap_or(Source::Local);
         let owner = match parts.extensions.get::<Verified>() {
             Some(Verified(Some(did))) => Owner::Caller(did.clone()),
-            Some(Verified(None)) => Owner::Anonymous,
+            Some(Verified(None)) => Owner::Anonymous(source),
             None => return Err("the request was not checked (no caller)".into()),
         };
+        let owner = Caller::new(owner, source);
         let mut message = Message::new(Role::User, vec![Part::text(args.text)]);
         message.message_id = crate::hosted::uuid_v4();
         message.task_id = args.task_id;
