@@ -78,6 +78,10 @@ pub struct Limits {
     pub defer_first_write: Duration,
     /// Longest id (task, context, message) accepted: 256 bytes.
     pub max_id_len: usize,
+    /// Deepest JSON nesting of a request body (applied by the server, before anything is
+    /// parsed): 64. What the store wraps around a message must still read back
+    /// ([`crate::store::MAX_RECORD_DEPTH`]); at most that minus a margin.
+    pub max_json_depth: usize,
 }
 
 impl Default for Limits {
@@ -98,6 +102,7 @@ impl Default for Limits {
             keep_alive: Duration::from_secs(15),
             defer_first_write: Duration::from_millis(50),
             max_id_len: 256,
+            max_json_depth: 64,
         }
     }
 }
@@ -853,8 +858,43 @@ impl Engine {
                 Ok(Some(t))
             }
             Err(e) if first => Err(e),
+            // Canceled meanwhile: the cancel wrote the last state.
+            Err(ProtocolError::UnsupportedOperation(m)) if m.is_empty() => Ok(None),
+            // The outcome could not be stored (too large, store full, I/O): never left WORKING
+            // silently. The task fails with the reason, without what could not be stored.
+            Err(e) => self.fail_unstorable(&owner, &id, &e).await,
+        }
+    }
+
+    /// The turn's outcome could not be written: mark the task `FAILED` with the reason, so
+    /// its caller sees the end instead of a task working forever.
+    async fn fail_unstorable(&self, owner: &Owner, id: &str, why: &ProtocolError) -> TurnEnd {
+        tracing::warn!(task = %id, error = %why, "a turn's outcome could not be stored; failing the task");
+        let text = format!("the agent's answer could not be stored: {why}");
+        let tid = id.to_string();
+        let gone = ProtocolError::UnsupportedOperation(String::new());
+        match self
+            .update(owner, id, gone, move |t, l| {
+                let m = agent_text(&tid, &text);
+                push_history(t, m.clone(), l.max_history_stored);
+                t.status = TaskStatus {
+                    state: TaskState::Failed,
+                    message: Some(m),
+                    timestamp: Some(now()),
+                };
+                Ok(())
+            })
+            .await
+        {
+            Ok(t) => {
+                self.inner.publish(owner, id, status_event(&t));
+                Ok(Some(t))
+            }
+            Err(ProtocolError::UnsupportedOperation(m)) if m.is_empty() => Ok(None),
             Err(e) => {
-                tracing::debug!(task = %id, error = %e, "turn outcome dropped");
+                // The store refuses even that: the task stays as stored until the next start,
+                // which fails every task left working.
+                tracing::error!(task = %id, error = %e, "could not mark the task failed either");
                 Ok(None)
             }
         }
@@ -933,7 +973,13 @@ impl Engine {
         };
         let t = match r {
             Err(e) if first => return Err(e),
-            Err(_) => return Ok(()),
+            // Canceled meanwhile: the update is not taken.
+            Err(ProtocolError::UnsupportedOperation(m)) if m.is_empty() => return Ok(()),
+            Err(e) => {
+                // Not stored (too large, store full): the turn goes on; its outcome decides.
+                tracing::warn!(task = %id, error = %e, "a turn's update could not be stored");
+                return Ok(());
+            }
             // Written for the first time: nobody knew the task, nobody streams it.
             Ok(_) if first => return Ok(()),
             Ok(t) => t,
@@ -1361,6 +1407,63 @@ mod tests {
         });
         let t = task_of(e.send_message(&c, m).await.unwrap());
         assert!(store.get(&o, &t.id).unwrap().is_some());
+    }
+
+    /// A store that cannot take a completed task (as a store refuses a record too large or
+    /// too deep to read back).
+    #[derive(Default)]
+    struct RefusesCompleted(MemoryStore);
+
+    impl TaskStore for RefusesCompleted {
+        fn get(&self, owner: &Owner, id: &str) -> Result<Option<Task>, StoreError> {
+            self.0.get(owner, id)
+        }
+        fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+            if task.status.state == TaskState::Completed {
+                return Err(StoreError::Backend("record too deep to read back".into()));
+            }
+            self.0.put(owner, task)
+        }
+        fn list(&self, owner: &Owner, q: &ListQuery) -> Result<crate::store::TaskPage, StoreError> {
+            self.0.list(owner, q)
+        }
+    }
+
+    /// The outcome of a turn whose task the caller already knows (`returnImmediately`) could
+    /// not be stored: the task fails with the reason instead of staying WORKING forever.
+    #[tokio::test]
+    async fn an_outcome_the_store_refuses_fails_the_task() {
+        let store = Arc::new(RefusesCompleted::default());
+        let e = Engine::new(
+            Arc::new(crate::samples::Echo),
+            store.clone(),
+            Limits::default(),
+        );
+        let c = Caller::local("did:x");
+        let mut m = msg();
+        m.configuration = Some(a2a::SendMessageConfiguration {
+            accepted_output_modes: None,
+            task_push_notification_config: None,
+            history_length: None,
+            return_immediately: Some(true),
+        });
+        let t = task_of(e.send_message(&c, m).await.unwrap());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let stored = loop {
+            let s = store.get(&c.owner, &t.id).unwrap().unwrap();
+            if s.status.state != TaskState::Working {
+                break s;
+            }
+            assert!(std::time::Instant::now() < deadline, "left WORKING");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(stored.status.state, TaskState::Failed);
+        let text = stored.status.message.unwrap().parts[0]
+            .as_text()
+            .unwrap()
+            .to_string();
+        assert!(text.contains("could not be stored"), "{text}");
+        assert_eq!(e.running(), 0);
     }
 
     #[tokio::test]

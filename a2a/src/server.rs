@@ -183,6 +183,18 @@ impl Server {
         let bytes = axum::body::to_bytes(body, limit)
             .await
             .map_err(|_| ProtocolError::TooLarge(limit))?;
+        // Checked once, here: a message nested just under serde_json's limit would be stored
+        // one level deeper, inside the task, and then could not be read back.
+        let max_depth = self
+            .engine
+            .limits()
+            .max_json_depth
+            .min(crate::store::MAX_RECORD_DEPTH - 8);
+        if crate::store::json_depth(&bytes) > max_depth {
+            return Err(ProtocolError::InvalidRequest(format!(
+                "the request's JSON is nested deeper than {max_depth} levels"
+            )));
+        }
         if !bytes.is_empty() || parts.method == Method::POST {
             check_media_type(&parts.headers, bytes.is_empty())?;
         }

@@ -155,6 +155,42 @@ pub trait TaskStore: Send + Sync + 'static {
     }
 }
 
+/// Deepest JSON nesting a store must be able to read back: serde_json refuses deeper input
+/// (its recursion limit is 128), so a store refuses to write a task record deeper than this,
+/// and the server refuses requests deeper than [`crate::engine::Limits::max_json_depth`],
+/// which leaves room for the levels a task record wraps around a message (task, history,
+/// message: three) many times over.
+pub const MAX_RECORD_DEPTH: usize = 120;
+
+/// How deeply `bytes` (JSON) nests arrays and objects; strings are skipped, so brackets inside
+/// them do not count. A byte scan, no parse: it is what decides whether a parse may be tried.
+/// (`agentnet-did` has its own for DID documents: this crate does not depend on it.)
+pub fn json_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
 /// A task's status time in µs, the list order; a task without one sorts as the epoch.
 pub fn status_micros(task: &Task) -> i64 {
     task.status

@@ -324,6 +324,15 @@ impl TaskDb {
         }
         let json = serde_json::to_vec(task)
             .map_err(|e| StoreError::Backend(format!("serializing task: {e}")))?;
+        // What is written must read back (serde_json stops at 128 levels): a deeper record
+        // would fail every later read of it.
+        let depth = agentnet_a2a::store::json_depth(&json);
+        if depth > agentnet_a2a::store::MAX_RECORD_DEPTH {
+            return Err(StoreError::Backend(format!(
+                "task {id} nests JSON {depth} levels deep (at most {})",
+                agentnet_a2a::store::MAX_RECORD_DEPTH
+            )));
+        }
         let record = FamilyOp::Put(scope.task_key(id), json);
         if old.is_some() {
             return self.write(record, ops);

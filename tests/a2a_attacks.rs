@@ -1,0 +1,141 @@
+//! A stranger against the real binary's hosted agents (issue 15): requests meant to leave the
+//! node unable to read its own task store, or to start again.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{p, UpNode};
+use serde_json::{json, Value};
+
+const CONFIG: &str = r#"
+[node]
+mdns = false
+listen = ["/ip4/127.0.0.1/tcp/0"]
+
+[[agent]]
+id = "open-echo"
+kind = "echo"
+policy = "open"
+publish = false
+"#;
+
+fn start(dir: &Path) -> UpNode {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = dir.join("node.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    UpNode::spawn(dir, &["--config", p(&config), "--http", "127.0.0.1:0"])
+}
+
+fn agent(node: &UpNode) -> String {
+    format!(
+        "http://{}/a2a/open-echo",
+        node.info["http"].as_str().unwrap()
+    )
+}
+
+/// `{"k":{"k": ... "x" ...}}`, `levels` objects deep, as text (a `Value` that deep would
+/// overflow the test's own stack when dropped).
+fn nested(levels: usize) -> String {
+    format!("{}\"x\"{}", "{\"k\":".repeat(levels), "}".repeat(levels))
+}
+
+/// A `SendMessage` request's params (the HTTP+JSON body) with this metadata.
+fn message(metadata: &str) -> String {
+    format!(
+        r#"{{"message":{{"role":"ROLE_USER","parts":[{{"text":"deep"}}],"messageId":"m-1","metadata":{metadata}}},"configuration":{{"returnImmediately":true}}}}"#
+    )
+}
+
+fn rpc_body(method: &str, params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#)
+}
+
+fn post(url: &str, body: String) -> (u16, Value) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/a2a+json")
+            .header("A2A-Version", "1.0")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    })
+}
+
+fn rpc(url: &str, method: &str, params: Value) -> (u16, Value) {
+    post(url, rpc_body(method, &params.to_string()))
+}
+
+/// SIGTERM, and wait for the process to end (a normal stop: the store is flushed).
+fn stop(mut node: UpNode) {
+    let pid = node.child.id().to_string();
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -TERM {pid}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while node.child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the node did not stop: {}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A message whose `metadata` nests 124 levels was accepted (200), stored one level deeper
+/// inside its task, past the depth the store reads back: `GetTask` answered 500, the task
+/// stayed WORKING, and after a normal stop the node refused to start. It is refused at the
+/// door on both bindings now; a message of ordinary depth still works, and the node starts
+/// again with every task it accepted readable.
+#[test]
+fn deep_messages_are_refused_at_the_door_and_the_node_starts_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    let node = start(&node_dir);
+    let url = agent(&node);
+
+    for levels in [70, 124, 5000] {
+        let (status, v) = post(&url, rpc_body("SendMessage", &message(&nested(levels))));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["error"]["code"], -32600, "{levels} levels: {v}");
+        assert!(v["result"].is_null(), "{v}");
+        let (status, v) = post(&format!("{url}/message:send"), message(&nested(levels)));
+        assert_eq!(status, 400, "{levels} levels over HTTP+JSON: {v}");
+    }
+
+    // Ordinary depth: accepted, completed, readable.
+    let (_, v) = post(&url, rpc_body("SendMessage", &message(&nested(40))));
+    let id = v["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, v) = rpc(&url, "GetTask", json!({"id": id}));
+        assert_eq!(status, 200, "{v}");
+        if v["result"]["status"]["state"] == "TASK_STATE_COMPLETED" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "task never completed: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    stop(node);
+    let node = start(&node_dir);
+    let (status, v) = rpc(&agent(&node), "GetTask", json!({"id": id}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+}
