@@ -53,9 +53,18 @@ fn rpc_body(method: &str, params: &str) -> String {
 }
 
 fn post(url: &str, body: String) -> (u16, Value) {
+    post_from("127.0.0.1", url, body)
+}
+
+/// [`post`] from the loopback address `from` (any 127.0.0.0/8 address binds on Linux).
+fn post_from(from: &str, url: &str, body: String) -> (u16, Value) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let r = reqwest::Client::new()
+        let client = reqwest::Client::builder()
+            .local_address(from.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap();
+        let r = client
             .post(url)
             .header("content-type", "application/a2a+json")
             .header("A2A-Version", "1.0")
@@ -137,5 +146,67 @@ fn deep_messages_are_refused_at_the_door_and_the_node_starts_again() {
     assert_eq!(
         v["result"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{v}"
+    );
+}
+
+/// All anonymous callers of an `open` agent were one owner with one quota: one client's
+/// 10 000 unsigned requests made every anonymous caller get 429 for the week the tasks are
+/// kept. Anonymous callers are owned by their source (an IPv4 address, an IPv6 /64) now: one
+/// address filling its quota leaves another's untouched, and neither reaches the other's task.
+#[test]
+fn one_anonymous_source_cannot_use_up_the_others_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    let config = node_dir.join("node.toml");
+    std::fs::write(&config, format!("{CONFIG}\n[tasks]\nmax_per_owner = 3\n")).unwrap();
+    let node = UpNode::spawn(
+        &node_dir,
+        &["--config", p(&config), "--http", "127.0.0.1:0"],
+    );
+    let url = agent(&node);
+    let send = |from: &str, n: usize| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"role":"ROLE_USER","parts":[{{"text":"hi"}}],"messageId":"m-{n}"}}}}}}"#
+        );
+        post_from(from, &url, body).1
+    };
+    let mut mine = Vec::new();
+    for n in 0..3 {
+        let v = send("127.0.0.2", n);
+        mine.push(
+            v["result"]["task"]["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{v}"))
+                .to_string(),
+        );
+    }
+    let v = send("127.0.0.2", 3);
+    assert_eq!(
+        v["error"]["code"], -32000,
+        "the fourth task of 127.0.0.2: {v}"
+    );
+    // Another address is another owner, with its own quota.
+    for n in 0..3 {
+        let v = send("127.0.0.3", n);
+        assert_eq!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{v}"
+        );
+    }
+    // And the first address's tasks are its own.
+    let get = |from: &str| {
+        post_from(
+            from,
+            &url,
+            rpc_body("GetTask", &json!({"id": mine[0]}).to_string()),
+        )
+        .1
+    };
+    assert_eq!(get("127.0.0.2")["result"]["id"], mine[0].as_str());
+    assert_eq!(
+        get("127.0.0.3")["error"]["code"],
+        -32001,
+        "another source's task is not found"
     );
 }
