@@ -22,7 +22,7 @@
 //! - **Reserve** ([`Limits::reserved`]): many sources together could still take every slot
 //!   (16 addresses of 32 connections are 512). The last `reserved` slots go only to sources
 //!   holding fewer than [`Limits::max_per_source_in_reserve`] connections, so that a new
-//!   source still gets in while the listener is nearly full; the rule is [`Shares`].
+//!   source still gets in while the listener is nearly full; the rule is `Shares`, a plain struct.
 //! - **Graceful shutdown**: on cancel the server stops accepting, asks every connection to
 //!   finish its in-flight request and close, and returns when all have closed (the caller
 //!   bounds the wait).
