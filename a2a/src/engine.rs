@@ -16,10 +16,13 @@
 //!
 //! # Bounds ([`Limits`])
 //!
-//! Turns running per owner and in all; SSE subscribers per task and in all; history kept per
-//! task and returned per request; artifacts per task; page size; how long a blocking
-//! `SendMessage` waits before it answers with the task as it is (the node's request timeout
-//! is 30 s). The request body limit is applied by the server.
+//! Turns running per owner, per source and in all; SSE subscribers per task, per owner, per
+//! source and in all, and how long a stream may go without an event; history kept per task and
+//! returned per request; artifacts per task; page size; how long a blocking `SendMessage` waits
+//! before it answers with the task as it is (the node's request timeout is 30 s). The request
+//! body limit is applied by the server. A source ([`Source`]) is the caller's network block:
+//! DIDs cost nothing to mint, so a per-owner share alone bounds nobody; the per-source share is
+//! what keeps one address (or IPv6 /64) from taking a whole total.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,7 +37,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Caller, Owner};
+use crate::auth::{Caller, Owner, Source};
 use crate::error::ProtocolError;
 use crate::handler::{Handler, Outcome, Turn, Update, Updates};
 use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
@@ -57,12 +60,24 @@ pub struct Limits {
     pub max_page_size: usize,
     /// Turns running at once for one owner: 16.
     pub max_running_per_owner: usize,
+    /// Turns running at once for one source (an IPv4 address or IPv6 /64, whatever the
+    /// owners): 64, so that free DIDs from one block take at most 1/16 of `max_running`.
+    pub max_running_per_source: usize,
     /// Turns running at once in all: 1024.
     pub max_running: usize,
     /// SSE streams open on one task: 8.
     pub max_subscribers_per_task: usize,
+    /// SSE streams open for one owner: 16.
+    pub max_subscribers_per_owner: usize,
+    /// SSE streams open for one source (an IPv4 address or IPv6 /64, whatever the owners): 32,
+    /// 1/8 of `max_subscribers`.
+    pub max_subscribers_per_source: usize,
     /// SSE streams open in all: 256.
     pub max_subscribers: usize,
+    /// An SSE stream that carries no event for this long ends (keep-alive comments do not
+    /// count), so a task that works for days holds no stream slot for days; the client can
+    /// subscribe again: 10 min.
+    pub max_stream_idle: Duration,
     /// Events buffered per live task for its streams: 64.
     pub event_buffer: usize,
     /// A blocking `SendMessage` answers after this with the task as it is: 25 s, under the
@@ -94,9 +109,13 @@ impl Default for Limits {
             default_page_size: 50,
             max_page_size: 100,
             max_running_per_owner: 16,
+            max_running_per_source: 64,
             max_running: 1024,
             max_subscribers_per_task: 8,
+            max_subscribers_per_owner: 16,
+            max_subscribers_per_source: 32,
             max_subscribers: 256,
+            max_stream_idle: Duration::from_secs(600),
             event_buffer: 64,
             max_blocking_wait: Duration::from_secs(25),
             keep_alive: Duration::from_secs(15),
@@ -125,8 +144,32 @@ struct Channel {
 struct Live {
     channels: HashMap<(Owner, String), Channel>,
     running_by_owner: HashMap<Owner, usize>,
+    running_by_source: HashMap<Source, usize>,
     running: usize,
+    subscribers_by_owner: HashMap<Owner, usize>,
+    subscribers_by_source: HashMap<Source, usize>,
     subscribers: usize,
+}
+
+/// How many `key` holds in `counts` (absent is zero).
+fn held<K: std::hash::Hash + Eq>(counts: &HashMap<K, usize>, key: &K) -> usize {
+    counts.get(key).copied().unwrap_or(0)
+}
+
+/// Count one more for `key`.
+fn count_up<K: std::hash::Hash + Eq + Clone>(counts: &mut HashMap<K, usize>, key: &K) {
+    *counts.entry(key.clone()).or_default() += 1;
+}
+
+/// Count one less for `key`; an entry lives only while it is above zero, so the maps never
+/// hold more entries than the totals they share.
+fn count_down<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(key);
+        }
+    }
 }
 
 struct Inner {
@@ -191,6 +234,7 @@ fn status_event(task: &Task) -> StreamResponse {
 struct RunSlot {
     inner: Arc<Inner>,
     owner: Owner,
+    source: Source,
     task_id: Option<String>,
 }
 
@@ -198,12 +242,8 @@ impl Drop for RunSlot {
     fn drop(&mut self) {
         let mut live = self.inner.lock_live();
         live.running = live.running.saturating_sub(1);
-        if let Some(n) = live.running_by_owner.get_mut(&self.owner) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                live.running_by_owner.remove(&self.owner);
-            }
-        }
+        count_down(&mut live.running_by_owner, &self.owner);
+        count_down(&mut live.running_by_source, &self.source);
         if let Some(id) = self.task_id.take() {
             let key = (self.owner.clone(), id);
             if let Some(ch) = live.channels.get_mut(&key) {
@@ -220,12 +260,15 @@ impl Drop for RunSlot {
 struct SubscriberSlot {
     inner: Arc<Inner>,
     key: (Owner, String),
+    source: Source,
 }
 
 impl Drop for SubscriberSlot {
     fn drop(&mut self) {
         let mut live = self.inner.lock_live();
         live.subscribers = live.subscribers.saturating_sub(1);
+        count_down(&mut live.subscribers_by_owner, &self.key.0);
+        count_down(&mut live.subscribers_by_source, &self.source);
         if let Some(ch) = live.channels.get_mut(&self.key) {
             ch.subscribers = ch.subscribers.saturating_sub(1);
             if ch.subscribers == 0 && ch.running.is_none() {
@@ -237,7 +280,8 @@ impl Drop for SubscriberSlot {
 
 /// The events of one task, for an SSE stream: first the task, then its status and artifact
 /// updates, ending after a terminal or interrupted (`INPUT_REQUIRED`, `AUTH_REQUIRED`) status,
-/// and right after the first event when the task is already in one.
+/// right after the first event when the task is already in one, and when no event has come
+/// for [`Limits::max_stream_idle`].
 pub struct EventStream {
     first: Option<StreamResponse>,
     rx: broadcast::Receiver<StreamResponse>,
@@ -270,7 +314,13 @@ impl EventStream {
             }
             return Some(first);
         }
-        let ev = match self.rx.recv().await {
+        let idle = self.engine.inner.limits.max_stream_idle;
+        let Ok(received) = tokio::time::timeout(idle, self.rx.recv()).await else {
+            tracing::debug!(task = %self.task_id, ?idle, "SSE stream idle; ending it");
+            self.ended = true;
+            return None;
+        };
+        let ev = match received {
             Ok(ev) => ev,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::debug!(task = %self.task_id, missed, "SSE stream lagged; sending the task");
@@ -433,7 +483,8 @@ impl Engine {
         }
     }
 
-    fn reserve_run(&self, owner: &Owner) -> Result<RunSlot, ProtocolError> {
+    fn reserve_run(&self, caller: &Caller) -> Result<RunSlot, ProtocolError> {
+        let (owner, source) = (&caller.owner, &caller.source);
         let l = &self.inner.limits;
         let mut live = self.inner.lock_live();
         if live.running >= l.max_running {
@@ -442,18 +493,27 @@ impl Engine {
                 l.max_running
             )));
         }
-        let mine = live.running_by_owner.get(owner).copied().unwrap_or(0);
+        let mine = held(&live.running_by_owner, owner);
         if mine >= l.max_running_per_owner {
             return Err(ProtocolError::Busy(format!(
                 "you have {mine} tasks running on this agent (at most {})",
                 l.max_running_per_owner
             )));
         }
+        let ours = held(&live.running_by_source, source);
+        if ours >= l.max_running_per_source {
+            return Err(ProtocolError::Busy(format!(
+                "{ours} tasks from your network ({source}) are running on this agent (at most {})",
+                l.max_running_per_source
+            )));
+        }
         live.running += 1;
-        *live.running_by_owner.entry(owner.clone()).or_default() += 1;
+        count_up(&mut live.running_by_owner, owner);
+        count_up(&mut live.running_by_source, source);
         Ok(RunSlot {
             inner: self.inner.clone(),
             owner: owner.clone(),
+            source: *source,
             task_id: None,
         })
     }
@@ -474,12 +534,14 @@ impl Engine {
         ch.running = Some(cancel.clone());
     }
 
-    /// Open a stream slot on the task's channel (creating the channel), bounded.
+    /// Open a stream slot on the task's channel (creating the channel), bounded per task, per
+    /// owner, per source and in all.
     fn subscribe_channel(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         id: &str,
     ) -> Result<(broadcast::Receiver<StreamResponse>, SubscriberSlot), ProtocolError> {
+        let (owner, source) = (&caller.owner, &caller.source);
         let l = &self.inner.limits;
         let key = (owner.clone(), id.to_string());
         let mut live = self.inner.lock_live();
@@ -487,6 +549,20 @@ impl Engine {
             return Err(ProtocolError::Busy(format!(
                 "{} streams are open on this agent",
                 l.max_subscribers
+            )));
+        }
+        let mine = held(&live.subscribers_by_owner, owner);
+        if mine >= l.max_subscribers_per_owner {
+            return Err(ProtocolError::Busy(format!(
+                "you have {mine} streams open on this agent (at most {}); close one first",
+                l.max_subscribers_per_owner
+            )));
+        }
+        let ours = held(&live.subscribers_by_source, source);
+        if ours >= l.max_subscribers_per_source {
+            return Err(ProtocolError::Busy(format!(
+                "{ours} streams from your network ({source}) are open on this agent (at most {})",
+                l.max_subscribers_per_source
             )));
         }
         let buffer = l.event_buffer.max(1);
@@ -508,11 +584,14 @@ impl Engine {
         ch.subscribers += 1;
         let rx = ch.tx.subscribe();
         live.subscribers += 1;
+        count_up(&mut live.subscribers_by_owner, owner);
+        count_up(&mut live.subscribers_by_source, source);
         Ok((
             rx,
             SubscriberSlot {
                 inner: self.inner.clone(),
                 key,
+                source: *source,
             },
         ))
     }
@@ -560,7 +639,7 @@ impl Engine {
         self.validate_send(&req)?;
         let defer = defer && !stream && !self.inner.limits.defer_first_write.is_zero();
         let mut unstored = None;
-        let mut slot = self.reserve_run(owner)?;
+        let mut slot = self.reserve_run(caller)?;
         let mut message = req.message;
         let max_hist = self.inner.limits.max_history_stored;
         let new_id = uuid::Uuid::new_v4().to_string();
@@ -568,7 +647,7 @@ impl Engine {
         // leaves no task behind and no event is missed.
         let sub = if stream {
             let id = message.task_id.as_deref().unwrap_or(&new_id);
-            Some(self.subscribe_channel(owner, id)?)
+            Some(self.subscribe_channel(caller, id)?)
         } else {
             None
         };
@@ -1188,7 +1267,7 @@ impl Engine {
         if task.status.state.is_terminal() {
             return Err(terminal(&req.id));
         }
-        let (rx, slot) = self.subscribe_channel(owner, &req.id)?;
+        let (rx, slot) = self.subscribe_channel(caller, &req.id)?;
         // Read again after subscribing, so that no update falls between snapshot and stream.
         let task = self
             .load(owner, &req.id)

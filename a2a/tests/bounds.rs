@@ -6,13 +6,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentnet_a2a::auth::Policy;
+use agentnet_a2a::auth::{Caller, Owner, Policy, Source};
 use agentnet_a2a::client::{self, Binding, ClientError, ClientLimits, Endpoint};
 use agentnet_a2a::engine::Limits;
 use agentnet_a2a::samples;
 use agentnet_a2a::server::{Config, Server};
 use agentnet_a2a::store::MemoryStore;
 use agentnet_a2a::types::{GetTaskRequest, SendMessageResponse, SubscribeToTaskRequest, TaskState};
+use agentnet_a2a::ProtocolError;
 use common::*;
 use reqwest::Method;
 use serde_json::json;
@@ -157,6 +158,182 @@ async fn subscribers_are_bounded_per_task_and_in_all() {
         "slot not released after the client went away"
     );
     drop(s2);
+}
+
+/// A caller `did` from `ip` (its source is the address's network block).
+fn from(did: &str, ip: &str) -> Caller {
+    Caller::new(
+        Owner::Caller(did.into()),
+        Source::of(ip.parse().expect("a test address")),
+    )
+}
+
+fn refused_busy(r: Result<impl std::fmt::Debug, ProtocolError>, what: &str) {
+    match r {
+        Err(ProtocolError::Busy(_)) => {}
+        other => panic!("{what}: not refused as busy: {other:?}"),
+    }
+}
+
+/// DIDs are free: many owners from one network block (an IPv4 address, an IPv6 /64) share one
+/// per-source share of the running turns, so they cannot take the whole total.
+#[tokio::test]
+async fn running_turns_are_bounded_per_source_whatever_the_owners() {
+    let mut limits = Limits::default();
+    limits.max_running_per_owner = 2;
+    limits.max_running_per_source = 3;
+    limits.max_running = 100;
+    let h = start_with(Policy::Did, limits, Duration::from_secs(60)).await;
+    let e = h.ask.engine();
+    // Three turns from one IPv4 address and three from addresses of one IPv6 /64, each with a
+    // fresh DID: the per-owner share never applies.
+    for (n, ip) in [
+        "192.0.2.1",
+        "192.0.2.1",
+        "192.0.2.1",
+        "2001:db8:0:1::1",
+        "2001:db8:0:1::2",
+        "2001:db8:0:1:ffff::3",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let did = format!("did:example:fresh-{n}");
+        e.send_message(&from(&did, ip), immediately(msg("x")))
+            .await
+            .unwrap();
+    }
+    refused_busy(
+        e.send_message(
+            &from("did:example:one-more", "192.0.2.1"),
+            immediately(msg("x")),
+        )
+        .await,
+        "a fourth turn from one IPv4 address",
+    );
+    refused_busy(
+        e.send_message(
+            &from("did:example:v6-more", "2001:db8:0:1:abcd::4"),
+            immediately(msg("x")),
+        )
+        .await,
+        "a fourth turn from one IPv6 /64",
+    );
+    // Other blocks still get theirs.
+    e.send_message(
+        &from("did:example:other", "192.0.2.2"),
+        immediately(msg("x")),
+    )
+    .await
+    .unwrap();
+    e.send_message(
+        &from("did:example:other6", "2001:db8:0:2::1"),
+        immediately(msg("x")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(e.running(), 3 + 3 + 2);
+}
+
+/// 2 DIDs from 9 addresses held all 256 streams of an agent: streams have a per-owner and a
+/// per-source share as well as a total.
+#[tokio::test]
+async fn streams_are_bounded_per_owner_and_per_source() {
+    let mut limits = Limits::default();
+    limits.max_subscribers_per_owner = 2;
+    limits.max_subscribers_per_source = 3;
+    limits.max_subscribers = 100;
+    let h = start_with(Policy::Did, limits, Duration::from_secs(60)).await;
+    let e = h.ask.engine();
+    let task = |c: Caller| {
+        let e = e.clone();
+        async move {
+            let id = id_of(e.send_message(&c, immediately(msg("x"))).await.unwrap());
+            (c, id)
+        }
+    };
+    let mut held = Vec::new();
+    // One owner: two streams, then refused, on one task or another, from any address.
+    let (alice, a1) = task(from("did:example:alice", "192.0.2.1")).await;
+    let (_, a2) = task(alice.clone()).await;
+    let (_, a3) = task(alice.clone()).await;
+    held.push(e.subscribe(&alice, sub(&a1)).await.unwrap());
+    held.push(e.subscribe(&alice, sub(&a2)).await.unwrap());
+    refused_busy(e.subscribe(&alice, sub(&a3)).await, "alice's third stream");
+    let alice_elsewhere = from("did:example:alice", "198.51.100.1");
+    refused_busy(
+        e.subscribe(&alice_elsewhere, sub(&a3)).await,
+        "alice's third stream from another address",
+    );
+    refused_busy(
+        e.send_streaming(&alice_elsewhere, msg("x")).await,
+        "alice's third stream as a streaming send",
+    );
+    // Fresh DIDs from alice's address: one more stream, then the address is full.
+    let (bob, b1) = task(from("did:example:bob", "192.0.2.1")).await;
+    held.push(e.subscribe(&bob, sub(&b1)).await.unwrap());
+    let (carol, c1) = task(from("did:example:carol", "192.0.2.1")).await;
+    refused_busy(
+        e.subscribe(&carol, sub(&c1)).await,
+        "a fourth stream from one address",
+    );
+    refused_busy(
+        e.send_streaming(&carol, msg("x")).await,
+        "a fourth stream from one address as a streaming send",
+    );
+    // One IPv6 /64 is one source, whatever the addresses in it.
+    for (n, ip) in ["2001:db8:0:1::1", "2001:db8:0:1::2", "2001:db8:0:1:ab::3"]
+        .iter()
+        .enumerate()
+    {
+        let (c, id) = task(from(&format!("did:example:v6-{n}"), ip)).await;
+        held.push(e.subscribe(&c, sub(&id)).await.unwrap());
+    }
+    let (c, id) = task(from("did:example:v6-more", "2001:db8:0:1:cd::4")).await;
+    refused_busy(
+        e.subscribe(&c, sub(&id)).await,
+        "a fourth stream from one /64",
+    );
+    // Another block is served; a closed stream gives its slot back.
+    let (dave, d1) = task(from("did:example:dave", "192.0.2.2")).await;
+    held.push(e.subscribe(&dave, sub(&d1)).await.unwrap());
+    held.remove(0);
+    held.push(e.subscribe(&alice, sub(&a3)).await.unwrap());
+}
+
+/// A task that produces nothing for a long time does not hold its streams for that long.
+#[tokio::test]
+async fn an_idle_stream_ends() {
+    let mut limits = Limits::default();
+    limits.max_stream_idle = Duration::from_millis(300);
+    limits.keep_alive = Duration::from_millis(100);
+    // The turn works for ten minutes; the stream must end long before.
+    let h = start_with(Policy::Did, limits, Duration::from_secs(600)).await;
+    let e = h.ask.engine();
+    let me = from("did:example:me", "192.0.2.1");
+    let id = id_of(e.send_message(&me, immediately(msg("x"))).await.unwrap());
+    let mut s = e.subscribe(&me, sub(&id)).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut n = 0;
+        while s.next().await.is_some() {
+            n += 1;
+            assert!(n < 10, "more events than the turn sends");
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream of an idle task never ended");
+    // Over HTTP too: the keep-alive comments do not keep it open.
+    let me = h.client("ask-name", Binding::HttpJson, Some("did:example:me"));
+    let id = id_of(me.send_message(&immediately(msg("x"))).await.unwrap());
+    let mut s = me.subscribe(&sub(&id)).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(ev) = s.next().await {
+            ev.unwrap();
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the HTTP stream of an idle task never ended");
+    assert_eq!(h.ask.engine().running(), 2, "the turns themselves go on");
 }
 
 #[tokio::test]

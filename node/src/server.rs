@@ -15,8 +15,14 @@
 //!   the server still accepts (so the kernel backlog does not fill up with connections nobody
 //!   will read), writes a fixed `503 Service Unavailable` with `Retry-After: 1` if the socket
 //!   takes it without blocking, and closes. Connections already served are not disturbed.
-//! - **Per-client-IP cap** ([`Limits::max_per_ip`]): the same, per remote address, so one
-//!   client cannot take every slot. Loopback counts like any other address.
+//! - **Per-source cap** ([`Limits::max_per_source`]): the same, per source: the client's
+//!   network block ([`Source`]: an IPv4 address, an IPv6 /64, whose 2^64 addresses cost one
+//!   subscriber line nothing), so one client cannot take every slot. Loopback counts like any
+//!   other address.
+//! - **Reserve** ([`Limits::reserved`]): many sources together could still take every slot
+//!   (16 addresses of 32 connections are 512). The last `reserved` slots go only to sources
+//!   holding fewer than [`Limits::max_per_source_in_reserve`] connections, so that a new
+//!   source still gets in while the listener is nearly full; the rule is `Shares`, a plain struct.
 //! - **Graceful shutdown**: on cancel the server stops accepting, asks every connection to
 //!   finish its in-flight request and close, and returns when all have closed (the caller
 //!   bounds the wait).
@@ -27,10 +33,11 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agentnet_a2a::auth::Source;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response, StatusCode};
@@ -51,21 +58,30 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
-    /// Open connections from one IP address at most.
-    pub max_per_ip: usize,
+    /// Open connections from one source (an IPv4 address, an IPv6 /64) at most.
+    pub max_per_source: usize,
+    /// The last this many of `max_connections` go only to sources holding fewer than
+    /// `max_per_source_in_reserve`: a full listener still lets a new source in.
+    pub reserved: usize,
+    /// What a source may hold and still take a reserved slot.
+    pub max_per_source_in_reserve: usize,
 }
 
 impl Limits {
     /// The public listener (well-known files, later A2A). 10 s is plenty for a request head
     /// from any real client and short enough that a slow-loris attacker must keep opening
     /// connections; 512 connections keep the node well under the common 1024 descriptor soft
-    /// limit next to libp2p and RocksDB; 32 per address leaves room for a NAT of several
-    /// clients while one address alone cannot take more than 1/16 of the slots.
+    /// limit next to libp2p and RocksDB; 32 per source leaves room for a NAT of several
+    /// clients while one source alone cannot take more than 1/16 of the slots. The last 128
+    /// slots go to sources holding fewer than 4: sources holding their full 32 fill 384 slots
+    /// at most, and it takes 32 more sources to fill the reserve.
     pub const PUBLIC: Limits = Limits {
         header_read_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         max_connections: 512,
-        max_per_ip: 32,
+        max_per_source: 32,
+        reserved: 128,
+        max_per_source_in_reserve: 4,
     };
 
     /// The admin listener: loopback and authenticated, used by one CLI call at a time. The
@@ -74,51 +90,99 @@ impl Limits {
         header_read_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(90),
         max_connections: 64,
-        max_per_ip: 64,
+        max_per_source: 64,
+        reserved: 0,
+        max_per_source_in_reserve: 0,
     };
 }
 
 /// The fixed answer at a cap, written without blocking before the connection is closed.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\nserver at capacity\r\n";
 
-/// Open connections per remote address; an entry lives while it has a connection, so the map
-/// never holds more than [`Limits::max_connections`] entries.
-#[derive(Debug, Default)]
-struct PerIp(Mutex<HashMap<IpAddr, usize>>);
-
-/// One connection counted in [`PerIp`]; uncounted on drop.
-struct IpSlot {
-    map: Arc<PerIp>,
-    ip: IpAddr,
+/// Why [`Shares::take`] refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The source holds [`Limits::max_per_source`].
+    Source,
+    /// Only reserved slots are left and the source holds too many for one.
+    Reserve,
+    /// Every slot is taken.
+    Full,
 }
 
-impl PerIp {
-    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<IpSlot> {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(ip).or_default();
-        if *n >= max {
-            if *n == 0 {
-                m.remove(&ip);
-            }
-            return None;
+/// The connections a listener holds, per source and in all: the sharing rule, without sockets.
+/// An entry lives while its source holds a connection, so the map never holds more than
+/// [`Limits::max_connections`] entries.
+#[derive(Debug)]
+struct Shares {
+    limits: Limits,
+    by_source: HashMap<Source, usize>,
+    total: usize,
+}
+
+impl Shares {
+    fn new(limits: Limits) -> Self {
+        Shares {
+            limits,
+            by_source: HashMap::new(),
+            total: 0,
         }
-        *n += 1;
-        Some(IpSlot {
-            map: self.clone(),
-            ip,
+    }
+
+    /// Count one more connection of `source`, or say why not.
+    fn take(&mut self, source: Source) -> Result<(), Refusal> {
+        let l = &self.limits;
+        let held = self.by_source.get(&source).copied().unwrap_or(0);
+        if self.total >= l.max_connections {
+            return Err(Refusal::Full);
+        }
+        if held >= l.max_per_source {
+            return Err(Refusal::Source);
+        }
+        let unreserved = l.max_connections.saturating_sub(l.reserved);
+        if self.total >= unreserved && held >= l.max_per_source_in_reserve {
+            return Err(Refusal::Reserve);
+        }
+        *self.by_source.entry(source).or_default() += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Count one connection of `source` less.
+    fn give_back(&mut self, source: Source) {
+        if let Some(n) = self.by_source.get_mut(&source) {
+            *n = n.saturating_sub(1);
+            self.total = self.total.saturating_sub(1);
+            if *n == 0 {
+                self.by_source.remove(&source);
+            }
+        }
+    }
+}
+
+/// One connection counted in [`Shares`]; given back on drop.
+struct ShareSlot {
+    shares: Arc<Mutex<Shares>>,
+    source: Source,
+}
+
+fn lock(shares: &Mutex<Shares>) -> std::sync::MutexGuard<'_, Shares> {
+    shares.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ShareSlot {
+    fn take(shares: &Arc<Mutex<Shares>>, source: Source) -> Result<ShareSlot, Refusal> {
+        lock(shares).take(source)?;
+        Ok(ShareSlot {
+            shares: shares.clone(),
+            source,
         })
     }
 }
 
-impl Drop for IpSlot {
+impl Drop for ShareSlot {
     fn drop(&mut self) {
-        let mut m = self.map.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
+        lock(&self.shares).give_back(self.source);
     }
 }
 
@@ -133,7 +197,7 @@ pub async fn serve(
     // At least one slot; at most what `acquire_many` can count.
     let max = limits.max_connections.clamp(1, u32::MAX as usize);
     let slots = Arc::new(Semaphore::new(max));
-    let per_ip = Arc::new(PerIp::default());
+    let shares = Arc::new(Mutex::new(Shares::new(limits)));
     // Connections stop through this child token, so that the caller's token is only read.
     let conns_stop = shutdown.child_token();
     loop {
@@ -155,16 +219,20 @@ pub async fn serve(
             refuse(stream);
             continue;
         };
-        let Some(ip_slot) = per_ip.take(remote.ip(), limits.max_per_ip) else {
-            tracing::debug!(%remote, "per-address HTTP connection cap reached; refusing");
-            refuse(stream);
-            continue;
+        let source = Source::of(remote.ip());
+        let share = match ShareSlot::take(&shares, source) {
+            Ok(share) => share,
+            Err(why) => {
+                tracing::debug!(%remote, %source, ?why, "HTTP connection share used up; refusing");
+                refuse(stream);
+                continue;
+            }
         };
         let router = router.clone();
         let stop = conns_stop.clone();
         tokio::spawn(async move {
             connection(stream, remote, router, limits, stop).await;
-            drop(ip_slot);
+            drop(share);
             drop(slot);
         });
     }
@@ -241,22 +309,101 @@ fn timeout_response() -> Response<Body> {
 mod tests {
     use super::*;
 
+    fn src(ip: &str) -> Source {
+        Source::of(ip.parse().unwrap())
+    }
+
+    fn shares(max: usize, per_source: usize, reserved: usize, few: usize) -> Shares {
+        Shares::new(Limits {
+            max_connections: max,
+            max_per_source: per_source,
+            reserved,
+            max_per_source_in_reserve: few,
+            ..Limits::PUBLIC
+        })
+    }
+
     #[test]
-    fn per_ip_slots_are_counted_and_returned() {
-        let m = Arc::new(PerIp::default());
-        let ip: IpAddr = "192.0.2.1".parse().unwrap();
-        let a = m.take(ip, 2).unwrap();
-        let b = m.take(ip, 2).unwrap();
-        assert!(m.take(ip, 2).is_none());
-        let other = m.take("192.0.2.2".parse().unwrap(), 2).unwrap();
-        drop(a);
-        let c = m.take(ip, 2).unwrap();
-        drop((b, c, other));
-        assert!(
-            m.0.lock().unwrap().is_empty(),
-            "entries are removed at zero"
-        );
-        assert!(m.take(ip, 0).is_none());
-        assert!(m.0.lock().unwrap().is_empty());
+    fn slots_are_counted_per_source_and_given_back() {
+        let mut m = shares(100, 2, 0, 0);
+        let ip = src("192.0.2.1");
+        m.take(ip).unwrap();
+        m.take(ip).unwrap();
+        assert_eq!(m.take(ip), Err(Refusal::Source));
+        m.take(src("192.0.2.2")).unwrap();
+        m.give_back(ip);
+        m.take(ip).unwrap();
+        for s in [ip, ip, src("192.0.2.2")] {
+            m.give_back(s);
+        }
+        assert!(m.by_source.is_empty(), "entries are removed at zero");
+        assert_eq!(m.total, 0);
+        // Giving back what was never taken changes nothing.
+        m.give_back(ip);
+        assert_eq!(m.total, 0);
+        let mut none = shares(100, 0, 0, 0);
+        assert_eq!(none.take(ip), Err(Refusal::Source));
+        assert!(none.by_source.is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_slash_64_is_one_source() {
+        let mut m = shares(100, 3, 0, 0);
+        for a in [
+            "2001:db8:1:2::1",
+            "2001:db8:1:2::2",
+            "2001:db8:1:2:ffff:ffff:ffff:ffff",
+        ] {
+            m.take(src(a)).unwrap();
+        }
+        assert_eq!(m.take(src("2001:db8:1:2:abcd::9")), Err(Refusal::Source));
+        m.take(src("2001:db8:1:3::1")).unwrap();
+    }
+
+    /// 16 sources of 32 connections each took all 512 slots; with the reserve, the sources
+    /// that hold many stop at the high-water mark and a new source still gets in.
+    #[test]
+    fn many_sources_together_leave_the_reserve_to_new_ones() {
+        let l = Limits::PUBLIC;
+        let mut m = Shares::new(l);
+        let attackers: Vec<Source> = (2..=17).map(|i| src(&format!("127.0.0.{i}"))).collect();
+        let mut held = 0;
+        for a in &attackers {
+            for _ in 0..l.max_per_source {
+                if m.take(*a).is_ok() {
+                    held += 1;
+                }
+            }
+        }
+        // 12 sources full (384), then 4 each for the last 4.
+        assert_eq!(held, 384 + 4 * 4);
+        assert!(held < l.max_connections);
+        assert_eq!(m.take(attackers[0]), Err(Refusal::Source));
+        assert_eq!(m.take(attackers[15]), Err(Refusal::Reserve));
+        // An honest new source gets in, more than once.
+        let honest = src("192.0.2.1");
+        for _ in 0..l.max_per_source_in_reserve {
+            m.take(honest).unwrap();
+        }
+        assert_eq!(m.take(honest), Err(Refusal::Reserve));
+        // Filling the reserve takes many more sources; then it is full for everyone.
+        let mut i = 0u32;
+        while m.total < l.max_connections {
+            let s = Source::of(std::net::Ipv4Addr::from(0x0a00_0000 + i).into());
+            m.take(s).unwrap();
+            i += 1;
+            assert!(i < 10_000);
+        }
+        assert_eq!(m.take(src("198.51.100.1")), Err(Refusal::Full));
+        // Below the mark again, a source takes up to its full share.
+        for a in &attackers[..5] {
+            for _ in 0..l.max_per_source {
+                m.give_back(*a);
+            }
+        }
+        assert_eq!(m.total, l.max_connections - 5 * 32);
+        for _ in 0..l.max_per_source {
+            m.take(attackers[0]).unwrap();
+        }
     }
 }

@@ -93,12 +93,14 @@ async fn closed(mut s: TcpStream) -> Vec<u8> {
     }
 }
 
-fn limits(header: Duration, max: usize, per_ip: usize) -> Limits {
+fn limits(header: Duration, max: usize, per_source: usize) -> Limits {
     Limits {
         header_read_timeout: header,
         request_timeout: Duration::from_secs(2),
         max_connections: max,
-        max_per_ip: per_ip,
+        max_per_source: per_source,
+        reserved: 0,
+        max_per_source_in_reserve: 0,
     }
 }
 
@@ -235,6 +237,47 @@ async fn one_address_cannot_take_every_slot() {
     refused_at_the_cap(s).await;
     drop(held);
     served_again(srv.addr).await;
+    srv.stop.cancel();
+}
+
+/// A connection to `to` from the loopback address 127.0.0.`i` (all of 127/8 is bindable on
+/// Linux).
+async fn connect_from(i: u8, to: SocketAddr) -> TcpStream {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(SocketAddr::from(([127, 0, 0, i], 0))).unwrap();
+    s.connect(to).await.unwrap()
+}
+
+/// Sixteen addresses each at their per-source cap would hold every slot; the reserve keeps
+/// the last ones for sources that hold few, so a new client is still served.
+#[tokio::test]
+async fn many_addresses_together_cannot_take_every_slot() {
+    let srv = start(Limits {
+        reserved: 32,
+        max_per_source_in_reserve: 2,
+        ..limits(Duration::from_secs(60), 64, 8)
+    })
+    .await;
+    let mut held = Vec::new();
+    for i in 2..=17 {
+        for _ in 0..8 {
+            held.push(connect_from(i, srv.addr).await);
+        }
+    }
+    for _ in 0..3 {
+        let r = get_once(srv.addr, "/ok").await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    // 32 unreserved slots (4 addresses full), then 2 each for the other 12: 8 reserved left.
+    let mut open = 0;
+    for s in &held {
+        let mut buf = [0u8; 64];
+        if matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+            open += 1;
+        }
+    }
+    assert_eq!(open, 32 + 12 * 2);
+    drop(held);
     srv.stop.cancel();
 }
 
