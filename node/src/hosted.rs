@@ -191,6 +191,8 @@ pub struct TasksSection {
 pub struct AuthSection {
     /// Live nonces per DID.
     pub per_did_nonces: Option<usize>,
+    /// Live nonces per source (IPv4 address, IPv6 /64); default `max_nonces / 32`.
+    pub per_source_nonces: Option<usize>,
     /// Live nonces in all.
     pub max_nonces: Option<usize>,
     /// Uncached DID resolutions per client address, burst.
