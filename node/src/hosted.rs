@@ -461,7 +461,7 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
             "pushNotifications": false,
             "extensions": [{
                 "uri": DID_AUTH_EXTENSION,
-                "description": "Requests may be signed with the caller's DID: RFC 9421 HTTP Message Signatures in the ANP profile (Signature-Input, Signature, Content-Digest; keyid a DID URL of an authentication key) or ANP's Authorization: DIDWba header. Tasks belong to the signer's DID.",
+                "description": "Requests may be signed with the caller's DID: RFC 9421 HTTP Message Signatures in the ANP profile (Signature-Input, Signature, Content-Digest; keyid a DID URL of an authentication key); ANP's legacy Authorization: DIDWba header (aud: this host and port) starts new tasks only. Tasks belong to the signer's DID.",
                 "required": required,
             }],
         },
