@@ -250,11 +250,11 @@ pub struct DidAuthConfig {
     pub per_source_nonces: usize,
     /// Live nonces in all: 100,000.
     pub max_nonces: usize,
-    /// Uncached DID resolutions one client address may start at once: 20.
+    /// Uncached DID resolutions one source (IPv4 address, IPv6 /64) may start at once: 20.
     pub fetch_burst: u32,
     /// And per minute, sustained: 20.
     pub fetches_per_minute: u32,
-    /// Most client addresses with a fetch budget in use: 10,000.
+    /// Most sources with a fetch budget in use: 10,000.
     pub max_clients: usize,
     /// The verifier's time window.
     pub max_age: u64,

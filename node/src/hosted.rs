@@ -195,7 +195,7 @@ pub struct AuthSection {
     pub per_source_nonces: Option<usize>,
     /// Live nonces in all.
     pub max_nonces: Option<usize>,
-    /// Uncached DID resolutions per client address, burst.
+    /// Uncached DID resolutions per source (IPv4 address, IPv6 /64), burst.
     pub fetch_burst: Option<u32>,
     /// And per minute.
     pub fetches_per_minute: Option<u32>,
