@@ -453,7 +453,9 @@ fn up_resolves_did_web_callers_on_loopback_only_with_the_flag() {
 
 /// The ANP SDK's own client (`DIDWbaAuthHeader`): it signs its first request, reads the access
 /// token the node answers with, and sends its next requests with it, unsigned, to the same and
-/// to another agent of the node; an altered token is refused.
+/// to another agent of the node; an altered token is refused. Its legacy mode
+/// (`auth_mode="legacy_didwba"`) signs the host name without the port, and is refused by a node
+/// on another port.
 #[test]
 fn anp_sdk_client_uses_the_access_token_the_node_gives() {
     let dir = tempfile::tempdir().unwrap();
@@ -473,5 +475,269 @@ fn anp_sdk_client_uses_the_access_token_the_node_gives() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_str(text.trim()).unwrap();
-    assert_eq!(v["checks"].as_array().unwrap().len(), 6, "{v}");
+    assert_eq!(v["checks"].as_array().unwrap().len(), 8, "{v}");
+}
+
+/// One request to a hosted agent from `client` with extra `headers`: status, response headers,
+/// body as JSON (`Null` if it is not).
+async fn raw_post(
+    client: &reqwest::Client,
+    url: &str,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut req = client
+        .post(url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0");
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let r = req.body(body).send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.json().await.unwrap_or(Value::Null))
+}
+
+fn rpc_body(method: &str, params: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .unwrap()
+}
+
+fn new_message(text: &str) -> Value {
+    json!({"message": {"role": "ROLE_USER", "parts": [{"text": text}],
+        "messageId": uuid_like()}})
+}
+
+fn uuid_like() -> String {
+    httpsig::new_nonce()
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// RFC 9421 headers of `key` (a did:key) for a POST of `body` to `url`.
+fn rfc9421_headers(key: &SecretKey, url: &str, body: &[u8]) -> Vec<(String, String)> {
+    let did = key.did_key();
+    let kid = did.with_fragment(did.method_specific_id());
+    let h = httpsig::sign(
+        key,
+        &kid,
+        "POST",
+        url,
+        body,
+        unix_secs(),
+        &httpsig::new_nonce(),
+    )
+    .unwrap();
+    vec![
+        ("content-digest".into(), h.content_digest),
+        ("signature-input".into(), h.signature_input),
+        ("signature".into(), h.signature),
+    ]
+}
+
+/// A legacy `Authorization: DIDWba` header of `key` for the audience `aud`.
+fn legacy_header(key: &SecretKey, aud: &str) -> Vec<(String, String)> {
+    let did = key.did_key();
+    let auth = httpsig::sign_legacy(
+        key,
+        &did,
+        did.method_specific_id(),
+        aud,
+        &httpsig::new_nonce(),
+        &httpsig::format_utc_timestamp(unix_secs()),
+    );
+    vec![("authorization".into(), auth)]
+}
+
+fn has_token(h: &reqwest::header::HeaderMap) -> bool {
+    h.contains_key("authentication-info") || h.contains_key("authorization")
+}
+
+/// Issue 15, the legacy DIDWba replay, played against the binary. The legacy header signs the
+/// DID, a nonce, a timestamp and the server's authority only (no method, path or body). A
+/// header the victim made for another port of this host (or for the host alone, as the ANP
+/// SDK's legacy mode makes it) is refused; a header made for this node, captured and replayed
+/// as ListTasks, GetTask or CancelTask on either binding, does not reach the victim's task;
+/// no legacy header earns an access token. The one use left: starting a new task.
+#[test]
+fn a_captured_legacy_didwba_header_reads_nothing_and_earns_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(&dir.path().join("node"));
+    let echo = node.agent("echo");
+    let ask = node.agent("ask");
+    let http = node.info["http"].as_str().unwrap().to_string();
+    let victim = SecretKey::generate();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = reqwest::Client::new();
+        // The victim's task at the ask agent (it waits for input), signed properly.
+        let body = rpc_body("SendMessage", new_message("hi"));
+        let (s, h, v) = raw_post(&c, &ask, rfc9421_headers(&victim, &ask, &body), body).await;
+        assert_eq!(s, 200, "{v}");
+        assert!(has_token(&h), "an RFC 9421 signature earns a token");
+        let task = v["result"]["task"]["id"].as_str().unwrap().to_string();
+        assert_eq!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{v}"
+        );
+
+        // Made for another port of this host, or for the host alone: refused.
+        let port: u16 = http.rsplit_once(':').unwrap().1.parse().unwrap();
+        for aud in [format!("127.0.0.1:{}", port ^ 1), "127.0.0.1".to_string()] {
+            let body = rpc_body("SendMessage", new_message("x"));
+            let (s, h, v) = raw_post(&c, &echo, legacy_header(&victim, &aud), body).await;
+            assert_eq!(s, 401, "a DIDWba header for {aud} was accepted here: {v}");
+            assert!(!has_token(&h));
+        }
+
+        // Captured, replayed to read or change the victim's tasks: made for this node, or for
+        // the host alone (which the node took before, on every route).
+        let aud = httpsig::legacy_audience(&echo).unwrap();
+        assert_eq!(aud, http);
+        for aud in [aud.clone(), "127.0.0.1".to_string()] {
+            let reads = [
+                (ask.clone(), rpc_body("ListTasks", json!({}))),
+                (ask.clone(), rpc_body("GetTask", json!({"id": task}))),
+                (ask.clone(), rpc_body("CancelTask", json!({"id": task}))),
+                (
+                    ask.clone(),
+                    rpc_body("SubscribeToTask", json!({"id": task})),
+                ),
+                (
+                    ask.clone(),
+                    rpc_body(
+                        "SendMessage",
+                        json!({"message": {"role": "ROLE_USER", "parts": [{"text": "Eve"}],
+                            "messageId": "m-eve", "taskId": task}}),
+                    ),
+                ),
+                (format!("{ask}/tasks/{task}:cancel"), Vec::new()),
+            ];
+            for (url, body) in reads {
+                let what = String::from_utf8_lossy(&body).into_owned();
+                let (s, h, v) = raw_post(&c, &url, legacy_header(&victim, &aud), body).await;
+                assert_eq!(s, 401, "{aud} {url} {what}: {v}");
+                assert!(!v.to_string().contains(&task), "{aud} {url} {what}: {v}");
+                assert!(!has_token(&h), "{aud} {url} {what}: a token");
+            }
+            let r = c
+                .get(format!("{ask}/tasks"))
+                .header("A2A-Version", "1.0")
+                .header("authorization", legacy_header(&victim, &aud)[0].1.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 401, "{aud}");
+            assert!(!has_token(r.headers()));
+            assert!(!r.text().await.unwrap().contains(&task));
+        }
+
+        // A new task: taken, owned by the signer, and no token.
+        let body = rpc_body("SendMessage", new_message("legacy"));
+        let (s, h, v) = raw_post(&c, &echo, legacy_header(&victim, &aud), body).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{v}"
+        );
+        assert!(!has_token(&h), "a legacy header earned a token");
+
+        // The victim's task is untouched, and still the victim's.
+        let body = rpc_body("GetTask", json!({"id": task}));
+        let (s, _, v) = raw_post(&c, &ask, rfc9421_headers(&victim, &ask, &body), body).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(
+            v["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{v}"
+        );
+    });
+}
+
+/// Issue 15, the signature nonce cache, played against the binary with a small cache
+/// (`max_nonces = 64`, `per_source_nonces = 8`). Fresh did:keys from one address hold that
+/// address's share only (before, from one address, enough DIDs filled the cache and every new
+/// signer got 401 until their nonces expired). Then fresh did:keys from nine more addresses
+/// (127.0.0.11 to .19) overfill the cache, and honest new signers from 127.0.0.2 still get in,
+/// while the replay of a request whose nonce was forgotten to make room is refused. (Nonces
+/// are ordered by their signature's `created`, in seconds: the pauses put the phases in
+/// different seconds.)
+#[test]
+fn strangers_flooding_signed_requests_do_not_lock_out_a_new_signer() {
+    let config = CONFIG.replacen(
+        "[node]",
+        "[auth]\nmax_nonces = 64\nper_source_nonces = 8\n\n[node]",
+        1,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start_with(&dir.path().join("node"), &config);
+    let echo = node.agent("echo");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let from = |last: u8| {
+            reqwest::Client::builder()
+                .local_address(std::net::IpAddr::from([127, 0, 0, last]))
+                .build()
+                .unwrap()
+        };
+        let send = |c: reqwest::Client| {
+            let echo = echo.clone();
+            async move {
+                let key = SecretKey::generate();
+                let body = rpc_body("SendMessage", new_message("flood"));
+                let h = rfc9421_headers(&key, &echo, &body);
+                let (s, _, v) = raw_post(&c, &echo, h.clone(), body.clone()).await;
+                (s, v, h, body)
+            }
+        };
+        // One address, 20 fresh DIDs: 8 get in.
+        let one = from(10);
+        let mut ok = 0;
+        let mut first = None;
+        for _ in 0..20 {
+            let (s, v, h, body) = send(one.clone()).await;
+            if s == 200 {
+                ok += 1;
+                first.get_or_insert((h, body));
+            } else {
+                assert_eq!(s, 401, "{v}");
+                assert!(v.to_string().contains("from 127.0.0.10"), "{v}");
+            }
+        }
+        assert_eq!(ok, 8, "one address took more than its share");
+        let (s, v, _, _) = send(from(2)).await;
+        assert_eq!(s, 200, "a new signer elsewhere was locked out: {v}");
+
+        // Nine more addresses, 72 nonces: more than the cache holds; the first phase's nine
+        // make room, at least.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let mut flood = 0;
+        for last in 11..=19 {
+            let c = from(last);
+            for _ in 0..8 {
+                let (s, v, _, _) = send(c.clone()).await;
+                if s == 200 {
+                    flood += 1;
+                } else {
+                    assert_eq!(s, 401, "{v}");
+                }
+            }
+        }
+        assert!(flood >= 64, "the flood filled the cache: {flood}");
+        // Honest new signers still get in: the cache makes room.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        for _ in 0..3 {
+            let (s, v, _, _) = send(from(2)).await;
+            assert_eq!(s, 200, "a new signer was locked out by a full cache: {v}");
+        }
+        // The first request's nonce was forgotten to make room: its replay is refused.
+        let (h, body) = first.unwrap();
+        let (s, _, v) = raw_post(&from(3), &echo, h, body).await;
+        assert_eq!(s, 401, "a replay was accepted: {v}");
+    });
 }

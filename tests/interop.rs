@@ -703,18 +703,28 @@ async fn anp_requests_signed_by_the_sdk_verify_in_agentnet() {
         .expect("SDK-signed GET accepted");
     assert_eq!(ok.scheme, Scheme::HttpSignature);
 
-    // Legacy Authorization: DIDWba.
+    // Legacy Authorization: DIDWba. The SDK signs the host name without the port, so its
+    // header verifies at the host's default port only, not at the port of the URL it was
+    // made for (it signs no port: accepted there, it would be accepted at every port).
     let legacy = anp(&["sign-legacy".as_ref(), "--url".as_ref(), ANP_URL.as_ref()]);
     assert_eq!(legacy["service_domain"], json!(ANP_DOMAIN));
     let headers = header_map(&legacy["headers"]);
-    let ok = verifier
+    let at_port = verifier_for(&doc)
         .verify("POST", ANP_URL, &headers, BODY, now_unix())
+        .await;
+    assert!(
+        matches!(at_port, Err(AuthError::BadSignature(_))),
+        "{at_port:?}"
+    );
+    let default_port = ANP_URL.replace(":8443", "");
+    let ok = verifier
+        .verify("POST", &default_port, &headers, BODY, now_unix())
         .await
         .expect("SDK legacy DIDWba header accepted");
     assert_eq!(ok.did.as_str(), did);
     assert_eq!(ok.scheme, Scheme::LegacyDidWba);
     let replay = verifier
-        .verify("POST", ANP_URL, &headers, BODY, now_unix())
+        .verify("POST", &default_port, &headers, BODY, now_unix())
         .await;
     assert!(matches!(replay, Err(AuthError::Replay(_))), "{replay:?}");
     let other_host = verifier_for(&doc)

@@ -12,7 +12,7 @@
 //! brings JWT issuing, HPKE and an unguarded HTTP resolver we do not want, and the profile is
 //! small; `docs/ANP.md` records the comparison.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use base64::engine::general_purpose::{STANDARD as B64, URL_SAFE_NO_PAD as B64URL};
@@ -88,8 +88,9 @@ pub enum AuthError {
     /// This nonce was already used by this DID.
     #[error("replayed nonce for {0}")]
     Replay(String),
-    /// The replay cache is full of live nonces: refused rather than forgetting one.
-    #[error("too many recent signed requests; try again shortly")]
+    /// The replay cache is full of newer nonces, or forgot nonces as old as this signature's
+    /// to make room (a flood): sign again with the current time.
+    #[error("too many recent signed requests; sign again with the current time")]
     Busy,
 }
 
@@ -161,8 +162,9 @@ pub fn sign(
     })
 }
 
-/// Build ANP's legacy `Authorization: DIDWba …` value. `domain` is the server's host name
-/// without port; `timestamp` is `YYYY-MM-DDTHH:MM:SSZ`.
+/// Build ANP's legacy `Authorization: DIDWba …` value. `domain` is the server's authority as
+/// [`legacy_audience`] gives it (host, and port unless the scheme's default); `timestamp` is
+/// `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn sign_legacy(
     key: &SecretKey,
     did: &Did,
@@ -178,6 +180,24 @@ pub fn sign_legacy(
     )
 }
 
+/// The audience a legacy `DIDWba` header must be signed for to verify against `target_uri`:
+/// its host (lowercased) and, unless it is the scheme's default, its port (`127.0.0.1:7878`,
+/// `node.example`). The ANP SDK signs the host name only (`DIDWbaAuthHeader` drops the port),
+/// so its legacy headers verify only at a server on the default port: the header signs no port,
+/// method, path or body, and a host-only audience would let a header made for one server be
+/// replayed at every other server on that host.
+pub fn legacy_audience(target_uri: &str) -> Result<String, AuthError> {
+    let url = url::Url::parse(target_uri)
+        .map_err(|_| AuthError::Malformed(format!("bad target URI {target_uri:?}")))?;
+    let host = url
+        .host_str()
+        .ok_or_else(|| AuthError::Malformed(format!("target URI {target_uri:?} has no host")))?;
+    Ok(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    })
+}
+
 fn legacy_message(v: &str, did: &str, nonce: &str, timestamp: &str, domain: &str) -> Vec<u8> {
     // Version 1.1 names the server "aud"; earlier versions "service".
     let aud = if v == "1.0" || v.starts_with("0.") {
@@ -190,8 +210,73 @@ fn legacy_message(v: &str, did: &str, nonce: &str, timestamp: &str, domain: &str
     Sha256::digest(jcs::canonicalize(&obj)).to_vec()
 }
 
-/// How a request was authenticated.
+/// What a request's signature headers claim, read without verifying anything: for bookkeeping
+/// (replay caches, quotas) before the costly checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The signer's DID.
+    pub did: Did,
+    /// The nonce.
+    pub nonce: String,
+    /// When it says it was signed (`created`, or the legacy `timestamp`), Unix seconds.
+    pub created: u64,
+    /// Which scheme.
+    pub scheme: Scheme,
+}
+
+/// The [`Claim`] of a request, as [`Verifier::verify`] will read it: `Ok(None)` when it carries
+/// no signature; an error when its signature headers are malformed or leave out the signer,
+/// nonce or time.
+pub fn claim(headers: &HeaderMap) -> Result<Option<Claim>, AuthError> {
+    if headers.contains_key("signature-input") || headers.contains_key("signature") {
+        let input = header(headers, "signature-input")?
+            .ok_or_else(|| AuthError::Malformed("Signature without Signature-Input".into()))?;
+        let parsed = parse_input(first_member(input)?.1)?;
+        let keyid = parsed
+            .keyid
+            .ok_or_else(|| AuthError::Malformed("no keyid parameter".into()))?;
+        let url = DidUrl::parse(&keyid).map_err(|e| AuthError::Malformed(e.to_string()))?;
+        return Ok(Some(Claim {
+            did: url.did().clone(),
+            nonce: parsed
+                .nonce
+                .ok_or_else(|| AuthError::Malformed("no nonce parameter".into()))?,
+            created: parsed
+                .created
+                .ok_or_else(|| AuthError::Malformed("no created parameter".into()))?,
+            scheme: Scheme::HttpSignature,
+        }));
+    }
+    let Some(auth) = header(headers, "authorization")? else {
+        return Ok(None);
+    };
+    if !auth
+        .get(..6)
+        .is_some_and(|s| s.eq_ignore_ascii_case("didwba"))
+    {
+        return Ok(None);
+    }
+    if auth.len() > MAX_HEADER {
+        return Err(AuthError::Malformed("Authorization header too long".into()));
+    }
+    let fields = parse_legacy(&auth[6..])?;
+    let get = |k: &str| {
+        fields
+            .get(k)
+            .ok_or_else(|| AuthError::Malformed(format!("DIDWba header without {k}")))
+    };
+    let timestamp = get("timestamp")?;
+    Ok(Some(Claim {
+        did: Did::parse(get("did")?).map_err(|e| AuthError::Malformed(e.to_string()))?,
+        nonce: get("nonce")?.clone(),
+        created: parse_utc_timestamp(timestamp)
+            .ok_or_else(|| AuthError::Malformed(format!("bad timestamp {timestamp:?}")))?,
+        scheme: Scheme::LegacyDidWba,
+    }))
+}
+
+/// How a request was authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
     /// RFC 9421 HTTP Message Signature.
     HttpSignature,
@@ -231,33 +316,64 @@ impl Default for VerifyOptions {
     }
 }
 
-/// Remembers (DID, nonce) pairs for as long as a signature carrying them could be accepted.
+/// Remembers (DID, nonce) pairs for as long as a signature carrying them could be accepted:
+/// until `created + max_age`, after which [`Verifier::verify`] refuses the signature anyway.
+///
+/// Full, it makes room rather than refusing everyone: it forgets the nonce with the oldest
+/// `created` and from then on refuses every signature created at or before that one (the
+/// *floor*). That never accepts a replay (a forgotten nonce's signature is at or below the
+/// floor) and never locks out a signer whose `created` is newer than the oldest remembered one:
+/// under a flood the window of accepted `created` times shrinks, from `max_age` to the age of
+/// the oldest nonce remembered, and widens again as the flood's nonces expire.
 #[derive(Debug, Default)]
 struct NonceCache {
+    /// Key to its signature's `created`.
     seen: HashMap<String, u64>,
-    order: VecDeque<(u64, String)>,
+    /// (created, key), oldest first.
+    order: BTreeSet<(u64, String)>,
+    /// Signatures created at or before this are refused: nonces that old were forgotten.
+    floor: Option<u64>,
 }
 
 impl NonceCache {
-    /// Record `key` until `until`; false if it is already there.
-    fn insert(&mut self, key: String, now: u64, until: u64, cap: usize) -> Result<(), AuthError> {
-        while let Some((exp, _)) = self.order.front() {
-            if *exp >= now {
+    /// Record `key` of a signature made at `created`; an error if it is already there, or is
+    /// at or below the floor, or the cache is full of newer nonces.
+    fn insert(
+        &mut self,
+        key: String,
+        created: u64,
+        now: u64,
+        max_age: u64,
+        cap: usize,
+    ) -> Result<(), AuthError> {
+        while let Some((c, _)) = self.order.first() {
+            if c.saturating_add(max_age) >= now {
                 break;
             }
-            let (_, k) = self.order.pop_front().expect("front exists");
-            if self.seen.get(&k).is_some_and(|e| *e < now) {
+            if let Some((_, k)) = self.order.pop_first() {
                 self.seen.remove(&k);
             }
+        }
+        if self.floor.is_some_and(|f| created <= f) {
+            return Err(AuthError::Busy);
         }
         if self.seen.contains_key(&key) {
             return Err(AuthError::Replay(key));
         }
         if self.seen.len() >= cap {
-            return Err(AuthError::Busy);
+            // Forget the oldest, unless this signature is older still.
+            match self.order.first() {
+                Some((c, _)) if *c < created => {
+                    if let Some((c, k)) = self.order.pop_first() {
+                        self.seen.remove(&k);
+                        self.floor = Some(self.floor.map_or(c, |f| f.max(c)));
+                    }
+                }
+                _ => return Err(AuthError::Busy),
+            }
         }
-        self.seen.insert(key.clone(), until);
-        self.order.push_back((until, key));
+        self.seen.insert(key.clone(), created);
+        self.order.insert((created, key));
         Ok(())
     }
 }
@@ -311,12 +427,7 @@ impl Verifier {
                 .get(..6)
                 .is_some_and(|s| s.eq_ignore_ascii_case("didwba"))
             {
-                let domain = url::Url::parse(target_uri)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_owned))
-                    .ok_or_else(|| {
-                        AuthError::Malformed(format!("bad target URI {target_uri:?}"))
-                    })?;
+                let domain = legacy_audience(target_uri)?;
                 return self.verify_legacy(&auth[6..], &domain, now).await;
             }
         }
@@ -460,7 +571,15 @@ impl Verifier {
             .decode(sig_s.trim_end_matches('='))
             .map_err(|_| AuthError::Malformed("signature is not base64url".into()))?;
         let msg = legacy_message(v, did.as_str(), nonce, timestamp, domain);
-        self.check_signature(&url, &keyid, &msg, &sig).await?;
+        self.check_signature(&url, &keyid, &msg, &sig)
+            .await
+            .map_err(|e| match e {
+                AuthError::BadSignature(k) => AuthError::BadSignature(format!(
+                    "{k} (a DIDWba header must be signed for the audience {domain:?}: this \
+                     server's host and port)"
+                )),
+                e => e,
+            })?;
         self.remember(&did, nonce, ts, now)?;
         Ok(Verified {
             did,
@@ -508,15 +627,15 @@ impl Verifier {
                 "nonce must be 1 to {MAX_NONCE} characters"
             )));
         }
-        // A signature is acceptable until created + max_age; remember its nonce that long.
-        let until = created.max(now) + self.opts.max_age + self.opts.max_future_skew;
+        // A signature is acceptable until created + max_age; its nonce is remembered that long.
         self.nonces
             .lock()
-            .expect("nonce cache lock poisoned")
+            .unwrap_or_else(|p| p.into_inner())
             .insert(
                 format!("{did}|{nonce}"),
+                created,
                 now,
-                until,
+                self.opts.max_age,
                 self.opts.replay_capacity,
             )
     }
@@ -904,6 +1023,14 @@ mod tests {
         let l = &f["legacy_didwba"];
         let lh = headers(&l["headers"]);
         let ts = parse_utc_timestamp("2026-11-30T09:19:28Z").unwrap();
+        // The SDK signed the host name only: the header verifies at that host's default port,
+        // not at port 8443 (a header made for one server must not verify at another on the
+        // same host).
+        assert_eq!(legacy_audience(url).unwrap(), "peer.agentnet.example:8443");
+        let e = v.verify("GET", url, &lh, b"", ts + 5).await.unwrap_err();
+        assert!(matches!(e, AuthError::BadSignature(_)), "{e}");
+        assert!(e.to_string().contains("peer.agentnet.example:8443"), "{e}");
+        let url = "https://peer.agentnet.example/anp/rpc?x=1";
         let ok = v.verify("GET", url, &lh, b"", ts + 5).await.unwrap();
         assert_eq!(ok.scheme, Scheme::LegacyDidWba);
         assert!(matches!(
@@ -941,17 +1068,131 @@ mod tests {
     }
 
     #[test]
-    fn replay_cache_is_bounded_and_forgets_expired_nonces() {
+    fn replay_cache_forgets_expired_nonces_and_makes_room_without_accepting_replays() {
         let mut c = NonceCache::default();
-        c.insert("a".into(), 0, 10, 2).unwrap();
-        c.insert("b".into(), 0, 10, 2).unwrap();
-        assert_eq!(c.insert("c".into(), 5, 15, 2), Err(AuthError::Busy));
+        let max_age = 10;
+        c.insert("a".into(), 0, 0, max_age, 2).unwrap();
+        c.insert("b".into(), 1, 1, max_age, 2).unwrap();
         assert!(matches!(
-            c.insert("a".into(), 5, 15, 2),
+            c.insert("a".into(), 0, 5, max_age, 2),
             Err(AuthError::Replay(_))
         ));
-        c.insert("c".into(), 11, 20, 2).unwrap();
-        assert_eq!(c.seen.len(), 1);
+        // Full: a newer signature makes room by forgetting the oldest ("a", created 0)...
+        c.insert("c".into(), 5, 5, max_age, 2).unwrap();
+        assert_eq!(c.seen.len(), 2);
+        // ...whose replay, still inside its window, is refused by the floor.
+        assert_eq!(c.insert("a".into(), 0, 6, max_age, 2), Err(AuthError::Busy));
+        // A signature older than everything remembered is refused rather than let in.
+        c.floor = None;
+        assert_eq!(c.insert("d".into(), 1, 6, max_age, 2), Err(AuthError::Busy));
+        // A nonce is forgotten once its signature's window has passed (created + max_age).
+        c.insert("e".into(), 12, 12, max_age, 2).unwrap();
+        assert!(!c.seen.contains_key("b"), "created 1 expires after 11");
+        assert!(c.seen.contains_key("c"));
+        assert!(matches!(
+            c.insert("c".into(), 5, 15, max_age, 2),
+            Err(AuthError::Replay(_))
+        ));
+    }
+
+    /// Against any sequence of signatures (times, nonces, clock) the cache never accepts a
+    /// (key, created) twice while the signature could still verify, and it accepts a fresh
+    /// nonce whose `created` is newer than every one it remembers and than its floor (which is
+    /// never above the oldest one it remembers).
+    #[test]
+    fn replay_cache_never_accepts_a_live_replay() {
+        let max_age = 20;
+        let cap = 5;
+        let mut c = NonceCache::default();
+        let mut accepted: Vec<(String, u64)> = Vec::new();
+        let mut rng = 12345u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut now = 100u64;
+        for i in 0..5_000 {
+            now += next() % 3;
+            let (key, created) = if next() % 3 == 0 && !accepted.is_empty() {
+                accepted[(next() % accepted.len() as u64) as usize].clone()
+            } else {
+                (format!("k{i}"), now + 5 - next() % 15)
+            };
+            let newest = c.order.last().map(|(c, _)| *c);
+            let above_floor = c.floor.is_none_or(|f| created > f);
+            let fresh = !accepted.iter().any(|(k, _)| *k == key);
+            let ok = c.insert(key.clone(), created, now, max_age, cap).is_ok();
+            if ok {
+                assert!(
+                    !accepted
+                        .iter()
+                        .any(|(k, cr)| *k == key && cr + max_age >= now),
+                    "accepted a live replay of {key}"
+                );
+                accepted.push((key, created));
+            } else if fresh && above_floor && newest.is_none_or(|n| created > n) {
+                panic!("refused a fresh nonce newer than all remembered: {key} at {created}");
+            }
+            assert!(c.seen.len() <= cap);
+        }
+    }
+
+    #[test]
+    fn claims_are_read_from_both_headers() {
+        let mut h = HeaderMap::new();
+        assert_eq!(claim(&h), Ok(None));
+        h.insert(
+            "signature-input",
+            r#"sig1=("@method");created=17;nonce="n1";keyid="did:key:z6MkabcTEST#z6MkabcTEST""#
+                .parse()
+                .unwrap(),
+        );
+        let c = claim(&h).unwrap().unwrap();
+        assert_eq!(c.did.as_str(), "did:key:z6MkabcTEST");
+        assert_eq!((c.nonce.as_str(), c.created), ("n1", 17));
+        assert_eq!(c.scheme, Scheme::HttpSignature);
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            r#"DIDWba v="1.1", did="did:web:example.com", nonce="n2", timestamp="1970-01-01T00:01:00Z""#
+                .parse()
+                .unwrap(),
+        );
+        let c = claim(&h).unwrap().unwrap();
+        assert_eq!(c.did.as_str(), "did:web:example.com");
+        assert_eq!((c.nonce.as_str(), c.created), ("n2", 60));
+        assert_eq!(c.scheme, Scheme::LegacyDidWba);
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer x".parse().unwrap());
+        assert_eq!(claim(&h), Ok(None));
+        for bad in [
+            r#"sig1=("@method");nonce="n1";keyid="did:key:z6Mk#z6Mk""#,
+            r#"sig1=("@method");created=1;keyid="did:key:z6Mk#z6Mk""#,
+            r#"sig1=("@method");created=1;nonce="n""#,
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert("signature-input", bad.parse().unwrap());
+            assert!(claim(&h).is_err(), "{bad}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("signature", "sig1=:AA==:".parse().unwrap());
+        assert!(claim(&h).is_err(), "Signature without Signature-Input");
+    }
+
+    #[test]
+    fn legacy_audience_is_host_and_port_unless_default() {
+        for (url, aud) in [
+            ("http://127.0.0.1:7878/a2a/echo", "127.0.0.1:7878"),
+            ("https://Node.Example/a2a/echo", "node.example"),
+            ("https://node.example:443/x", "node.example"),
+            ("http://node.example:443/x", "node.example:443"),
+            ("http://[::1]:8080/", "[::1]:8080"),
+        ] {
+            assert_eq!(legacy_audience(url).unwrap(), aud, "{url}");
+        }
+        assert!(legacy_audience("/relative").is_err());
     }
 
     #[test]

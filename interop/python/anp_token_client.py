@@ -2,7 +2,9 @@
 """The ANP SDK's own client flow (PyPI `anp`, `DIDWbaAuthHeader`) against agentnet's hosted
 agents: sign the first request (RFC 9421), read the access token the node answers with
 (`update_token`), then send the next requests with it, unsigned, to the same agent and to
-another agent of the same node (the SDK keeps one token per host).
+another agent of the same node (the SDK keeps one token per host). Then the SDK's legacy
+mode (`auth_mode="legacy_didwba"`), which signs the host name without the port: refused by a
+node on a port of its own, with no token.
 
     anp_token_client.py ECHO_URL ASK_URL --did-doc DOC.json --key KEY.jwk
 
@@ -87,6 +89,16 @@ def main() -> int:
             auth.tokens = {k: v[:-2] + "AA" for k, v in auth.tokens.items()}
             bad = post(a.echo, rpc("GetTask", {"id": task}))
             check(bad.status_code == 401, f"an altered token is refused: {bad.status_code}")
+
+            # The SDK's legacy mode signs the host name without the port: refused at a node on
+            # another port (a header that signs no port would verify at every port of the host).
+            legacy = DIDWbaAuthHeader(a.did_doc, pem, auth_mode="legacy_didwba")
+            body = send("legacy")
+            h = legacy.get_auth_header(a.echo, method="POST", headers=dict(HEADERS), body=body)
+            check(h.get("Authorization", "").startswith("DIDWba "), "the SDK's legacy header")
+            r = http.post(a.echo, content=body, headers={**HEADERS, **h})
+            check(r.status_code == 401 and "authentication-info" not in r.headers,
+                  f"the SDK's legacy header, signed for the host without port, is refused: {r.status_code}")
     print(json.dumps({"checks": checks, "token_header": first.headers.get("authentication-info", "")[:40]}))
     return 0
 

@@ -12,38 +12,71 @@
 //!
 //! 1. No `Signature-Input`/`Signature` and no `Authorization: DIDWba`: no identity
 //!    (`Ok(None)`; the agent's policy decides).
-//! 2. The signer's DID and nonce are read from the headers (string scans, bounded header
-//!    sizes). Then, before any signature or document work: a nonce this DID already used is a
-//!    replay; a DID holding [`DidAuthConfig::per_did_nonces`] live nonces is refused; a full
-//!    cache ([`DidAuthConfig::max_nonces`]) refuses everyone new (see below).
-//! 3. A DID whose document is not in the resolver's cache (did:web, did:wba; did:key never
-//!    needs a fetch) costs the client's address one token of its fetch budget
+//! 2. The signer's DID, nonce and `created` are read from the headers
+//!    ([`httpsig::claim`]: string scans, bounded header sizes).
+//! 3. A legacy `DIDWba` header is taken only for a message that starts a new task (see
+//!    below); anything else with it is refused.
+//! 4. Before any signature or document work: a nonce this DID already used is a replay; a DID
+//!    holding [`DidAuthConfig::per_did_nonces`] live nonces is refused, and so is a source (the
+//!    client's IPv4 address or IPv6 /64) holding [`DidAuthConfig::per_source_nonces`]; a
+//!    signature created at or before the cache's floor is refused (see below).
+//! 5. A DID whose document is not in the resolver's cache (did:web, did:wba; did:key never
+//!    needs a fetch) costs the client's source one token of its fetch budget
 //!    ([`DidAuthConfig::fetch_burst`], refilled at [`DidAuthConfig::fetches_per_minute`]); an
 //!    empty budget refuses the request without fetching.
-//! 4. The verifier: its own cheap checks first (header syntax, covered components, time
+//! 6. The verifier: its own cheap checks first (header syntax, covered components, time
 //!    window, content digest), then it resolves the DID, checks the key is an `authentication`
 //!    key and verifies the signature, and records the nonce in its own cache.
-//! 5. The nonce is recorded here, charged to the DID: only verified requests are charged, so
-//!    nobody can use up another DID's quota without its key.
+//! 7. The nonce is recorded here, charged to the DID and to the source: only verified requests
+//!    are charged, so nobody can use up another DID's quota without its key.
 //!
-//! # Why the per-DID quota, and what remains
+//! # The nonce cache: per DID, per source, in all, and when it is full
 //!
-//! The identity crate's verifier remembers nonces in one cache with one capacity: a single DID
-//! signing requests as fast as it can fills it, and then every other caller is refused until
-//! entries age out (up to `max_age + max_future_skew`, 360 s). Here each DID may hold at most
-//! `per_did_nonces` live nonces, so filling the cache takes `max_nonces / per_did_nonces`
-//! distinct DIDs (10 by default) signing at full rate. did:key identities are free to mint, so
-//! this bounds one identity, not a determined attacker with many: the fetch budget does not
-//! apply to did:key (no fetch), and a many-DID flood from many addresses can still fill the
-//! cache, after which new signatures are refused (never accepted twice) until entries expire.
-//! The verifier's own cache is given twice our capacity so that ours always decides first.
+//! A nonce is remembered for as long as its signature could verify: until its `created` plus
+//! `max_age` (300 s). Each DID may hold `per_did_nonces` of them and each source
+//! `per_source_nonces` (`max_nonces / 32` by default), so one address signing with as many
+//! fresh did:keys as it likes (free to mint) holds 1/32 of the cache: filling it takes 32
+//! networks signing at full rate. (Issue 15: from one address 11 DIDs filled the whole cache
+//! and every new signer got 401 for the rest of the window.)
+//!
+//! Full, the cache does not refuse everyone until entries age out: a verified signature newer
+//! than the oldest nonce remembered takes that nonce's place, and from then on every signature
+//! created at or before the forgotten one is refused (the *floor*). A forgotten nonce's
+//! signature is at or below the floor, so no replay is ever accepted; an honest signer, whose
+//! `created` is now, gets in. Under a flood from many networks the window of accepted `created`
+//! times shrinks, from `max_age` to the age of the oldest nonce remembered (the cache's size
+//! over the flood's rate: about 300 s at the 320 signed requests a second of issue 15, 10 s at
+//! 10,000 a second), and it widens again as the flood's nonces expire. What remains: a flood
+//! that replaces the whole cache faster than a client's clock lag plus its request's transit
+//! refuses that client until the flood stops; since a signature may be dated up to
+//! `max_future_skew` (60 s) ahead, a flood dated ahead refuses correct clocks once it replaces
+//! the cache within that minute (at the default size, about 1,700 verified signatures a second,
+//! from at least 64 networks, since a source at its share is refused, not evicted). A client
+//! that keeps the access token it is answered with signs once per token and is not affected.
+//! The verifier's own cache (twice this capacity, so that ours decides first) works the same
+//! way.
+//!
+//! # The legacy `DIDWba` header
+//!
+//! ANP's legacy header signs the DID, a nonce, a timestamp and the server's authority (`aud`)
+//! only: no method, path or body. Its `aud` must be this node's authority exactly, host and
+//! port as in [`DidAuthConfig::public_base`] ([`httpsig::legacy_audience`]), so a header made
+//! for another server, or another port of this host, does not verify here. Since it signs no
+//! request, it is taken only for a message that starts a new task (JSON-RPC `SendMessage` or
+//! `SendStreamingMessage`, HTTP+JSON `message:send` or `message:stream`, the message naming no
+//! `taskId`): whoever captured one could otherwise read (`GetTask`, `ListTasks`, subscribe),
+//! continue or cancel the signer's tasks, or call the agent's MCP tools, with it. It earns no
+//! access token either. What remains, and `docs/PROTOCOL.md` says: a header captured before it
+//! reached the node (plain http, a proxy's log) can start one task as its signer, at any agent
+//! of this node, with a message of the captor's choosing, within its 5 minutes; the signer's own
+//! request is then a replay.
 //!
 //! Every refusal is a 401 to the caller (the A2A server maps all authenticator errors to 401),
 //! with a message saying which check failed.
 //!
 //! # Access tokens, as ANP hands them out
 //!
-//! A caller whose signature verified gets a short-lived bearer token with the answer, in the
+//! A caller whose RFC 9421 signature verified gets a short-lived bearer token with the answer, in the
 //! headers the ANP SDK reads (`Authentication-Info: access_token="…", token_type="Bearer",
 //! expires_in=N`, and the older `Authorization: Bearer …`). It may send it as
 //! `Authorization: Bearer …` instead of signing its next requests, to any hosted agent of this
@@ -64,8 +97,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use agentnet_a2a::auth::{AuthError, Authenticator, BoxFuture, RequestParts};
-use agentnet_did::httpsig::{Verifier, VerifyOptions};
-use agentnet_did::{Did, Resolver};
+use agentnet_did::httpsig::{self, Scheme, Verifier, VerifyOptions};
+use agentnet_did::Resolver;
 use axum::extract::{ConnectInfo, Request};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -210,13 +243,18 @@ pub struct DidAuthConfig {
     /// Live nonces one DID may hold: 10,000 (at the default 360 s window, about 28 signed
     /// requests a second, sustained; bursts above are fine until the quota fills).
     pub per_did_nonces: usize,
+    /// Live nonces the clients of one source (an IPv4 address, an IPv6 /64) may hold together:
+    /// 3,125 (`max_nonces / 32`, so that filling the cache takes 32 networks signing at full
+    /// rate; about 10 signed requests a second, sustained, at the 300 s window; a client that
+    /// keeps the access token it is answered with signs once per token).
+    pub per_source_nonces: usize,
     /// Live nonces in all: 100,000.
     pub max_nonces: usize,
-    /// Uncached DID resolutions one client address may start at once: 20.
+    /// Uncached DID resolutions one source (IPv4 address, IPv6 /64) may start at once: 20.
     pub fetch_burst: u32,
     /// And per minute, sustained: 20.
     pub fetches_per_minute: u32,
-    /// Most client addresses with a fetch budget in use: 10,000.
+    /// Most sources with a fetch budget in use: 10,000.
     pub max_clients: usize,
     /// The verifier's time window.
     pub max_age: u64,
@@ -234,6 +272,7 @@ impl DidAuthConfig {
         DidAuthConfig {
             public_base: public_base.into().trim_end_matches('/').to_string(),
             per_did_nonces: 10_000,
+            per_source_nonces: 100_000 / 32,
             max_nonces: 100_000,
             fetch_burst: 20,
             fetches_per_minute: 20,
@@ -245,12 +284,62 @@ impl DidAuthConfig {
     }
 }
 
-/// Live nonces, per DID and in all.
+/// Where a request came from, as the bounds count it: an IPv4 address, or the /64 of an IPv6
+/// one (an IPv4-mapped IPv6 address counts as its IPv4 address). `None` (no address known) is
+/// one source of its own.
+// TODO(lead): use agentnet_a2a::auth::Source
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Source {
+    /// An IPv4 address.
+    V4(std::net::Ipv4Addr),
+    /// The first 64 bits of an IPv6 address.
+    V6(u64),
+}
+
+impl Source {
+    fn of(ip: IpAddr) -> Source {
+        match ip {
+            IpAddr::V4(a) => Source::V4(a),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(a) => Source::V4(a),
+                None => Source::V6((u128::from(a) >> 64) as u64),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::V4(a) => write!(f, "{a}"),
+            Source::V6(p) => write!(f, "{}/64", std::net::Ipv6Addr::from(u128::from(*p) << 64)),
+        }
+    }
+}
+
+/// The bounds of [`Nonces`].
+#[derive(Debug, Clone, Copy)]
+struct NonceQuota {
+    /// Live nonces per DID.
+    per_did: usize,
+    /// Live nonces per source.
+    per_source: usize,
+    /// Live nonces in all.
+    max: usize,
+    /// A signature verifies until `created + max_age`: its nonce is kept that long.
+    max_age: u64,
+}
+
+/// Live nonces, per DID, per source and in all (see the module doc).
 #[derive(Debug, Default)]
 struct Nonces {
     per_did: HashMap<String, HashSet<String>>,
-    /// (until, did, nonce), oldest first.
-    order: BTreeSet<(u64, String, String)>,
+    per_source: HashMap<Option<Source>, usize>,
+    /// (created, did, nonce, source), oldest first.
+    order: BTreeSet<(u64, String, String, Option<Source>)>,
+    /// Signatures created at or before this are refused: nonces that old were forgotten to
+    /// make room.
+    floor: Option<u64>,
 }
 
 /// Why the nonce bookkeeping refused a request.
@@ -261,71 +350,103 @@ pub enum NonceRefusal {
     #[error("replayed nonce")]
     Replay,
     /// The DID holds its quota of live nonces.
-    #[error("too many recent signed requests from {0}; try again in a few minutes")]
+    #[error("too many recent signed requests from {0}; send the access token the node answered with, or try again in a few minutes")]
     DidQuota(String),
-    /// The cache is full.
-    #[error("too many recent signed requests; try again shortly")]
+    /// The client's network holds its share of live nonces.
+    #[error("too many recent signed requests from {0}; send the access token the node answered with, or try again in a few minutes")]
+    SourceQuota(String),
+    /// The cache is full of newer nonces, or forgot nonces as old as this signature's.
+    #[error("too many recent signed requests; sign again with the current time")]
     Full,
 }
 
 impl Nonces {
-    fn expire(&mut self, now: u64) {
+    /// Forget the nonces whose signatures no longer verify at `now`.
+    fn expire(&mut self, now: u64, max_age: u64) {
         while let Some(first) = self.order.first() {
-            if first.0 >= now {
+            if first.0.saturating_add(max_age) >= now {
                 break;
             }
-            let Some((_, did, nonce)) = self.order.pop_first() else {
-                break;
-            };
-            if let Some(set) = self.per_did.get_mut(&did) {
-                set.remove(&nonce);
-                if set.is_empty() {
-                    self.per_did.remove(&did);
-                }
+            self.pop_oldest();
+        }
+    }
+
+    /// Forget the oldest nonce; its `created`.
+    fn pop_oldest(&mut self) -> Option<u64> {
+        let (created, did, nonce, source) = self.order.pop_first()?;
+        if let Some(set) = self.per_did.get_mut(&did) {
+            set.remove(&nonce);
+            if set.is_empty() {
+                self.per_did.remove(&did);
             }
         }
+        if let Some(n) = self.per_source.get_mut(&source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_source.remove(&source);
+            }
+        }
+        Some(created)
     }
 
     fn check(
         &mut self,
         did: &str,
         nonce: &str,
+        created: u64,
+        source: Option<Source>,
         now: u64,
-        per_did: usize,
-        max: usize,
+        q: NonceQuota,
     ) -> Result<(), NonceRefusal> {
-        self.expire(now);
+        self.expire(now, q.max_age);
+        if self.floor.is_some_and(|f| created <= f) {
+            return Err(NonceRefusal::Full);
+        }
         if let Some(set) = self.per_did.get(did) {
             if set.contains(nonce) {
                 return Err(NonceRefusal::Replay);
             }
-            if set.len() >= per_did {
+            if set.len() >= q.per_did {
                 return Err(NonceRefusal::DidQuota(did.chars().take(120).collect()));
             }
         }
-        if self.order.len() >= max {
+        if self.per_source.get(&source).copied().unwrap_or(0) >= q.per_source {
+            return Err(NonceRefusal::SourceQuota(match source {
+                Some(s) => s.to_string(),
+                None => "clients of unknown address".into(),
+            }));
+        }
+        if self.order.len() >= q.max && self.order.first().is_none_or(|f| created <= f.0) {
             return Err(NonceRefusal::Full);
         }
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Remember a verified signature's nonce, making room if the cache is full (see the
+    /// module doc).
     fn record(
         &mut self,
         did: &str,
         nonce: &str,
+        created: u64,
+        source: Option<Source>,
         now: u64,
-        until: u64,
-        per_did: usize,
-        max: usize,
+        q: NonceQuota,
     ) -> Result<(), NonceRefusal> {
-        self.check(did, nonce, now, per_did, max)?;
+        self.check(did, nonce, created, source, now, q)?;
+        if self.order.len() >= q.max {
+            let Some(c) = self.pop_oldest() else {
+                return Err(NonceRefusal::Full);
+            };
+            self.floor = Some(self.floor.map_or(c, |f| f.max(c)));
+        }
         self.per_did
             .entry(did.to_string())
             .or_default()
             .insert(nonce.to_string());
+        *self.per_source.entry(source).or_default() += 1;
         self.order
-            .insert((until, did.to_string(), nonce.to_string()));
+            .insert((created, did.to_string(), nonce.to_string(), source));
         Ok(())
     }
 
@@ -334,15 +455,21 @@ impl Nonces {
     }
 }
 
-/// A token bucket per client address.
+/// A token bucket per source (client address, IPv6 by /64).
 #[derive(Debug, Default)]
 struct Budgets {
-    buckets: HashMap<IpAddr, (f64, Instant)>,
+    buckets: HashMap<Source, (f64, Instant)>,
 }
 
 impl Budgets {
-    fn take(&mut self, ip: IpAddr, burst: u32, per_minute: u32, max_clients: usize) -> bool {
-        let now = Instant::now();
+    fn take(
+        &mut self,
+        source: Source,
+        burst: u32,
+        per_minute: u32,
+        max_clients: usize,
+        now: Instant,
+    ) -> bool {
         let rate = f64::from(per_minute) / 60.0;
         let burst = f64::from(burst);
         let refill = |(tokens, at): (f64, Instant)| {
@@ -351,14 +478,14 @@ impl Budgets {
                 now,
             )
         };
-        if !self.buckets.contains_key(&ip) && self.buckets.len() >= max_clients {
+        if !self.buckets.contains_key(&source) && self.buckets.len() >= max_clients {
             // A full bucket is the same as none: forget those.
             self.buckets.retain(|_, b| refill(*b).0 < burst);
             if self.buckets.len() >= max_clients {
                 return false;
             }
         }
-        let b = self.buckets.entry(ip).or_insert((burst, now));
+        let b = self.buckets.entry(source).or_insert((burst, now));
         *b = refill(*b);
         if b.0 >= 1.0 {
             b.0 -= 1.0;
@@ -387,40 +514,6 @@ impl std::fmt::Debug for DidAuthenticator {
     }
 }
 
-/// The value of `name="…"` in a header parameter list.
-fn quoted_param<'a>(s: &'a str, name: &str) -> Option<&'a str> {
-    let mut from = 0;
-    while let Some(i) = s[from..].find(name) {
-        let at = from + i;
-        let before_ok = at == 0 || matches!(s.as_bytes()[at - 1], b';' | b',' | b' ');
-        let rest = &s[at + name.len()..];
-        if before_ok {
-            if let Some(v) = rest.strip_prefix("=\"") {
-                return v.find('"').map(|end| &v[..end]);
-            }
-        }
-        from = at + name.len();
-    }
-    None
-}
-
-/// The signer's DID and nonce, read without verifying anything.
-fn signer_and_nonce(headers: &axum::http::HeaderMap) -> Option<(Did, String)> {
-    let text = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-    if let Some(input) = text("signature-input") {
-        let keyid = quoted_param(input, "keyid")?;
-        let nonce = quoted_param(input, "nonce")?;
-        let did = Did::parse(keyid.split('#').next()?).ok()?;
-        return Some((did, nonce.to_string()));
-    }
-    let auth = text("authorization")?;
-    if !auth.get(..6)?.eq_ignore_ascii_case("didwba") {
-        return None;
-    }
-    let did = Did::parse(quoted_param(auth, "did")?).ok()?;
-    Some((did, quoted_param(auth, "nonce")?.to_string()))
-}
-
 /// The token of an `Authorization: Bearer …` header.
 fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
     let v = headers.get("authorization")?.to_str().ok()?;
@@ -430,14 +523,52 @@ fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
         .then(|| v[7..].trim())
 }
 
-fn has_identity(headers: &axum::http::HeaderMap) -> bool {
-    headers.contains_key("signature-input")
-        || headers.contains_key("signature")
-        || headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.get(..6))
-            .is_some_and(|s| s.eq_ignore_ascii_case("didwba"))
+/// Whether a request carrying the legacy `DIDWba` header may be served with it: only a
+/// message that starts a new task (JSON-RPC `SendMessage`/`SendStreamingMessage`, or HTTP+JSON
+/// `POST message:send`/`message:stream`, whose message names no `taskId`). The header signs no
+/// method, path or body, so whoever holds one (a man in the middle, a log) could otherwise read
+/// or cancel the signer's tasks with it; a new task shows only what the request itself sent.
+/// `path` is the agent-relative path the A2A server routes on.
+fn legacy_allowed(method: &axum::http::Method, path: &str, body: &[u8]) -> Result<(), String> {
+    use serde::de::IgnoredAny;
+    #[derive(serde::Deserialize)]
+    struct Rpc {
+        method: String,
+        params: Option<Send>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Send {
+        message: HashMap<String, IgnoredAny>,
+    }
+    const WHY: &str = "the legacy DIDWba header signs no method, path or body, so this node \
+        accepts it only for a message that starts a new task (SendMessage without taskId); \
+        sign this request with RFC 9421 HTTP Message Signatures (Signature-Input, Signature)";
+    let refuse = || Err(WHY.to_string());
+    if method != axum::http::Method::POST {
+        return refuse();
+    }
+    let message = match path {
+        "/" | "" => match serde_json::from_slice::<Rpc>(body) {
+            Ok(Rpc {
+                method,
+                params: Some(Send { message }),
+            }) if method == "SendMessage" || method == "SendStreamingMessage" => message,
+            _ => return refuse(),
+        },
+        "/message:send" | "/message:stream" => match serde_json::from_slice::<Send>(body) {
+            Ok(Send { message }) => message,
+            Err(_) => return refuse(),
+        },
+        _ => return refuse(),
+    };
+    // However a parser spells it (`taskId`, `task_id`), a message naming a task continues it.
+    let names_task = message
+        .keys()
+        .any(|k| k.replace('_', "").eq_ignore_ascii_case("taskid"));
+    if names_task {
+        return refuse();
+    }
+    Ok(())
 }
 
 fn unix_now() -> u64 {
@@ -491,34 +622,42 @@ impl DidAuthenticator {
                 .map(Some)
                 .map_err(|e| AuthError(e.into()));
         }
-        if !has_identity(request.headers) {
-            return Ok(None);
-        }
         let refuse = |m: String| Err(AuthError(m));
-        let Some((did, nonce)) = signer_and_nonce(request.headers) else {
-            return refuse("malformed DID signature: no signer DID or nonce".into());
+        let claim = match httpsig::claim(request.headers) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(None),
+            Err(e) => return refuse(e.to_string()),
         };
+        if claim.scheme == Scheme::LegacyDidWba {
+            if let Err(m) = legacy_allowed(request.method, request.uri.path(), request.body) {
+                return refuse(m);
+            }
+        }
+        let did = claim.did;
+        let nonce = claim.nonce;
+        let source = origin.as_ref().and_then(|o| o.ip).map(Source::of);
         let now = unix_now();
-        let (per, max) = (self.cfg.per_did_nonces, self.cfg.max_nonces);
-        if let Err(e) = self
-            .lock_nonces()
-            .check(did.as_str(), &nonce, now, per, max)
+        let quota = self.quota();
+        if let Err(e) =
+            self.lock_nonces()
+                .check(did.as_str(), &nonce, claim.created, source, now, quota)
         {
             return refuse(e.to_string());
         }
         if !self.resolver.is_cached(&did) {
-            let Some(ip) = origin.as_ref().and_then(|o| o.ip) else {
+            let Some(source) = source else {
                 return refuse("cannot resolve a DID for a client of unknown address".into());
             };
             let ok = self.budgets.lock().unwrap_or_else(|p| p.into_inner()).take(
-                ip,
+                source,
                 self.cfg.fetch_burst,
                 self.cfg.fetches_per_minute,
                 self.cfg.max_clients,
+                Instant::now(),
             );
             if !ok {
                 return refuse(format!(
-                    "too many DID resolutions from {ip}; try again in a minute"
+                    "too many DID resolutions from {source}; try again in a minute"
                 ));
             }
         }
@@ -539,21 +678,32 @@ impl DidAuthenticator {
             )
             .await
             .map_err(|e| AuthError(e.to_string()))?;
-        if verified.did != did {
+        if verified.did != did || verified.scheme != claim.scheme {
             return refuse("malformed DID signature: signer changed while parsing".into());
         }
-        let until = now + self.cfg.max_age + self.cfg.max_future_skew;
-        if let Err(e) = self
-            .lock_nonces()
-            .record(did.as_str(), &nonce, now, until, per, max)
+        if let Err(e) =
+            self.lock_nonces()
+                .record(did.as_str(), &nonce, claim.created, source, now, quota)
         {
             return refuse(e.to_string());
         }
         let did = verified.did.to_string();
-        if let (Some(tokens), Some(slot)) = (&self.tokens, issued) {
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokens.issue(&did, now));
+        // A legacy header is no credential for anything but the request it came with: no token.
+        if verified.scheme == Scheme::HttpSignature {
+            if let (Some(tokens), Some(slot)) = (&self.tokens, issued) {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokens.issue(&did, now));
+            }
         }
         Ok(Some(did))
+    }
+
+    fn quota(&self) -> NonceQuota {
+        NonceQuota {
+            per_did: self.cfg.per_did_nonces,
+            per_source: self.cfg.per_source_nonces,
+            max: self.cfg.max_nonces,
+            max_age: self.cfg.max_age,
+        }
     }
 }
 
@@ -575,25 +725,114 @@ pub fn window(cfg: &DidAuthConfig) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
+
+    const Q: NonceQuota = NonceQuota {
+        per_did: 3,
+        per_source: 4,
+        max: 6,
+        max_age: 100,
+    };
+
+    fn src(ip: &str) -> Option<Source> {
+        Some(Source::of(ip.parse().unwrap()))
+    }
+
+    #[test]
+    fn sources_are_ipv4_addresses_and_ipv6_64s() {
+        let a = src("2001:db8:1:2:aaaa::1");
+        assert_eq!(a, src("2001:db8:1:2:ffff:ffff:ffff:ffff"), "same /64");
+        assert_ne!(a, src("2001:db8:1:3::1"), "another /64");
+        assert_eq!(src("::ffff:192.0.2.7"), src("192.0.2.7"), "IPv4-mapped");
+        assert_ne!(src("192.0.2.7"), src("192.0.2.8"));
+        assert_eq!(a.unwrap().to_string(), "2001:db8:1:2::/64");
+        assert_eq!(src("192.0.2.7").unwrap().to_string(), "192.0.2.7");
+    }
 
     #[test]
     fn one_did_cannot_fill_the_cache() {
         let mut n = Nonces::default();
+        let (x, y) = (src("192.0.2.1"), src("192.0.2.2"));
         for i in 0..3 {
-            n.record("did:a", &i.to_string(), 100, 200, 3, 5).unwrap();
+            n.record("did:a", &i.to_string(), 100, x, 100, Q).unwrap();
         }
         assert_eq!(
-            n.check("did:a", "x", 100, 3, 5),
+            n.check("did:a", "x", 100, y, 100, Q),
             Err(NonceRefusal::DidQuota("did:a".into()))
         );
-        assert_eq!(n.check("did:a", "1", 100, 3, 5), Err(NonceRefusal::Replay));
-        n.record("did:b", "1", 100, 200, 3, 5).unwrap();
-        n.record("did:c", "1", 100, 200, 3, 5).unwrap();
-        assert_eq!(n.check("did:d", "1", 100, 3, 5), Err(NonceRefusal::Full));
-        // After the window everything is forgotten.
-        n.check("did:a", "x", 201, 3, 5).unwrap();
+        assert_eq!(
+            n.check("did:a", "1", 100, y, 100, Q),
+            Err(NonceRefusal::Replay)
+        );
+        // After the window (created + max_age) everything is forgotten.
+        n.check("did:a", "x", 100, x, 201, Q).unwrap();
         assert_eq!(n.len(), 0);
-        assert!(n.per_did.is_empty());
+        assert!(n.per_did.is_empty() && n.per_source.is_empty());
+    }
+
+    /// The attack of issue 15: many DIDs from one address used to fill the whole cache and
+    /// lock every new signer out. Now one source holds its share only, and others still sign.
+    #[test]
+    fn many_dids_from_one_source_hold_its_share_only() {
+        const Q: NonceQuota = NonceQuota {
+            max: 100,
+            ..super::tests::Q
+        };
+        let mut n = Nonces::default();
+        let (attacker, honest) = (src("192.0.2.66"), src("198.51.100.1"));
+        for i in 0..4 {
+            n.record(&format!("did:{i}"), "n", 100, attacker, 100, Q)
+                .unwrap();
+        }
+        assert_eq!(
+            n.record("did:new", "n", 100, attacker, 100, Q),
+            Err(NonceRefusal::SourceQuota("192.0.2.66".into()))
+        );
+        // The same /64 is one source, whatever the address in it.
+        let v6 = |i: u16| src(&format!("2001:db8::{i:x}"));
+        for i in 0..4 {
+            n.record(&format!("did:v6-{i}"), "n", 100, v6(i), 100, Q)
+                .unwrap();
+        }
+        assert!(matches!(
+            n.check("did:v6-new", "n", 100, v6(9), 100, Q),
+            Err(NonceRefusal::SourceQuota(s)) if s == "2001:db8::/64"
+        ));
+        // Another network still gets in.
+        n.check("did:honest", "n", 100, honest, 100, Q).unwrap();
+    }
+
+    /// A full cache makes room (the oldest nonce goes) instead of refusing everyone until it
+    /// expires; the forgotten nonce's replay stays refused: its `created` is at or below the
+    /// floor.
+    #[test]
+    fn a_full_cache_lets_new_signers_in_and_never_a_replay() {
+        let mut n = Nonces::default();
+        // Six sources fill the cache, one nonce a second.
+        for i in 0..6u64 {
+            let s = src(&format!("192.0.2.{i}"));
+            n.record(&format!("did:{i}"), "n", 100 + i, s, 100 + i, Q)
+                .unwrap();
+        }
+        assert_eq!(n.len(), 6);
+        let honest = src("198.51.100.1");
+        n.record("did:honest", "h", 110, honest, 110, Q).unwrap();
+        assert_eq!(n.len(), 6, "made room");
+        assert!(!n.per_did.contains_key("did:0"), "the oldest went");
+        assert_eq!(n.floor, Some(100));
+        // did:0's nonce, created at 100, is still inside its window (until 200), yet refused.
+        assert_eq!(
+            n.check("did:0", "n", 100, honest, 150, Q),
+            Err(NonceRefusal::Full)
+        );
+        // A signature older than everything in a full cache is refused, not let in.
+        assert_eq!(
+            n.check("did:late", "l", 101, honest, 150, Q),
+            Err(NonceRefusal::Full)
+        );
+        // Newer ones keep getting in.
+        n.record("did:honest", "h2", 150, honest, 150, Q).unwrap();
+        assert_eq!(n.per_source.values().sum::<usize>(), n.len());
     }
 
     #[test]
@@ -626,42 +865,81 @@ mod tests {
     }
 
     #[test]
-    fn fetch_budget_per_address() {
+    fn fetch_budget_per_source() {
+        let now = Instant::now();
         let mut b = Budgets::default();
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let c: IpAddr = "192.0.2.2".parse().unwrap();
-        assert!(b.take(a, 2, 1, 10));
-        assert!(b.take(a, 2, 1, 10));
-        assert!(!b.take(a, 2, 1, 10));
-        assert!(b.take(c, 2, 1, 10), "another address has its own budget");
-        // At the client cap, a new address is refused while the others are not full.
+        let a = src("192.0.2.1").unwrap();
+        let c = src("192.0.2.2").unwrap();
+        assert!(b.take(a, 2, 1, 10, now));
+        assert!(b.take(a, 2, 1, 10, now));
+        assert!(!b.take(a, 2, 1, 10, now));
+        assert!(
+            b.take(c, 2, 1, 10, now),
+            "another address has its own budget"
+        );
+        // One IPv6 /64 is one budget, whichever of its addresses asks.
+        let v6 = |i: u16| src(&format!("2001:db8::{i:x}")).unwrap();
+        assert!(b.take(v6(1), 2, 1, 10, now));
+        assert!(b.take(v6(2), 2, 1, 10, now));
+        assert!(!b.take(v6(3), 2, 1, 10, now));
+        assert!(
+            b.take(a, 2, 1, 10, now + Duration::from_secs(60)),
+            "refilled"
+        );
+        // At the client cap, a new source is refused while the others are not full.
         let mut b = Budgets::default();
-        assert!(b.take(a, 2, 1, 1));
-        assert!(!b.take(c, 2, 1, 1));
+        assert!(b.take(a, 2, 1, 1, now));
+        assert!(!b.take(c, 2, 1, 1, now));
     }
 
     #[test]
-    fn params_are_read_from_both_headers() {
-        let mut h = axum::http::HeaderMap::new();
-        h.insert(
-            "signature-input",
-            r#"sig1=("@method");created=1;nonce="n1";keyid="did:key:z6MkabcTEST#z6MkabcTEST""#
-                .parse()
-                .unwrap(),
-        );
-        let (did, nonce) = signer_and_nonce(&h).unwrap();
-        assert_eq!(did.as_str(), "did:key:z6MkabcTEST");
-        assert_eq!(nonce, "n1");
-        let mut h = axum::http::HeaderMap::new();
-        h.insert(
-            "authorization",
-            r#"DIDWba v="1.1", did="did:web:example.com", nonce="n2", timestamp="t""#
-                .parse()
-                .unwrap(),
-        );
-        let (did, nonce) = signer_and_nonce(&h).unwrap();
-        assert_eq!(did.as_str(), "did:web:example.com");
-        assert_eq!(nonce, "n2");
-        assert!(quoted_param(r#"xnonce="a""#, "nonce").is_none());
+    fn the_legacy_header_only_starts_new_tasks() {
+        let post = axum::http::Method::POST;
+        let rpc = |method: &str, message: Value| {
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method,
+                "params": {"message": message}}))
+            .unwrap()
+        };
+        let new = json!({"role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": "m"});
+        let mut cont = new.clone();
+        cont["taskId"] = json!("t-1");
+        let mut snake = new.clone();
+        snake["task_id"] = json!("t-1");
+        for m in ["SendMessage", "SendStreamingMessage"] {
+            legacy_allowed(&post, "/", &rpc(m, new.clone())).unwrap();
+            assert!(legacy_allowed(&post, "/", &rpc(m, cont.clone())).is_err());
+            assert!(legacy_allowed(&post, "/", &rpc(m, snake.clone())).is_err());
+        }
+        for m in [
+            "GetTask",
+            "ListTasks",
+            "CancelTask",
+            "SubscribeToTask",
+            "GetExtendedAgentCard",
+        ] {
+            assert!(
+                legacy_allowed(&post, "/", &rpc(m, new.clone())).is_err(),
+                "{m}"
+            );
+        }
+        let rest = serde_json::to_vec(&json!({ "message": new })).unwrap();
+        legacy_allowed(&post, "/message:send", &rest).unwrap();
+        legacy_allowed(&post, "/message:stream", &rest).unwrap();
+        let rest_cont = serde_json::to_vec(&json!({ "message": cont })).unwrap();
+        assert!(legacy_allowed(&post, "/message:send", &rest_cont).is_err());
+        for (method, path) in [
+            (axum::http::Method::GET, "/tasks"),
+            (axum::http::Method::GET, "/tasks/t-1"),
+            (post.clone(), "/tasks/t-1:cancel"),
+            (post.clone(), "/mcp"),
+            (axum::http::Method::GET, "/message:send"),
+        ] {
+            assert!(
+                legacy_allowed(&method, path, &rest).is_err(),
+                "{method} {path}"
+            );
+        }
+        assert!(legacy_allowed(&post, "/", b"[]").is_err(), "a batch");
+        assert!(legacy_allowed(&post, "/", b"{").is_err());
     }
 }

@@ -438,6 +438,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let mut auth_cfg = DidAuthConfig::new(public_base.clone());
     auth_cfg.per_did_nonces = a.per_did_nonces.unwrap_or(auth_cfg.per_did_nonces);
     auth_cfg.max_nonces = a.max_nonces.unwrap_or(auth_cfg.max_nonces);
+    auth_cfg.per_source_nonces = a
+        .per_source_nonces
+        .unwrap_or((auth_cfg.max_nonces / 32).max(1));
     auth_cfg.fetch_burst = a.fetch_burst.unwrap_or(auth_cfg.fetch_burst);
     auth_cfg.fetches_per_minute = a.fetches_per_minute.unwrap_or(auth_cfg.fetches_per_minute);
     if let Some(secs) = a.token_ttl_secs {

@@ -191,9 +191,11 @@ pub struct TasksSection {
 pub struct AuthSection {
     /// Live nonces per DID.
     pub per_did_nonces: Option<usize>,
+    /// Live nonces per source (IPv4 address, IPv6 /64); default `max_nonces / 32`.
+    pub per_source_nonces: Option<usize>,
     /// Live nonces in all.
     pub max_nonces: Option<usize>,
-    /// Uncached DID resolutions per client address, burst.
+    /// Uncached DID resolutions per source (IPv4 address, IPv6 /64), burst.
     pub fetch_burst: Option<u32>,
     /// And per minute.
     pub fetches_per_minute: Option<u32>,
@@ -459,7 +461,7 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
             "pushNotifications": false,
             "extensions": [{
                 "uri": DID_AUTH_EXTENSION,
-                "description": "Requests may be signed with the caller's DID: RFC 9421 HTTP Message Signatures in the ANP profile (Signature-Input, Signature, Content-Digest; keyid a DID URL of an authentication key) or ANP's Authorization: DIDWba header. Tasks belong to the signer's DID.",
+                "description": "Requests may be signed with the caller's DID: RFC 9421 HTTP Message Signatures in the ANP profile (Signature-Input, Signature, Content-Digest; keyid a DID URL of an authentication key); ANP's legacy Authorization: DIDWba header (aud: this host and port) starts new tasks only. Tasks belong to the signer's DID.",
                 "required": required,
             }],
         },

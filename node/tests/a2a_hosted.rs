@@ -506,14 +506,9 @@ async fn the_legacy_didwba_header_authenticates_over_http() {
         }
     };
     let nonce = httpsig::new_nonce();
-    let good = httpsig::sign_legacy(
-        &key,
-        &did,
-        did.method_specific_id(),
-        "127.0.0.1",
-        &nonce,
-        &now,
-    );
+    // The audience: this node's host and port.
+    let aud = httpsig::legacy_audience(&url).unwrap();
+    let good = httpsig::sign_legacy(&key, &did, did.method_specific_id(), &aud, &nonce, &now);
     let (status, v) = send(good.clone()).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(
@@ -920,7 +915,7 @@ async fn requests_failing_cheap_checks_fetch_no_did_document() {
         &me.key,
         me.kid.did(),
         fragment,
-        "127.0.0.1",
+        &httpsig::legacy_audience(&url).unwrap(),
         &httpsig::new_nonce(),
         &httpsig::format_utc_timestamp(now - 3600),
     );

@@ -8,7 +8,7 @@
 //! | check | refusal |
 //! |---|---|
 //! | the body is at most [`MAX_BODY`] bytes (read before anything else) | `413` |
-//! | policy `did`: an RFC 9421 signature (or ANP `DIDWba`) that the node's DID verifier accepts: the same one as the A2A routes, with its nonce quota and fetch budget; any policy: a signature that does not verify | `401` |
+//! | policy `did`: an RFC 9421 signature (not the legacy `DIDWba` header, which signs no body) that the node's DID verifier accepts: the same one as the A2A routes, with its nonce quota and fetch budget; any policy: a signature that does not verify | `401` |
 //! | `Host` is the public URL's host (any port) | `403` (rmcp) |
 //! | no `Origin` (browsers send one; non-browser MCP clients do not) | `403` (rmcp) |
 //! | `Mcp-Method`/`Mcp-Name` agree with the body | `400` (rmcp) |
