@@ -6,12 +6,15 @@
 //!
 //! | check | refusal |
 //! |---|---|
-//! | the admin token, only if the listener is not on a loopback address | `401` ([`gate`]) |
+//! | `Authorization: Bearer <admin token>` (`<data-dir>/admin.token`), on loopback too | `401` with `WWW-Authenticate: Bearer` ([`gate`]) |
 //! | `Host` is `localhost`, `127.0.0.1`, `[::1]` (any port) or the listener's address | `403` (rmcp) |
 //! | `Origin`, when present, is `http(s)://localhost`, `127.0.0.1` or `[::1]`, any port | `403` (rmcp; the spec's status) |
 //! | the body is at most [`MAX_BODY`] bytes, however it is framed | `413` (rmcp) |
 //! | `Mcp-Method`/`Mcp-Name` agree with the body | `400`, JSON-RPC `-32020` HeaderMismatch (rmcp; the spec's status) |
 //!
+//! The token is required on loopback too: a tool call reaches remote agents as the node's DID
+//! and reads and cancels its tasks, so any local user or process without the data directory
+//! must not. `agentnet mcp` on stdio needs no token (it runs as the data directory's owner).
 //! The `Authorization` header a client sends is read by [`gate`] only, never passed on: calls
 //! to agents carry the node's own DID signature.
 
@@ -146,39 +149,36 @@ pub fn allowed_origins() -> Vec<String> {
     v
 }
 
-/// Who may call `/mcp` before rmcp's checks: anyone on a loopback listener (the only bind
-/// `agentnet up` accepts), the admin token's holder otherwise.
+/// Who may call `/mcp` before rmcp's checks: the admin token's holder, on every listener.
 #[derive(Clone, Debug)]
 pub struct Gate {
-    token: Option<Token>,
+    token: Token,
 }
 
 impl Gate {
-    /// The gate of a listener bound at `addr`.
-    pub fn new(token: Token, addr: SocketAddr) -> Self {
-        Gate {
-            token: (!addr.ip().is_loopback()).then_some(token),
-        }
+    /// The gate of the admin token `token`.
+    pub fn new(token: Token) -> Self {
+        Gate { token }
     }
 
     /// Whether a request with these headers may pass.
     pub fn admits(&self, headers: &axum::http::HeaderMap) -> bool {
-        match &self.token {
-            None => true,
-            Some(t) => headers
-                .get(header::AUTHORIZATION)
-                .is_some_and(|h| t.accepts(h.as_bytes())),
-        }
+        headers
+            .get(header::AUTHORIZATION)
+            .is_some_and(|h| self.token.accepts(h.as_bytes()))
     }
 }
 
 /// Refuse a request [`Gate::admits`] refuses, with `401`.
 pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Response {
     if !g.admits(req.headers()) {
+        tracing::warn!("refused an /mcp request without the admin token");
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
-            "/mcp on a non-loopback listener needs `Authorization: Bearer <admin token>`",
+            "/mcp needs `Authorization: Bearer <token>` with the token in the node's \
+             <data-dir>/admin.token (docs/MCP.md shows a host configuration); \
+             or run `agentnet mcp` on stdio",
         )
             .into_response();
     }
@@ -201,7 +201,7 @@ pub fn router(server: Server, addr: SocketAddr, token: Token, stop: Cancellation
     );
     Router::new()
         .route_service(PATH, service)
-        .layer(middleware::from_fn_with_state(Gate::new(token, addr), gate))
+        .layer(middleware::from_fn_with_state(Gate::new(token), gate))
 }
 
 #[cfg(test)]
@@ -209,7 +209,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_token_is_required_off_loopback_only() {
+    fn the_token_is_required_on_every_listener() {
         let dir = tempfile::tempdir().unwrap();
         let token = Token::create(dir.path()).unwrap();
         let bearer = format!("Bearer {}", token.as_str());
@@ -219,13 +219,9 @@ mod tests {
         wrong.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
         let none = axum::http::HeaderMap::new();
 
-        let local = Gate::new(token.clone(), "127.0.0.1:7879".parse().unwrap());
-        assert!(local.admits(&none) && local.admits(&wrong) && local.admits(&with));
-        for addr in ["0.0.0.0:7879", "192.0.2.1:7879", "[::]:7879"] {
-            let g = Gate::new(token.clone(), addr.parse().unwrap());
-            assert!(!g.admits(&none), "{addr}");
-            assert!(!g.admits(&wrong), "{addr}");
-            assert!(g.admits(&with), "{addr}");
-        }
+        let g = Gate::new(token);
+        assert!(!g.admits(&none));
+        assert!(!g.admits(&wrong));
+        assert!(g.admits(&with));
     }
 }
