@@ -405,12 +405,36 @@ async fn the_endpoint_verifies_every_request() {
     let good = signed(&me, "POST", &open, &list_body());
     let r = post(&open, list_body()).headers(good).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let r = post(&open, list_body())
-        .header("origin", "https://evil.example")
+    for origin in [
+        "https://evil.example",
+        "http://127.0.0.1.evil.example",
+        "null",
+    ] {
+        let r = post(&open, list_body())
+            .header("origin", origin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{origin}");
+    }
+    // A page of the agent's own origin (its public URL's, here on loopback), or of a loopback
+    // origin on another port, is served, as `/mcp` serves it (before: 403 for every Origin).
+    let own = format!("http://{}", a.http());
+    for origin in [own.as_str(), "http://localhost:5173", "http://[::1]:3000"] {
+        let r = post(&open, list_body())
+            .header("origin", origin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{origin}");
+    }
+    let r = post(&url, body.clone())
+        .headers(signed(&me, "POST", &url, &body))
+        .header("origin", &own)
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 403);
+    assert_eq!(r.status(), 200, "signed, from the agent's own origin");
 
     // Our client in the 2025-11-25 era (a session: initialize, initialized, the GET stream,
     // tools/list, tools/call, DELETE): every request is signed and accepted by the DID agent.

@@ -563,6 +563,7 @@ pub fn build(
                 .ok()
                 .and_then(|u| u.host_str().map(str::to_owned))
                 .unwrap_or_default(),
+            origin: crate::mcp::hosted::origin_of(public_base),
             turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
         });
         out.push(Hosted {
