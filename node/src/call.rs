@@ -778,31 +778,31 @@ impl Caller {
         self.deadline(fut).await
     }
 
-    /// Read task `task_id` of `agent` until it is settled (done, or waiting for input) or
-    /// `max` has passed; the task as last read.
-    pub async fn wait(
-        &self,
-        agent: &Agent,
-        task_id: &str,
-        max: Duration,
-    ) -> Result<Task, CallError> {
+    /// Read task `task` of `agent` again until it is settled (done, or waiting for input) or
+    /// `until` has come; the task as last read. Every `GetTask` is bounded by the time left:
+    /// an agent that stops answering ends the wait at `until` all the same, with the task as
+    /// last read (`task` itself if no read came back).
+    pub async fn wait(&self, agent: &Agent, task: Task, until: Instant) -> Result<Task, CallError> {
         let client = self.client(agent)?;
-        let until = Instant::now() + max;
+        let task_id = task.id.clone();
+        let mut last = task;
         let mut wait = self.opts.poll_initial;
         loop {
-            let t = client
-                .get_task(&get(task_id, Some(HISTORY)))
-                .await
-                .map_err(CallError::Agent)?;
+            let req = get(&task_id, Some(HISTORY));
+            let Ok(read) = tokio::time::timeout_at(until, client.get_task(&req)).await else {
+                return Ok(last);
+            };
+            let t = read.map_err(CallError::Agent)?;
             if t.id != task_id {
                 return Err(CallError::Protocol(format!(
                     "GetTask {task_id} answered task {}",
                     t.id
                 )));
             }
+            last = t;
             let now = Instant::now();
-            if is_settled(&t.status.state) || now >= until {
-                return Ok(t);
+            if is_settled(&last.status.state) || now >= until {
+                return Ok(last);
             }
             tokio::time::sleep_until((now + wait).min(until)).await;
             wait = (wait * 2).min(self.opts.poll_max);
