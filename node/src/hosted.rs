@@ -25,7 +25,11 @@
 //!   does), follows the upstream task to a terminal or interrupted state (polling `GetTask`
 //!   with backoff), and maps it back: artifacts, status message, state. An `INPUT_REQUIRED`
 //!   upstream task is continued by the caller's next message (the upstream ids travel in the
-//!   question's metadata, `agentnet.upstream`); a cancel is forwarded.
+//!   question's metadata, `agentnet.upstream`); a cancel is forwarded. The upstream URL and
+//!   the card's interface URL are checked as every outgoing call is ([`crate::call::check_url`]:
+//!   `https` and public addresses, unless `allow_private = true` for a testnet or a loopback
+//!   upstream), connections pinned to the checked addresses, no redirects followed; requests
+//!   are signed as the node's DID, so the upstream sees this node (never its callers);
 //!
 //! Each agent has a policy, `did` (default: callers must sign) or `open`, and a key: by default
 //! a did:key generated at first start and kept in `<data-dir>/hosted/<id>.jwk` (mode 0600),
@@ -294,6 +298,9 @@ pub struct AgentConfig {
     pub env: Option<std::collections::BTreeMap<String, String>>,
     /// `proxy`: the upstream agent's base URL.
     pub upstream: Option<String>,
+    /// `proxy`: allow an upstream on plain `http`, on loopback or a private address (testnets);
+    /// default false.
+    pub allow_private: Option<bool>,
     /// Serve an MCP endpoint at `/a2a/<id>/mcp` (tool `echo` for kind `echo`, `send_message`
     /// for the others), under the agent's policy,
     /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
@@ -378,11 +385,11 @@ impl AgentConfig {
                 || self.timeout_secs.is_some()
                 || self.max_output_bytes.is_some()
                 || self.env.is_some(),
-            self.upstream.is_some(),
+            self.upstream.is_some() || self.allow_private.is_some(),
         );
         match self.kind {
             Kind::Echo if has != (false, false, false) => {
-                return bad("echo takes no work_ms, command, env or upstream")
+                return bad("echo takes no work_ms, command, env, upstream or allow_private")
             }
             Kind::Ask if has.1 || has.2 => return bad("ask takes only work_ms"),
             Kind::Command if has.0 || has.2 => {
@@ -407,12 +414,19 @@ impl AgentConfig {
                      the command runs in a working directory of its own",
                 )
             }
-            Kind::Proxy if has.0 || has.1 => return bad("proxy takes only upstream"),
+            Kind::Proxy if has.0 || has.1 => {
+                return bad("proxy takes only upstream and allow_private")
+            }
             Kind::Proxy => {
                 let u = self.upstream.as_deref().unwrap_or_default();
                 match url::Url::parse(u) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                    _ => return bad("proxy needs upstream = \"http(s)://…\""),
+                    Ok(u) if u.scheme() == "https" => {}
+                    Ok(u) if u.scheme() == "http" && self.allow_private == Some(true) => {}
+                    Ok(u) if u.scheme() == "http" => {
+                        return bad("proxy upstream on plain http needs allow_private = true \
+                             (testnets and loopback only; https otherwise)")
+                    }
+                    _ => return bad("proxy needs upstream = \"https://…\""),
                 }
             }
             _ => {}
@@ -600,7 +614,7 @@ pub fn build(
     data_dir: &Path,
     tasks: &Arc<TaskDb>,
     auth: Arc<dyn Authenticator>,
-    http: reqwest::Client,
+    node_signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
 ) -> Result<Vec<Hosted>, ConfigError> {
     let mut out = Vec::new();
     let commands = cfg.agent.iter().filter(|a| a.kind == Kind::Command).count();
@@ -658,7 +672,8 @@ pub fn build(
             }
             Kind::Proxy => Arc::new(ProxyAgent {
                 upstream: a.upstream.clone().unwrap_or_default(),
-                http: http.clone(),
+                allow_private: a.allow_private == Some(true),
+                signer: node_signer.clone(),
                 client: Arc::new(tokio::sync::OnceCell::new()),
             }),
         };
@@ -906,11 +921,18 @@ impl Handler for CommandAgent {
 }
 
 /// Forwards turns to an upstream A2A agent.
+#[derive(Clone)]
 struct ProxyAgent {
     upstream: String,
-    http: reqwest::Client,
+    /// Upstream addresses may be loopback or private, and `http`.
+    allow_private: bool,
+    /// Signs upstream requests (the node's DID).
+    signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
     client: Arc<tokio::sync::OnceCell<Arc<Client>>>,
 }
+
+/// Each upstream request: connect within 10 s, answer within 60 s.
+const PROXY_TIMEOUTS: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(60));
 
 /// The metadata key carrying the upstream task's ids in an `INPUT_REQUIRED` question.
 const UPSTREAM_KEY: &str = "agentnet.upstream";
@@ -923,15 +945,29 @@ impl ProxyAgent {
             .get_or_try_init(|| async {
                 let base = url::Url::parse(&self.upstream)
                     .map_err(|e| HandlerError(format!("upstream URL: {e}")))?;
-                let card = client::fetch_card(&self.http, &base, ClientLimits::default())
+                let http = self.pinned(&base).await?;
+                let card = client::fetch_card(&http, &base, ClientLimits::default())
                     .await
                     .map_err(|e| HandlerError(format!("upstream card: {e}")))?;
-                Client::from_card(self.http.clone(), &card, None)
-                    .map(Arc::new)
-                    .map_err(|e| HandlerError(format!("upstream: {e}")))
+                let endpoint = client::choose_interface(&card)
+                    .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+                // The card names its own URL, perhaps on another host: checked the same way.
+                let http = self.pinned(&endpoint.url).await?;
+                Ok(Arc::new(Client::new(http, endpoint, self.signer.clone())))
             })
             .await
             .cloned()
+    }
+
+    /// An HTTP client for `url`, its addresses checked and pinned, no redirects.
+    async fn pinned(&self, url: &url::Url) -> Result<reqwest::Client, HandlerError> {
+        let addrs = crate::call::check_url(url, self.allow_private)
+            .await
+            .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+        crate::call::pinned(url, &addrs, PROXY_TIMEOUTS.0)
+            .timeout(PROXY_TIMEOUTS.1)
+            .build()
+            .map_err(|e| HandlerError(format!("upstream client: {e}")))
     }
 }
 
@@ -975,11 +1011,7 @@ impl Handler for ProxyAgent {
         turn: Turn,
         _updates: Updates,
     ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
-        let this = ProxyAgent {
-            upstream: self.upstream.clone(),
-            http: self.http.clone(),
-            client: self.client.clone(),
-        };
+        let this = self.clone();
         Box::pin(async move {
             let client = this.client().await?;
             // Continue the upstream task this one is waiting on, if any.
@@ -1090,6 +1122,21 @@ mod tests {
         let e =
             config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nenv = { A = \"1\" }\n").unwrap_err();
         assert!(e.to_string().contains("env"), "{e}");
+    }
+
+    #[test]
+    fn a_plain_http_proxy_upstream_needs_allow_private() {
+        let proxy = |rest: &str| format!("[[agent]]\nid = \"p\"\nkind = \"proxy\"\n{rest}\n");
+        assert!(config(&proxy("upstream = \"https://agents.example/a\"")).is_ok());
+        let e = config(&proxy("upstream = \"http://127.0.0.1:9/a\"")).unwrap_err();
+        assert!(e.to_string().contains("allow_private = true"), "{e}");
+        assert!(config(&proxy(
+            "upstream = \"http://127.0.0.1:9/a\"\nallow_private = true"
+        ))
+        .is_ok());
+        let e =
+            config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nallow_private = true\n").unwrap_err();
+        assert!(e.to_string().contains("allow_private"), "{e}");
     }
 
     #[test]
