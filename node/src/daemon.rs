@@ -200,9 +200,6 @@ pub enum Error {
     /// The DID resolver could not be built.
     #[error("DID resolver: {0}")]
     Resolver(#[source] agentnet_did::web::BuildError),
-    /// The HTTP client for proxied (upstream) agents could not be built.
-    #[error("HTTP client for upstream agents: {0}")]
-    UpstreamClient(#[source] reqwest::Error),
     /// The network did not start.
     #[error(transparent)]
     Net(#[from] net::Error),
