@@ -15,7 +15,10 @@
 //!
 //! Every HTTP request is checked, not only the first of a session: `GET` and `DELETE` of a
 //! 2025-11-25 session too. Sessions are in memory, at most [`super::http::MAX_SESSIONS`] per
-//! agent, closed after 5 minutes idle.
+//! agent, [`super::http::MAX_SESSIONS_PER_OWNER`] per caller (DID, or the anonymous callers of
+//! one source) and [`super::http::MAX_SESSIONS_PER_SOURCE`] per source (the guard passes the
+//! verified caller down to the session manager, [`super::http::opened_by`]), closed after 5
+//! minutes idle.
 //!
 //! Tools by kind: `echo` offers the tool `echo` (returns the text). Every other kind (`ask`,
 //! `command`, `proxy`) offers `send_message`: one turn of the agent, run by its A2A task engine
@@ -208,10 +211,25 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
         )
             .into_response();
     }
+    // The sessions it may open count against the caller's and its address's shares.
+    let source = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| super::http::source_of(c.0.ip()))
+        .unwrap_or_else(|| "unknown".into());
+    let opener = super::http::Opener {
+        owner: caller
+            .clone()
+            .unwrap_or_else(|| format!("anonymous@{source}")),
+        source,
+    };
     let mut parts = parts;
     parts.extensions.insert(Verified(caller));
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    super::http::opened_by(
+        opener,
+        next.run(Request::from_parts(parts, Body::from(bytes))),
+    )
+    .await
 }
 
 /// `echo`.

@@ -45,6 +45,46 @@ pub const PATH: &str = "/mcp";
 /// Most open sessions of the 2025-11-25 era (each has a task and a channel; the 2026-07-28 era
 /// has none). A session closes after 5 minutes idle (rmcp's default) or on `DELETE`.
 pub const MAX_SESSIONS: usize = 256;
+/// Most of them one caller (a verified DID, or the anonymous callers of one source) holds,
+/// where the layer in front of rmcp knows the caller (hosted endpoints: [`opened_by`]).
+pub const MAX_SESSIONS_PER_OWNER: usize = 16;
+/// Most of them one source (an IPv4 address, an IPv6 /64) holds, whatever DIDs it signs with.
+pub const MAX_SESSIONS_PER_SOURCE: usize = 16;
+
+/// Who opens a session: what the layer in front of rmcp verified (rmcp's session manager is
+/// not told who asks, so the layer passes it down with [`opened_by`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Opener {
+    /// The verified DID, or `anonymous@<source>`.
+    pub owner: String,
+    /// The caller's network block ([`source_of`]).
+    pub source: String,
+}
+
+tokio::task_local! {
+    static OPENER: Opener;
+}
+
+/// Run `f` (the rest of the request) with `who` as the opener of any session it creates: rmcp
+/// creates a session inside the request's own future, so [`Sessions`] sees it there.
+pub async fn opened_by<F: std::future::Future>(who: Opener, f: F) -> F::Output {
+    OPENER.scope(who, f).await
+}
+
+/// The network block of a client address, the unit of per-source shares: an IPv4 address, or
+/// an IPv6 /64 (a host is handed at least that much; an IPv4-mapped address counts as IPv4).
+pub fn source_of(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
+}
 
 /// Why a session operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,15 +95,74 @@ pub enum SessionError {
         "too many MCP sessions are open ({MAX_SESSIONS}); close one or use protocol 2026-07-28"
     )]
     TooMany,
+    /// The caller holds [`MAX_SESSIONS_PER_OWNER`].
+    #[error(
+        "too many MCP sessions are open for your DID ({MAX_SESSIONS_PER_OWNER}); close one \
+         (DELETE) or use protocol 2026-07-28"
+    )]
+    TooManyForOwner,
+    /// The caller's source holds [`MAX_SESSIONS_PER_SOURCE`].
+    #[error(
+        "too many MCP sessions are open from your address ({MAX_SESSIONS_PER_SOURCE}); close \
+         one (DELETE) or use protocol 2026-07-28"
+    )]
+    TooManyForSource,
     /// rmcp's session manager failed.
     #[error(transparent)]
     Local(#[from] LocalSessionManagerError),
 }
 
-/// rmcp's in-memory session manager, with at most [`MAX_SESSIONS`] sessions.
+/// rmcp's in-memory session manager, with at most [`MAX_SESSIONS`] sessions, and, for the
+/// sessions whose [`Opener`] is known, at most [`MAX_SESSIONS_PER_OWNER`] per owner and
+/// [`MAX_SESSIONS_PER_SOURCE`] per source.
 #[derive(Debug, Default)]
 pub struct Sessions {
     local: LocalSessionManager,
+    shares: std::sync::Mutex<Shares>,
+}
+
+/// Who holds which session, and how many each.
+#[derive(Debug, Default)]
+struct Shares {
+    by_session: std::collections::HashMap<SessionId, Opener>,
+    owners: std::collections::HashMap<String, usize>,
+    sources: std::collections::HashMap<String, usize>,
+}
+
+impl Shares {
+    /// Take one session for `who`, or say whose share is full.
+    fn reserve(&mut self, who: &Opener) -> Result<(), SessionError> {
+        if self.owners.get(&who.owner).copied().unwrap_or(0) >= MAX_SESSIONS_PER_OWNER {
+            return Err(SessionError::TooManyForOwner);
+        }
+        if self.sources.get(&who.source).copied().unwrap_or(0) >= MAX_SESSIONS_PER_SOURCE {
+            return Err(SessionError::TooManyForSource);
+        }
+        *self.owners.entry(who.owner.clone()).or_default() += 1;
+        *self.sources.entry(who.source.clone()).or_default() += 1;
+        Ok(())
+    }
+
+    /// Give back one session of `who`.
+    fn release(&mut self, who: &Opener) {
+        for (map, key) in [
+            (&mut self.owners, &who.owner),
+            (&mut self.sources, &who.source),
+        ] {
+            if let Some(n) = map.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+}
+
+impl Sessions {
+    fn lock_shares(&self) -> std::sync::MutexGuard<'_, Shares> {
+        self.shares.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl SessionManager for Sessions {
@@ -77,7 +176,27 @@ impl SessionManager for Sessions {
             tracing::warn!(max = MAX_SESSIONS, "refused an MCP session: too many open");
             return Err(SessionError::TooMany);
         }
-        Ok(self.local.create_session().await?)
+        let who = OPENER.try_with(Opener::clone).ok();
+        if let Some(w) = &who {
+            if let Err(e) = self.lock_shares().reserve(w) {
+                tracing::warn!(owner = %w.owner, source = %w.source, "refused an MCP session: {e}");
+                return Err(e);
+            }
+        }
+        match self.local.create_session().await {
+            Ok((id, t)) => {
+                if let Some(w) = who {
+                    self.lock_shares().by_session.insert(id.clone(), w);
+                }
+                Ok((id, t))
+            }
+            Err(e) => {
+                if let Some(w) = &who {
+                    self.lock_shares().release(w);
+                }
+                Err(e.into())
+            }
+        }
     }
 
     async fn initialize_session(
@@ -93,6 +212,12 @@ impl SessionManager for Sessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        {
+            let mut shares = self.lock_shares();
+            if let Some(w) = shares.by_session.remove(id) {
+                shares.release(&w);
+            }
+        }
         Ok(self.local.close_session(id).await?)
     }
 
@@ -207,6 +332,38 @@ pub fn router(server: Server, addr: SocketAddr, token: Token, stop: Cancellation
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_are_per_owner_and_per_source_and_given_back() {
+        let who = |o: &str, s: &str| Opener {
+            owner: o.into(),
+            source: s.into(),
+        };
+        let mut sh = Shares::default();
+        for _ in 0..MAX_SESSIONS_PER_OWNER {
+            sh.reserve(&who("did:a", "192.0.2.1")).unwrap();
+        }
+        assert!(matches!(
+            sh.reserve(&who("did:a", "192.0.2.9")),
+            Err(SessionError::TooManyForOwner)
+        ));
+        assert!(matches!(
+            sh.reserve(&who("did:b", "192.0.2.1")),
+            Err(SessionError::TooManyForSource)
+        ));
+        sh.reserve(&who("did:b", "192.0.2.2")).unwrap();
+        sh.release(&who("did:a", "192.0.2.1"));
+        sh.reserve(&who("did:c", "192.0.2.1")).unwrap();
+        for _ in 0..MAX_SESSIONS_PER_OWNER {
+            sh.release(&who("did:a", "192.0.2.1"));
+        }
+        assert!(!sh.owners.contains_key("did:a"), "no key kept at zero");
+        assert_eq!(
+            source_of("2001:db8:1:2:3:4:5:6".parse().unwrap()),
+            "2001:db8:1:2::/64"
+        );
+        assert_eq!(source_of("::ffff:192.0.2.7".parse().unwrap()), "192.0.2.7");
+    }
 
     #[test]
     fn the_token_is_required_on_every_listener() {
