@@ -36,6 +36,7 @@ RMCP_ECHO="$BENCH_TARGET/release/rmcp-echo"
 
 DIR=$(mktemp -d)
 PIDS=()
+AUTH= # the Authorization header's value, for agentnet's /mcp only
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   rm -rf "$DIR"
@@ -73,6 +74,7 @@ wrk.headers["Accept"] = "application/json, text/event-stream"
 wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
 wrk.headers["Mcp-Method"] = "tools/call"
 wrk.headers["Mcp-Name"] = "$1"
+${AUTH:+wrk.headers["Authorization"] = "$AUTH"}
 wrk.body = "$body"
 LUA
 }
@@ -81,7 +83,7 @@ check() { # URL TOOL ARGS_JSON
   local out
   out=$(curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
     -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H "Mcp-Name: $2" \
-    --data "$(body_of "$2" "$3")" "$1")
+    ${AUTH:+-H "Authorization: $AUTH"} --data "$(body_of "$2" "$3")" "$1")
   echo "   one response: ${out:0:400}"
   case "$out" in *'"structuredContent"'*'"isError":false'*|*'"isError":false'*'"structuredContent"'*) ;;
     *) echo "not a successful tool result" >&2; exit 1 ;; esac
@@ -121,6 +123,8 @@ echo "   signed $AGENTS advertisements in $(echo "$T1 - $T0" | bc) s; imported $
 FOUND=$("$AGENTNET" discover --skill "$TAG" --limit 50 --json --data-dir "$DATA" | python3 -c 'import json,sys;print(len(json.load(sys.stdin)))')
 echo "   agentnet discover --skill $TAG --limit 50: $FOUND agents"
 echo "   node RSS before load: $(grep VmRSS /proc/$NODE_PID/status)"
+# /mcp needs the admin token (docs/MCP.md).
+AUTH="Bearer $(cat "$DATA/admin.token")"
 run_wrk node "http://$ADMIN/mcp" discover_agents "{\"tags\":[\"$TAG\"]}"
 echo "   node RSS after load: $(grep VmRSS /proc/$NODE_PID/status)"
 

@@ -1,8 +1,8 @@
 //! The MCP server of the real binary: `agentnet up` hosting and publishing an `echo` and an `ask`
 //! agent, used by rmcp's own client over stdio (`agentnet mcp`) and over Streamable HTTP
 //! (`/mcp`), in both protocol eras (2025-11-25 `initialize`, 2026-07-28 `server/discover`);
-//! then attacked over raw HTTP (forged Origin, wrong Host, oversized body, mismatched
-//! `Mcp-Method`, the admin API's token still required beside `/mcp`).
+//! then attacked over raw HTTP (no or a wrong admin token, forged Origin, wrong Host, oversized
+//! body, mismatched `Mcp-Method`, the admin API's token still required beside `/mcp`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use agentnet_did::SecretKey;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
 use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientLifecycleMode, ClientServiceExt as _, RoleClient};
 use serde_json::{json, Value};
@@ -45,9 +46,13 @@ struct Node {
 
 impl Node {
     async fn start() -> Node {
+        Self::start_with(CONFIG).await
+    }
+
+    async fn start_with(config: &str) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("node.toml");
-        std::fs::write(&cfg, CONFIG).unwrap();
+        std::fs::write(&cfg, config).unwrap();
         let data = dir.path().join("data");
         let mut cmd = Command::new(BIN);
         cmd.args(["up", "--data-dir"])
@@ -76,6 +81,23 @@ impl Node {
 
     fn url(&self) -> String {
         format!("http://{}/mcp", self.admin())
+    }
+
+    /// The admin token `/mcp` needs, as a host reads it from the data directory.
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.data().join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    /// `headers` with this node's `Authorization: Bearer <admin token>`.
+    fn authed(&self, headers: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+        with(
+            headers,
+            "authorization",
+            &format!("Bearer {}", self.token()),
+        )
     }
 }
 
@@ -112,10 +134,12 @@ async fn stdio_client(data: &Path, era: &str) -> Client {
         .expect("the stdio client starts")
 }
 
-async fn http_client(url: &str, era: &str) -> Client {
+async fn http_client(url: &str, token: &str, era: &str) -> Client {
     // reqwest 0.13 is built without a default crypto provider (docs/MCP.md).
     agentnet_node::mcp::client::install_crypto_provider();
-    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token),
+    );
     ().serve_with_lifecycle(transport, mode(era))
         .await
         .expect("the HTTP client starts")
@@ -380,7 +404,7 @@ async fn every_tool_over_stdio_and_http_in_both_eras() {
         let c = stdio_client(&node.data(), era).await;
         exercise(&c, &node, &format!("stdio {era}")).await;
         c.cancel().await.unwrap();
-        let c = http_client(&node.url(), era).await;
+        let c = http_client(&node.url(), &node.token(), era).await;
         exercise(&c, &node, &format!("http {era}")).await;
         c.cancel().await.unwrap();
     }
@@ -535,6 +559,7 @@ async fn http_refuses_what_the_spec_refuses() {
     let node = Node::start().await;
     let url = node.url();
     let (h, body) = modern("tools/list", 1);
+    let h = node.authed(&h);
     let bytes = serde_json::to_vec(&body).unwrap();
 
     // The request as a client sends it passes: the refusals below are for what was changed.
@@ -595,6 +620,7 @@ async fn http_refuses_what_the_spec_refuses() {
     assert_eq!(s, 400, "{text}");
     // The same for Mcp-Name on a tools/call, and MCP-Protocol-Version against the body's _meta.
     let mut call = modern("tools/call", 3);
+    call.0 = node.authed(&call.0);
     call.1["params"]["name"] = json!("list_peers");
     call.1["params"]["arguments"] = json!({});
     let call_bytes = serde_json::to_vec(&call.1).unwrap();
@@ -622,6 +648,7 @@ async fn http_refuses_what_the_spec_refuses() {
     // A tools/call whose arguments are not the schema's, or out of our bounds: a tool error the
     // model reads (the spec's input validation errors); an unknown tool: a JSON-RPC error.
     let mut call = modern("tools/call", 2);
+    call.0 = node.authed(&call.0);
     call.1["params"]["name"] = json!("discover_agents");
     let hh = with(&call.0, "mcp-name", "discover_agents");
     for args in [json!({"tags": 7}), json!({"tags": ["x".repeat(65)]})] {
@@ -644,6 +671,7 @@ async fn http_refuses_what_the_spec_refuses() {
         .build()
         .unwrap()
         .get(&url)
+        .bearer_auth(node.token())
         .header("accept", "text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .send()
@@ -656,17 +684,16 @@ async fn http_refuses_what_the_spec_refuses() {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}});
-    let h0 = vec![
+    let h0 = node.authed(&[
         ("content-type", "application/json".to_owned()),
         ("accept", "application/json, text/event-stream".to_owned()),
-    ];
+    ]);
     let (s, headers, text) = post(&url, &h0, serde_json::to_vec(&init).unwrap()).await;
     assert_eq!(s, 200, "{text}");
     assert!(headers.contains_key("mcp-session-id"), "{headers:?}");
     assert!(text.contains("2025-11-25"), "{text}");
 
-    // /mcp needs no token on loopback, but the admin API beside it still does, unknown paths
-    // included; and an MCP client's Authorization header gets it nothing more.
+    // The admin API beside /mcp needs the token too, unknown paths included.
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let admin = node.admin();
     for path in ["/admin/v1/peers", "/admin/v1/nothing", "/mcp/x", "/"] {
@@ -686,6 +713,64 @@ async fn http_refuses_what_the_spec_refuses() {
         .unwrap()
         .status();
     assert_eq!(s.as_u16(), 401);
+}
+
+/// The attacker: another local user or process, without the data directory, posts a tool call
+/// to `/mcp` on loopback, with no token or a wrong one, in both eras. Refused with 401 and
+/// `WWW-Authenticate: Bearer`, and the tool did not run: the command agent it asked for never
+/// started (its marker file is absent); with the token the same call runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_without_the_admin_token_is_refused_and_no_tool_runs() {
+    let marker_dir = tempfile::tempdir().unwrap();
+    let marker = marker_dir.path().join("ran");
+    let config = format!(
+        "[mcp]\nallow_private = true\n\n[[agent]]\nid = \"touch\"\nkind = \"command\"\n\
+         tags = [\"touch-mcp\"]\ncommand = [\"/bin/sh\", \"-c\", \"echo ran >> {}; echo done\"]\n",
+        marker.display()
+    );
+    let node = Node::start_with(&config).await;
+    let url = node.url();
+    let mut call = modern("tools/call", 1);
+    call.1["params"]["name"] = json!("send_message");
+    call.1["params"]["arguments"] = json!({"tags": ["touch-mcp"], "text": "x"});
+    call.0.push(("mcp-name", "send_message".to_owned()));
+    let body = serde_json::to_vec(&call.1).unwrap();
+    let init = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}))
+    .unwrap();
+    let h0 = vec![
+        ("content-type", "application/json".to_owned()),
+        ("accept", "application/json, text/event-stream".to_owned()),
+    ];
+    for auth in [
+        None,
+        Some("Bearer not-the-token".to_owned()),
+        Some(format!("Bearer {}x", node.token())),
+        Some(node.token()),
+    ] {
+        for (h, b) in [(&call.0, &body), (&h0, &init)] {
+            let h = match &auth {
+                Some(a) => with(h, "authorization", a),
+                None => h.clone(),
+            };
+            let (s, headers, text) = post(&url, &h, b.clone()).await;
+            assert_eq!(s, 401, "{auth:?}: {text}");
+            assert_eq!(headers["www-authenticate"], "Bearer", "{auth:?}");
+            assert!(!headers.contains_key("mcp-session-id"), "{auth:?}");
+            assert!(text.contains("admin.token"), "{text}");
+        }
+    }
+    assert!(!marker.exists(), "a refused call ran the command");
+    // The same call with the token runs it: the refusals above are about the token.
+    let (s, _, text) = post(&url, &node.authed(&call.0), body.clone()).await;
+    assert_eq!(s, 200, "{text}");
+    assert!(text.contains("TASK_STATE_COMPLETED"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "ran\n",
+        "only the call with the token ran the command"
+    );
 }
 
 /// POST `body` to `/mcp` with `Transfer-Encoding: chunked` (no `Content-Length`) over a raw
@@ -728,10 +813,10 @@ async fn sessions_of_the_earlier_era_are_capped() {
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}}))
     .unwrap();
-    let h = vec![
+    let h = node.authed(&[
         ("content-type", "application/json".to_owned()),
         ("accept", "application/json, text/event-stream".to_owned()),
-    ];
+    ]);
     let mut ids = Vec::new();
     for _ in 0..agentnet_node::mcp::http::MAX_SESSIONS {
         let (s, headers, text) = post(&url, &h, init.clone()).await;
@@ -744,12 +829,13 @@ async fn sessions_of_the_earlier_era_are_capped() {
     assert!(text.contains("too many MCP sessions"), "{text}");
     // Stateless requests need no session: still served.
     let (mh, body) = modern("tools/list", 1);
-    let (s, _, _) = post(&url, &mh, serde_json::to_vec(&body).unwrap()).await;
+    let (s, _, _) = post(&url, &node.authed(&mh), serde_json::to_vec(&body).unwrap()).await;
     assert_eq!(s, 200);
     // A closed session makes room.
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let s = http
         .delete(&url)
+        .bearer_auth(node.token())
         .header("mcp-session-id", &ids[0])
         .header("mcp-protocol-version", "2025-11-25")
         .send()

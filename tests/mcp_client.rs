@@ -405,12 +405,36 @@ async fn the_endpoint_verifies_every_request() {
     let good = signed(&me, "POST", &open, &list_body());
     let r = post(&open, list_body()).headers(good).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let r = post(&open, list_body())
-        .header("origin", "https://evil.example")
+    for origin in [
+        "https://evil.example",
+        "http://127.0.0.1.evil.example",
+        "null",
+    ] {
+        let r = post(&open, list_body())
+            .header("origin", origin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{origin}");
+    }
+    // A page of the agent's own origin (its public URL's, here on loopback), or of a loopback
+    // origin on another port, is served, as `/mcp` serves it (before: 403 for every Origin).
+    let own = format!("http://{}", a.http());
+    for origin in [own.as_str(), "http://localhost:5173", "http://[::1]:3000"] {
+        let r = post(&open, list_body())
+            .header("origin", origin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{origin}");
+    }
+    let r = post(&url, body.clone())
+        .headers(signed(&me, "POST", &url, &body))
+        .header("origin", &own)
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 403);
+    assert_eq!(r.status(), 200, "signed, from the agent's own origin");
 
     // Our client in the 2025-11-25 era (a session: initialize, initialized, the GET stream,
     // tools/list, tools/call, DELETE): every request is signed and accepted by the DID agent.
@@ -752,4 +776,95 @@ tags = ["mcp-shout"]
         json!(["QUIET WORDS"]),
         "{v}"
     );
+}
+
+/// A signed 2025-11-25 `initialize` at `url`: the status, the session id, the body.
+async fn open_session(
+    http: &reqwest::Client,
+    url: &str,
+    init: &[u8],
+    id: &Identity,
+) -> (u16, Option<String>, String) {
+    let r = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .headers(signed(id, "POST", url, init))
+        .body(init.to_vec())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, session, r.text().await.unwrap_or_default())
+}
+
+/// The attacker: one DID opens 2025-11-25 sessions at a hosted endpoint as fast as it can
+/// (before, one DID took all 256 of the agent in 4 s); then fresh DIDs from the same address.
+/// Now one DID holds at most 16, one address 16 whatever DIDs it signs with: the rest are
+/// refused with the reason; a caller from another address (127.0.0.2) still gets a session,
+/// and a closed session gives its share back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_sessions_are_shared_out_per_did_and_per_address() {
+    use agentnet_node::mcp::http::{MAX_SESSIONS_PER_OWNER, MAX_SESSIONS_PER_SOURCE};
+    let a = Node::start(Some(CONFIG), None).await;
+    let url = a.mcp_url("echo");
+    let init = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}))
+    .unwrap();
+    let from = |ip: &str| {
+        reqwest::Client::builder()
+            .no_proxy()
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
+    let here = from("127.0.0.1");
+    let greedy = Identity::did_key(SecretKey::generate());
+    let mut ids = Vec::new();
+    for _ in 0..MAX_SESSIONS_PER_OWNER {
+        let (s, id, text) = open_session(&here, &url, &init, &greedy).await;
+        assert_eq!(s, 200, "{text}");
+        ids.push(id.unwrap());
+    }
+    let (s, id, text) = open_session(&here, &url, &init, &greedy).await;
+    assert_eq!((s, id), (500, None), "{text}");
+    assert!(text.contains("for your DID"), "{text}");
+    // Fresh DIDs from the same address: its share is taken too.
+    assert_eq!(MAX_SESSIONS_PER_SOURCE, MAX_SESSIONS_PER_OWNER);
+    let (s, _, text) = open_session(
+        &here,
+        &url,
+        &init,
+        &Identity::did_key(SecretKey::generate()),
+    )
+    .await;
+    assert_eq!(s, 500, "{text}");
+    assert!(text.contains("from your address"), "{text}");
+    // Another address is served.
+    let (s, id, text) = open_session(
+        &from("127.0.0.2"),
+        &url,
+        &init,
+        &Identity::did_key(SecretKey::generate()),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    assert!(id.is_some());
+    // A closed session gives its share back.
+    let r = here
+        .delete(&url)
+        .header("mcp-session-id", &ids[0])
+        .header("mcp-protocol-version", "2025-11-25")
+        .headers(signed(&greedy, "DELETE", &url, b""))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let (s, _, text) = open_session(&here, &url, &init, &greedy).await;
+    assert_eq!(s, 200, "{text}");
 }

@@ -79,6 +79,13 @@ impl Node {
         format!("http://{}/mcp", self.info["admin"].as_str().unwrap())
     }
 
+    /// The header `/mcp` needs, `Authorization: Bearer <token>`, the token read from the data
+    /// directory as a host configuration does (docs/MCP.md).
+    fn mcp_auth(&self) -> String {
+        let token = std::fs::read_to_string(self.dir.join("admin.token")).unwrap();
+        format!("Authorization: Bearer {}", token.trim())
+    }
+
     /// The first listen address (ends in `/p2p/<peer id>`).
     fn addr(&self) -> String {
         self.info["listen"][0].as_str().unwrap().to_owned()
@@ -275,7 +282,7 @@ fn python_sdk_over_stdio_and_http_in_both_eras_finds_and_messages_the_echo_agent
             cmd.args(["--era", era])
                 .args(call_args(&echo_calls(&did, tag, &text)));
             if transport == "http" {
-                cmd.args(["--url", &node.mcp_url()]);
+                cmd.args(["--url", &node.mcp_url(), "--header", &node.mcp_auth()]);
             } else {
                 // The data directory of a running node: `agentnet mcp` uses its admin API.
                 cmd.args([
@@ -303,7 +310,7 @@ fn typescript_sdk_over_http_finds_and_messages_the_echo_agent() {
     let did = node.wait_for_agent(tag);
     let text = "hello from typescript";
     let mut cmd = ts_client(&node_dir);
-    cmd.arg(node.mcp_url())
+    cmd.args([node.mcp_url(), "--header".into(), node.mcp_auth()])
         .args(call_args(&echo_calls(&did, tag, text)));
     let v = passes(cmd);
     assert_eq!(v["protocolVersion"], "2025-11-25", "{v:#}");
@@ -341,6 +348,7 @@ fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
         for era in ERAS {
             let mut cmd = python_client(&python);
             cmd.args(["--era", era, "--url", &node.mcp_url(), "--header", header]);
+            cmd.args(["--header", &node.mcp_auth()]);
             cmd.args(["--call", "list_peers", "{}"]);
             let (ok, v) = run(cmd);
             assert!(
@@ -360,6 +368,8 @@ fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
             &node.mcp_url(),
             "--header",
             header,
+            "--header",
+            &node.mcp_auth(),
             "--call",
             "list_peers",
             "{}",
@@ -385,6 +395,8 @@ fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
             &node.mcp_url(),
             "--header",
             &header,
+            "--header",
+            &node.mcp_auth(),
         ]);
         let v = passes(cmd);
         assert!(
@@ -401,8 +413,46 @@ fn sdk_clients_from_a_foreign_origin_or_host_are_refused() {
         &node.mcp_url(),
         "--header",
         &format!("Origin: http://127.0.0.1:{port}"),
+        "--header",
+        &node.mcp_auth(),
     ]);
     passes(cmd);
+}
+
+/// The attacker: a local process without the data directory points an SDK client at `/mcp`,
+/// with no token or a wrong one: 401 before any tool runs, in both eras.
+#[test]
+fn sdk_clients_without_the_admin_token_are_refused() {
+    let Some((python, node_dir)) = tools() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(&dir.path().join("node"), ECHO_AGENT, &[]);
+    for header in [None, Some("Authorization: Bearer not-the-token")] {
+        for era in ERAS {
+            let mut cmd = python_client(&python);
+            cmd.args(["--era", era, "--url", &node.mcp_url()]);
+            if let Some(h) = header {
+                cmd.args(["--header", h]);
+            }
+            cmd.args(["--call", "list_peers", "{}"]);
+            let (ok, v) = run(cmd);
+            assert!(!ok && v["ok"] == false, "python {era} {header:?}: {v:#}");
+            let statuses = v["httpStatuses"].as_array().unwrap();
+            assert!(
+                !statuses.is_empty() && statuses.iter().all(|s| s == 401),
+                "python {era} {header:?}: {v:#}"
+            );
+        }
+        let mut cmd = ts_client(&node_dir);
+        cmd.arg(node.mcp_url());
+        if let Some(h) = header {
+            cmd.args(["--header", h]);
+        }
+        cmd.args(["--call", "list_peers", "{}"]);
+        let (ok, v) = run(cmd);
+        assert!(!ok && v["ok"] == false, "ts {header:?}: accepted: {v:#}");
+    }
 }
 
 /// The end to end: three `agentnet up` processes on loopback (node 2 bootstraps from

@@ -656,57 +656,16 @@ impl Caller {
         })
     }
 
-    /// Where an endpoint points: `https` (or `http` with `allow_private`), and every address
-    /// its host resolves to public unless `allow_private`: the addresses to connect to (pin
-    /// them in the HTTP client, so DNS cannot swap them afterwards).
+    /// Where an endpoint points: [`check_url`] under this caller's `allow_private`.
     pub async fn check_address(&self, url: &url::Url) -> Result<Vec<SocketAddr>, CallError> {
-        let refuse = |reason: String| CallError::Address {
-            url: url.to_string(),
-            reason,
-        };
-        match url.scheme() {
-            "https" => {}
-            "http" if self.opts.allow_private => {}
-            s => return Err(refuse(format!("scheme {s} (https only)"))),
-        }
-        let host = url.host_str().ok_or_else(|| refuse("no host".into()))?;
-        let port = url
-            .port_or_known_default()
-            .ok_or_else(|| refuse("no port".into()))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| refuse(format!("resolving {host}: {e}")))?
-            .take(16)
-            .collect();
-        if addrs.is_empty() {
-            return Err(refuse(format!("{host} has no address")));
-        }
-        if !self.opts.allow_private {
-            if let Some(a) = addrs.iter().find(|a| !web::is_public(a.ip())) {
-                return Err(refuse(format!(
-                    "{host} resolves to {} (not a public address)",
-                    a.ip()
-                )));
-            }
-        }
-        Ok(addrs)
+        check_url(url, self.opts.allow_private).await
     }
 
     /// The A2A client of `agent`: connections go to the checked addresses only.
     fn client(&self, agent: &Agent) -> Result<Client, CallError> {
-        let mut b = reqwest::Client::builder()
-            .connect_timeout(self.opts.connect_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            // Connections go to the checked addresses, never through a proxy that would
-            // resolve the name again.
-            .no_proxy();
-        if let Some(host) = agent.endpoint.url.host_str() {
-            if host.parse::<std::net::IpAddr>().is_err() {
-                b = b.resolve_to_addrs(host, &agent.addrs);
-            }
-        }
-        let http = b.build().map_err(|e| CallError::Http(e.to_string()))?;
+        let http = pinned(&agent.endpoint.url, &agent.addrs, self.opts.connect_timeout)
+            .build()
+            .map_err(|e| CallError::Http(e.to_string()))?;
         Ok(Client::new(
             http,
             agent.endpoint.clone(),
@@ -778,31 +737,31 @@ impl Caller {
         self.deadline(fut).await
     }
 
-    /// Read task `task_id` of `agent` until it is settled (done, or waiting for input) or
-    /// `max` has passed; the task as last read.
-    pub async fn wait(
-        &self,
-        agent: &Agent,
-        task_id: &str,
-        max: Duration,
-    ) -> Result<Task, CallError> {
+    /// Read task `task` of `agent` again until it is settled (done, or waiting for input) or
+    /// `until` has come; the task as last read. Every `GetTask` is bounded by the time left:
+    /// an agent that stops answering ends the wait at `until` all the same, with the task as
+    /// last read (`task` itself if no read came back).
+    pub async fn wait(&self, agent: &Agent, task: Task, until: Instant) -> Result<Task, CallError> {
         let client = self.client(agent)?;
-        let until = Instant::now() + max;
+        let task_id = task.id.clone();
+        let mut last = task;
         let mut wait = self.opts.poll_initial;
         loop {
-            let t = client
-                .get_task(&get(task_id, Some(HISTORY)))
-                .await
-                .map_err(CallError::Agent)?;
+            let req = get(&task_id, Some(HISTORY));
+            let Ok(read) = tokio::time::timeout_at(until, client.get_task(&req)).await else {
+                return Ok(last);
+            };
+            let t = read.map_err(CallError::Agent)?;
             if t.id != task_id {
                 return Err(CallError::Protocol(format!(
                     "GetTask {task_id} answered task {}",
                     t.id
                 )));
             }
+            last = t;
             let now = Instant::now();
-            if is_settled(&t.status.state) || now >= until {
-                return Ok(t);
+            if is_settled(&last.status.state) || now >= until {
+                return Ok(last);
             }
             tokio::time::sleep_until((now + wait).min(until)).await;
             wait = (wait * 2).min(self.opts.poll_max);
@@ -1066,6 +1025,63 @@ pub fn status_text(task: &Task) -> Option<String> {
     let m = task.status.message.as_ref()?;
     let t: Vec<&str> = m.parts.iter().filter_map(|p| p.as_text()).collect();
     (!t.is_empty()).then(|| t.join("\n"))
+}
+
+/// Where `url` points: `https` (or `http` with `allow_private`), and every address its host
+/// resolves to public unless `allow_private`: the addresses to connect to (pin them with
+/// [`pinned`], so that DNS cannot swap them afterwards). The check of every outgoing call to an
+/// address others chose: agents' interfaces, MCP endpoints, proxy upstreams.
+pub async fn check_url(url: &url::Url, allow_private: bool) -> Result<Vec<SocketAddr>, CallError> {
+    let refuse = |reason: String| CallError::Address {
+        url: url.to_string(),
+        reason,
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_private => {}
+        s => return Err(refuse(format!("scheme {s} (https only)"))),
+    }
+    let host = url.host_str().ok_or_else(|| refuse("no host".into()))?;
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| refuse("no port".into()))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| refuse(format!("resolving {host}: {e}")))?
+        .take(16)
+        .collect();
+    if addrs.is_empty() {
+        return Err(refuse(format!("{host} has no address")));
+    }
+    if !allow_private {
+        if let Some(a) = addrs.iter().find(|a| !web::is_public(a.ip())) {
+            return Err(refuse(format!(
+                "{host} resolves to {} (not a public address)",
+                a.ip()
+            )));
+        }
+    }
+    Ok(addrs)
+}
+
+/// An HTTP client builder whose connections to `url`'s host go to `addrs` (from
+/// [`check_url`]) only: no redirects, no proxy (which would resolve the name again).
+pub fn pinned(
+    url: &url::Url,
+    addrs: &[SocketAddr],
+    connect_timeout: Duration,
+) -> reqwest::ClientBuilder {
+    let mut b = reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
+    if let Some(host) = url.host_str() {
+        if host.parse::<std::net::IpAddr>().is_err() {
+            b = b.resolve_to_addrs(host, addrs);
+        }
+    }
+    b
 }
 
 #[cfg(test)]

@@ -200,9 +200,6 @@ pub enum Error {
     /// The DID resolver could not be built.
     #[error("DID resolver: {0}")]
     Resolver(#[source] agentnet_did::web::BuildError),
-    /// The HTTP client for proxied (upstream) agents could not be built.
-    #[error("HTTP client for upstream agents: {0}")]
-    UpstreamClient(#[source] reqwest::Error),
     /// The network did not start.
     #[error(transparent)]
     Net(#[from] net::Error),
@@ -448,18 +445,17 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     }
     let mcp_resolver = resolver.clone();
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
-    let upstream_http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .map_err(Error::UpstreamClient)?;
+    // Proxy agents sign their upstream requests as the node.
+    let node_signer: Arc<dyn agentnet_a2a::client::Signer> = Arc::new(crate::call::DidSigner::new(
+        Identity::did_key(SecretKey::from_seed(&key.seed())),
+    ));
     let hosted = hosted::build(
         &opts.hosted,
         &public_base,
         &opts.data_dir,
         &task_db,
         authenticator,
-        upstream_http,
+        Some(node_signer),
     )?;
     for h in hosted.iter().filter(|h| h.publish) {
         let id = Identity::did_key(SecretKey::from_seed(&h.key.seed()));

@@ -14,13 +14,22 @@
 //! - `command`: runs `command` (argv, no shell) with the message's text on standard input; its
 //!   standard output (at most `max_output_bytes`, default 64 KiB, else the task fails) becomes
 //!   the artifact `output`; a non-zero exit fails the task with the end of standard error; the
-//!   process is killed at `timeout_secs` (default 60) and when the task is canceled;
+//!   process is killed at `timeout_secs` (default 60) and when the task is canceled. It runs
+//!   with a cleared environment plus `env` (a table; `PATH` is [`DEFAULT_PATH`] unless `env`
+//!   names it) in a working directory of its own, `<data-dir>/hosted/<id>/work` (mode 0700),
+//!   never the node's; at most [`MAX_PROCESSES_PER_CALLER`] per caller and
+//!   [`MAX_PROCESSES_PER_AGENT`] per agent run at once, [`MAX_PROCESSES`] on the node (the
+//!   engine refuses one more with `RESOURCE_EXHAUSTED`, before anything starts);
 //! - `proxy`: forwards each turn to the upstream A2A server at `upstream` (its card is fetched
 //!   from `<upstream>/.well-known/agent-card.json`, an interface chosen as `agentnet call`
 //!   does), follows the upstream task to a terminal or interrupted state (polling `GetTask`
 //!   with backoff), and maps it back: artifacts, status message, state. An `INPUT_REQUIRED`
 //!   upstream task is continued by the caller's next message (the upstream ids travel in the
-//!   question's metadata, `agentnet.upstream`); a cancel is forwarded.
+//!   question's metadata, `agentnet.upstream`); a cancel is forwarded. The upstream URL and
+//!   the card's interface URL are checked as every outgoing call is ([`crate::call::check_url`]:
+//!   `https` and public addresses, unless `allow_private = true` for a testnet or a loopback
+//!   upstream), connections pinned to the checked addresses, no redirects followed; requests
+//!   are signed as the node's DID, so the upstream sees this node (never its callers);
 //!
 //! Each agent has a policy, `did` (default: callers must sign) or `open`, and a key: by default
 //! a did:key generated at first start and kept in `<data-dir>/hosted/<id>.jwk` (mode 0600),
@@ -68,6 +77,21 @@ pub const MOUNT: &str = "/a2a";
 pub const MAX_AGENTS: usize = 64;
 /// Longest configuration file read.
 const MAX_CONFIG: u64 = 1 << 20;
+/// `PATH` of a `command` agent whose `env` names none.
+pub const DEFAULT_PATH: &str = "/usr/bin:/bin";
+/// Most `command` processes running at once on the node, all agents together: each holds three
+/// pipes and a process slot, so 64 stay far under the usual limit of 1024 descriptors whatever
+/// callers do. Shared out statically: each command agent gets `64 / <command agents>` of them
+/// (at most [`MAX_PROCESSES_PER_AGENT`]), so that no agent's callers take another's.
+pub const MAX_PROCESSES: usize = 64;
+/// Most processes of one `command` agent running at once: 16.
+pub const MAX_PROCESSES_PER_AGENT: usize = 16;
+/// Most processes one caller (a DID; the anonymous callers of an `open` agent together) runs
+/// at once on one `command` agent: 4.
+pub const MAX_PROCESSES_PER_CALLER: usize = 4;
+/// Most `env` entries of a `command` agent, and their longest name and value (bytes).
+const MAX_ENV: (usize, usize, usize) = (64, 256, 4096);
+
 /// Most standard error kept from a failed command.
 const MAX_STDERR: usize = 4096;
 
@@ -111,6 +135,16 @@ pub enum ConfigError {
         path: PathBuf,
         /// Why.
         source: agentnet_did::key::KeyError,
+    },
+    /// A `command` agent's working directory could not be created.
+    #[error("agent {agent:?} working directory {}: {source}", path.display())]
+    WorkDir {
+        /// The agent.
+        agent: String,
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
     },
     /// The card could not be signed.
     #[error("agent {agent:?} card: {source}")]
@@ -261,8 +295,14 @@ pub struct AgentConfig {
     pub timeout_secs: Option<u64>,
     /// `command`: most bytes of standard output.
     pub max_output_bytes: Option<usize>,
+    /// `command`: its whole environment (`{ NAME = "value" }`); `PATH` is [`DEFAULT_PATH`]
+    /// unless named here.
+    pub env: Option<std::collections::BTreeMap<String, String>>,
     /// `proxy`: the upstream agent's base URL.
     pub upstream: Option<String>,
+    /// `proxy`: allow an upstream on plain `http`, on loopback or a private address (testnets);
+    /// default false.
+    pub allow_private: Option<bool>,
     /// Serve an MCP endpoint at `/a2a/<id>/mcp` (tool `echo` for kind `echo`, `send_message`
     /// for the others), under the agent's policy,
     /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
@@ -345,16 +385,17 @@ impl AgentConfig {
             self.work_ms.is_some(),
             self.command.is_some()
                 || self.timeout_secs.is_some()
-                || self.max_output_bytes.is_some(),
-            self.upstream.is_some(),
+                || self.max_output_bytes.is_some()
+                || self.env.is_some(),
+            self.upstream.is_some() || self.allow_private.is_some(),
         );
         match self.kind {
             Kind::Echo if has != (false, false, false) => {
-                return bad("echo takes no work_ms, command or upstream")
+                return bad("echo takes no work_ms, command, env, upstream or allow_private")
             }
             Kind::Ask if has.1 || has.2 => return bad("ask takes only work_ms"),
             Kind::Command if has.0 || has.2 => {
-                return bad("command takes command, timeout_secs, max_output_bytes")
+                return bad("command takes command, env, timeout_secs, max_output_bytes")
             }
             Kind::Command
                 if self
@@ -364,15 +405,55 @@ impl AgentConfig {
             {
                 return bad("command needs a non-empty command = [\"program\", \"arg\", …]")
             }
-            Kind::Proxy if has.0 || has.1 => return bad("proxy takes only upstream"),
+            Kind::Command
+                if self
+                    .command
+                    .as_ref()
+                    .is_some_and(|c| c[0].contains('/') && !Path::new(&c[0]).is_absolute()) =>
+            {
+                return bad(
+                    "command[0] must be a program name (looked up in PATH) or an absolute path: \
+                     the command runs in a working directory of its own",
+                )
+            }
+            Kind::Proxy if has.0 || has.1 => {
+                return bad("proxy takes only upstream and allow_private")
+            }
             Kind::Proxy => {
                 let u = self.upstream.as_deref().unwrap_or_default();
                 match url::Url::parse(u) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                    _ => return bad("proxy needs upstream = \"http(s)://…\""),
+                    Ok(u) if u.scheme() == "https" => {}
+                    Ok(u) if u.scheme() == "http" && self.allow_private == Some(true) => {}
+                    Ok(u) if u.scheme() == "http" => {
+                        return bad("proxy upstream on plain http needs allow_private = true \
+                             (testnets and loopback only; https otherwise)")
+                    }
+                    _ => return bad("proxy needs upstream = \"https://…\""),
                 }
             }
             _ => {}
+        }
+        if let Some(env) = &self.env {
+            let (n, name, value) = MAX_ENV;
+            if env.len() > n {
+                return bad("env: at most 64 variables");
+            }
+            for (k, v) in env {
+                if k.is_empty() || k.len() > name || k.contains(['=', '\0']) {
+                    return Err(invalid(
+                        &self.id,
+                        format!(
+                            "env: {k:?} is not a variable name (1 to {name} bytes, no = or NUL)"
+                        ),
+                    ));
+                }
+                if v.len() > value || v.contains('\0') {
+                    return Err(invalid(
+                        &self.id,
+                        format!("env: the value of {k} must be at most {value} bytes, no NUL"),
+                    ));
+                }
+            }
         }
         if self.work_ms.is_some_and(|w| w > 600_000) {
             return bad("work_ms at most 600000");
@@ -497,6 +578,37 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
     c
 }
 
+/// The working directory of `command` agent `id`: `<data-dir>/hosted/<id>/work`.
+pub fn work_dir(data_dir: &Path, id: &str) -> PathBuf {
+    data_dir.join("hosted").join(id).join("work")
+}
+
+/// Create `dir` (and its parents) with mode 0700 for the last component, or make an existing
+/// one 0700.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        r => r,
+    }
+}
+
+/// The engine's bounds for an agent of `kind` among `commands` command agents: a command
+/// agent's turns are processes ([`MAX_PROCESSES`]).
+fn limits_for(kind: Kind, commands: usize) -> agentnet_a2a::engine::Limits {
+    let mut l = agentnet_a2a::engine::Limits::default();
+    if kind == Kind::Command {
+        l.max_running = (MAX_PROCESSES / commands.max(1)).clamp(1, MAX_PROCESSES_PER_AGENT);
+        l.max_running_per_owner = MAX_PROCESSES_PER_CALLER.min(l.max_running);
+    }
+    l
+}
+
 /// Build every hosted agent of `cfg`.
 pub fn build(
     cfg: &FileConfig,
@@ -504,9 +616,10 @@ pub fn build(
     data_dir: &Path,
     tasks: &Arc<TaskDb>,
     auth: Arc<dyn Authenticator>,
-    http: reqwest::Client,
+    node_signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
 ) -> Result<Vec<Hosted>, ConfigError> {
     let mut out = Vec::new();
+    let commands = cfg.agent.iter().filter(|a| a.kind == Kind::Command).count();
     for a in &cfg.agent {
         let path = a.key.clone().unwrap_or_else(|| key_path(data_dir, &a.id));
         let key_err = |source| ConfigError::Key {
@@ -541,19 +654,35 @@ pub fn build(
             Kind::Ask => Arc::new(samples::AskName {
                 work: Duration::from_millis(a.work_ms.unwrap_or(1000)),
             }),
-            Kind::Command => Arc::new(CommandAgent {
-                argv: a.command.clone().unwrap_or_default(),
-                timeout: Duration::from_secs(a.timeout_secs.unwrap_or(60)),
-                max_output: a.max_output_bytes.unwrap_or(64 * 1024),
-            }),
+            Kind::Command => {
+                let work = work_dir(data_dir, &a.id);
+                private_dir(&work).map_err(|source| ConfigError::WorkDir {
+                    agent: a.id.clone(),
+                    path: work.clone(),
+                    source,
+                })?;
+                let mut env = a.env.clone().unwrap_or_default();
+                env.entry("PATH".into())
+                    .or_insert_with(|| DEFAULT_PATH.into());
+                Arc::new(CommandAgent {
+                    argv: a.command.clone().unwrap_or_default(),
+                    env: Arc::new(env),
+                    work: Arc::new(work),
+                    timeout: Duration::from_secs(a.timeout_secs.unwrap_or(60)),
+                    max_output: a.max_output_bytes.unwrap_or(64 * 1024),
+                })
+            }
             Kind::Proxy => Arc::new(ProxyAgent {
                 upstream: a.upstream.clone().unwrap_or_default(),
-                http: http.clone(),
+                allow_private: a.allow_private == Some(true),
+                signer: node_signer.clone(),
                 client: Arc::new(tokio::sync::OnceCell::new()),
             }),
         };
         let server = Server::new(
-            ServerConfig::new(signed.clone()).policy(a.policy()),
+            ServerConfig::new(signed.clone())
+                .policy(a.policy())
+                .limits(limits_for(a.kind, commands)),
             handler,
             Arc::new(tasks.agent(&a.id)),
             auth.clone(),
@@ -565,6 +694,7 @@ pub fn build(
                 .ok()
                 .and_then(|u| u.host_str().map(str::to_owned))
                 .unwrap_or_default(),
+            origin: crate::mcp::hosted::origin_of(public_base),
             turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
         });
         out.push(Hosted {
@@ -627,6 +757,10 @@ pub(crate) fn uuid_v4() -> String {
 #[derive(Debug)]
 struct CommandAgent {
     argv: Vec<String>,
+    /// Its whole environment.
+    env: Arc<std::collections::BTreeMap<String, String>>,
+    /// Its working directory.
+    work: Arc<PathBuf>,
     timeout: Duration,
     max_output: usize,
 }
@@ -671,12 +805,19 @@ impl Handler for CommandAgent {
         _updates: Updates,
     ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
         let argv = self.argv.clone();
+        let env = self.env.clone();
+        let work = self.work.clone();
         let timeout = self.timeout;
         let max = self.max_output;
         Box::pin(async move {
             let input = text_of(&turn.message);
+            // Nothing of the node's environment (its secrets, its AGENTNET_* settings) or
+            // working directory reaches the command; PATH (in `env`) also finds argv[0].
             let mut child = tokio::process::Command::new(&argv[0])
                 .args(&argv[1..])
+                .env_clear()
+                .envs(env.iter())
+                .current_dir(work.as_path())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -782,11 +923,18 @@ impl Handler for CommandAgent {
 }
 
 /// Forwards turns to an upstream A2A agent.
+#[derive(Clone)]
 struct ProxyAgent {
     upstream: String,
-    http: reqwest::Client,
+    /// Upstream addresses may be loopback or private, and `http`.
+    allow_private: bool,
+    /// Signs upstream requests (the node's DID).
+    signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
     client: Arc<tokio::sync::OnceCell<Arc<Client>>>,
 }
+
+/// Each upstream request: connect within 10 s, answer within 60 s.
+const PROXY_TIMEOUTS: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(60));
 
 /// The metadata key carrying the upstream task's ids in an `INPUT_REQUIRED` question.
 const UPSTREAM_KEY: &str = "agentnet.upstream";
@@ -799,15 +947,29 @@ impl ProxyAgent {
             .get_or_try_init(|| async {
                 let base = url::Url::parse(&self.upstream)
                     .map_err(|e| HandlerError(format!("upstream URL: {e}")))?;
-                let card = client::fetch_card(&self.http, &base, ClientLimits::default())
+                let http = self.pinned(&base).await?;
+                let card = client::fetch_card(&http, &base, ClientLimits::default())
                     .await
                     .map_err(|e| HandlerError(format!("upstream card: {e}")))?;
-                Client::from_card(self.http.clone(), &card, None)
-                    .map(Arc::new)
-                    .map_err(|e| HandlerError(format!("upstream: {e}")))
+                let endpoint = client::choose_interface(&card)
+                    .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+                // The card names its own URL, perhaps on another host: checked the same way.
+                let http = self.pinned(&endpoint.url).await?;
+                Ok(Arc::new(Client::new(http, endpoint, self.signer.clone())))
             })
             .await
             .cloned()
+    }
+
+    /// An HTTP client for `url`, its addresses checked and pinned, no redirects.
+    async fn pinned(&self, url: &url::Url) -> Result<reqwest::Client, HandlerError> {
+        let addrs = crate::call::check_url(url, self.allow_private)
+            .await
+            .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+        crate::call::pinned(url, &addrs, PROXY_TIMEOUTS.0)
+            .timeout(PROXY_TIMEOUTS.1)
+            .build()
+            .map_err(|e| HandlerError(format!("upstream client: {e}")))
     }
 }
 
@@ -851,11 +1013,7 @@ impl Handler for ProxyAgent {
         turn: Turn,
         _updates: Updates,
     ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
-        let this = ProxyAgent {
-            upstream: self.upstream.clone(),
-            http: self.http.clone(),
-            client: self.client.clone(),
-        };
+        let this = self.clone();
         Box::pin(async move {
             let client = this.client().await?;
             // Continue the upstream task this one is waiting on, if any.
@@ -927,5 +1085,79 @@ impl Handler for ProxyAgent {
                     .map_err(|e| HandlerError(format!("upstream: {e}")))?;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Result<FileConfig, ConfigError> {
+        let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
+        cfg.check().map(|()| cfg)
+    }
+
+    #[test]
+    fn command_env_and_program_are_checked() {
+        let agent = |rest: &str| format!("[[agent]]\nid = \"c\"\nkind = \"command\"\n{rest}\n");
+        let ok = config(&agent(
+            "command = [\"tr\"]\nenv = { A = \"1\", PATH = \"/opt/bin\" }",
+        ));
+        assert_eq!(ok.unwrap().agent[0].env.as_ref().unwrap()["A"], "1");
+        assert!(config(&agent("command = [\"/usr/bin/tr\"]")).is_ok());
+        for (bad, says) in [
+            ("command = [\"./run.sh\"]", "absolute path"),
+            ("command = [\"bin/run\"]", "absolute path"),
+            (
+                "command = [\"tr\"]\nenv = { \"A=B\" = \"1\" }",
+                "variable name",
+            ),
+            (
+                "command = [\"tr\"]\nenv = { \"\" = \"1\" }",
+                "variable name",
+            ),
+            ("command = [\"tr\"]\nenv = { A = \"a\\u0000b\" }", "NUL"),
+        ] {
+            let e = config(&agent(bad)).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e =
+            config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nenv = { A = \"1\" }\n").unwrap_err();
+        assert!(e.to_string().contains("env"), "{e}");
+    }
+
+    #[test]
+    fn a_plain_http_proxy_upstream_needs_allow_private() {
+        let proxy = |rest: &str| format!("[[agent]]\nid = \"p\"\nkind = \"proxy\"\n{rest}\n");
+        assert!(config(&proxy("upstream = \"https://agents.example/a\"")).is_ok());
+        let e = config(&proxy("upstream = \"http://127.0.0.1:9/a\"")).unwrap_err();
+        assert!(e.to_string().contains("allow_private = true"), "{e}");
+        assert!(config(&proxy(
+            "upstream = \"http://127.0.0.1:9/a\"\nallow_private = true"
+        ))
+        .is_ok());
+        let e =
+            config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nallow_private = true\n").unwrap_err();
+        assert!(e.to_string().contains("allow_private"), "{e}");
+    }
+
+    #[test]
+    fn command_agents_share_the_node_s_processes() {
+        let l = limits_for(Kind::Command, 1);
+        assert_eq!((l.max_running, l.max_running_per_owner), (16, 4));
+        assert_eq!(limits_for(Kind::Command, 8).max_running, 8);
+        let l = limits_for(Kind::Command, MAX_AGENTS);
+        assert_eq!((l.max_running, l.max_running_per_owner), (1, 1));
+        for n in 1..=MAX_AGENTS {
+            assert!(
+                n * limits_for(Kind::Command, n).max_running <= MAX_PROCESSES,
+                "{n}"
+            );
+        }
+        // Other kinds keep the engine's defaults.
+        assert_eq!(
+            limits_for(Kind::Echo, 3),
+            agentnet_a2a::engine::Limits::default()
+        );
     }
 }

@@ -542,8 +542,8 @@ async fn a_proxy_agent_forwards_turns_to_its_upstream() {
     let up_dir = tempfile::tempdir().unwrap();
     let upstream = start(up_dir.path(), None).await;
     // Upstream: another node's `shout` (a command agent, policy open) and `ask` (policy did).
-    // Proxies call unsigned (the upstream sees the node, not the caller), so `ask` refuses
-    // them, and the proxied task must fail, not hang or pass.
+    // Proxies sign as the node (the upstream sees the node, not the caller), so `ask` serves
+    // them too (before: unsigned, refused, the proxied task failed).
     let dir = tempfile::tempdir().unwrap();
     let mut o = Options::local(dir.path().to_path_buf());
     o.hosted = toml_config(&format!(
@@ -552,6 +552,7 @@ async fn a_proxy_agent_forwards_turns_to_its_upstream() {
 id = "via-shout"
 kind = "proxy"
 upstream = "{base}/a2a/shout"
+allow_private = true
 policy = "open"
 publish = false
 
@@ -559,6 +560,7 @@ publish = false
 id = "via-ask"
 kind = "proxy"
 upstream = "{base}/a2a/ask"
+allow_private = true
 policy = "open"
 publish = false
 "#,
@@ -578,7 +580,7 @@ publish = false
         task["artifacts"][0]["parts"][0]["text"], "THROUGH THE PROXY",
         "the upstream's artifact comes back: {v}"
     );
-    // The upstream refuses the unsigned proxy: the task fails, it does not hang or pass.
+    // The upstream's DID agent serves the proxy, which signs as the node: it asks for a name.
     let (status, v) = post(
         &format!("{}/a2a/via-ask", base(&node)),
         send_body("hello", None),
@@ -587,11 +589,114 @@ publish = false
     .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(
-        v["result"]["task"]["status"]["state"], "TASK_STATE_FAILED",
+        v["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
         "{v}"
     );
     node.shutdown().await;
     upstream.shutdown().await;
+}
+
+/// The attacker: an upstream (or whoever controls its name) answers the proxy's card request
+/// with a redirect to an address of its choice, here another local server; and an operator's
+/// upstream that resolves to a private address. Before, the proxy's client followed redirects
+/// and checked no address. Now the redirect is not followed (the task fails, the target saw
+/// nothing) and a private upstream is refused unless `allow_private = true` (no connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_agent_follows_no_redirect_and_checks_its_upstream_addresses() {
+    use axum::response::Redirect;
+    use axum::routing::get;
+    let target_hits = Arc::new(AtomicUsize::new(0));
+    let hits = target_hits.clone();
+    let target = axum::Router::new().fallback(move || {
+        let hits = hits.clone();
+        async move {
+            hits.fetch_add(1, Ordering::SeqCst);
+            "{}"
+        }
+    });
+    let tl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target_addr = tl.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(tl, target).await });
+    let to = format!("http://{target_addr}/card");
+    let redirecting = axum::Router::new().route(
+        "/up/.well-known/agent-card.json",
+        get(move || {
+            let to = to.clone();
+            async move { Redirect::temporary(&to) }
+        }),
+    );
+    let rl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirect_addr = rl.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(rl, redirecting).await });
+    // An https upstream on loopback that counts connections.
+    let private = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let private_addr = private.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let acc = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((_s, _)) = private.accept().await {
+            acc.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Options::local(dir.path().to_path_buf());
+    o.hosted = toml_config(&format!(
+        r#"
+[[agent]]
+id = "via-redirect"
+kind = "proxy"
+upstream = "http://{redirect_addr}/up"
+allow_private = true
+policy = "open"
+publish = false
+
+[[agent]]
+id = "via-private"
+kind = "proxy"
+upstream = "https://{private_addr}/x"
+policy = "open"
+publish = false
+"#
+    ));
+    let node = daemon::start(o).await.expect("the node starts");
+    let (status, v) = post(
+        &format!("{}/a2a/via-redirect", base(&node)),
+        send_body("hi", None),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let task = &v["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{v}");
+    assert!(
+        v.to_string().contains("307"),
+        "the redirect is the reason: {v}"
+    );
+    assert_eq!(
+        target_hits.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+
+    let (status, v) = post(
+        &format!("{}/a2a/via-private", base(&node)),
+        send_body("hi", None),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_FAILED",
+        "{v}"
+    );
+    assert!(v.to_string().contains("not a public address"), "{v}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "a private upstream was connected to"
+    );
+    node.shutdown().await;
 }
 
 /// Whether process `pid` still exists (running, or a zombie nobody reaped).

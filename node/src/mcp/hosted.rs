@@ -10,12 +10,15 @@
 //! | the body is at most [`MAX_BODY`] bytes (read before anything else) | `413` |
 //! | policy `did`: an RFC 9421 signature (not the legacy `DIDWba` header, which signs no body) that the node's DID verifier accepts: the same one as the A2A routes, with its nonce quota and fetch budget; any policy: a signature that does not verify | `401` |
 //! | `Host` is the public URL's host (any port) | `403` (rmcp) |
-//! | no `Origin` (browsers send one; non-browser MCP clients do not) | `403` (rmcp) |
+//! | `Origin`, when present, is the agent's own (the public URL's scheme, host and port) or a loopback one (`http(s)://localhost`, `127.0.0.1`, `[::1]`, any port), as `/mcp` accepts | `403` (rmcp) |
 //! | `Mcp-Method`/`Mcp-Name` agree with the body | `400` (rmcp) |
 //!
 //! Every HTTP request is checked, not only the first of a session: `GET` and `DELETE` of a
 //! 2025-11-25 session too. Sessions are in memory, at most [`super::http::MAX_SESSIONS`] per
-//! agent, closed after 5 minutes idle.
+//! agent, [`super::http::MAX_SESSIONS_PER_OWNER`] per caller (DID, or the anonymous callers of
+//! one source) and [`super::http::MAX_SESSIONS_PER_SOURCE`] per source (the guard passes the
+//! verified caller down to the session manager, [`super::http::opened_by`]), closed after 5
+//! minutes idle.
 //!
 //! Tools by kind: `echo` offers the tool `echo` (returns the text). Every other kind (`ask`,
 //! `command`, `proxy`) offers `send_message`: one turn of the agent, run by its A2A task engine
@@ -75,6 +78,9 @@ pub struct Endpoint {
     pub require_did: bool,
     /// The host clients address (the public URL's).
     pub host: String,
+    /// The agent's own origin (`scheme://host:port` of the public URL), accepted as an `Origin`
+    /// besides the loopback ones; `None` if the public URL has none.
+    pub origin: Option<String>,
     /// The agent's task engine, whose turns `send_message` runs; `None`: the `echo` tool.
     pub turns: Option<agentnet_a2a::engine::Engine>,
 }
@@ -88,6 +94,7 @@ impl std::fmt::Debug for Endpoint {
         f.debug_struct("Endpoint")
             .field("require_did", &self.require_did)
             .field("host", &self.host)
+            .field("origin", &self.origin)
             .finish_non_exhaustive()
     }
 }
@@ -98,8 +105,7 @@ impl Endpoint {
     pub fn router(&self, stop: CancellationToken) -> Router {
         let cfg = StreamableHttpServerConfig::default()
             .with_allowed_hosts([self.host.clone()])
-            // An empty allowlist with validation on: any Origin is refused.
-            .with_allowed_origins(Vec::<String>::new())
+            .with_allowed_origins(self.allowed_origins())
             .enforce_origin_validation()
             .with_max_request_body_bytes(MAX_BODY)
             .with_json_response(true)
@@ -125,6 +131,27 @@ impl Endpoint {
         };
         router.layer(middleware::from_fn_with_state(self.clone(), guard))
     }
+}
+
+impl Endpoint {
+    /// The `Origin` values accepted: the agent's own and the loopback ones `/mcp` accepts.
+    pub fn allowed_origins(&self) -> Vec<String> {
+        let mut v = super::http::allowed_origins();
+        v.extend(self.origin.clone());
+        v
+    }
+}
+
+/// The origin of the public base URL `base`, with its port always written out (rmcp reads an
+/// origin without a port as any port); `None` without a host.
+pub fn origin_of(base: &str) -> Option<String> {
+    let u = url::Url::parse(base).ok()?;
+    Some(format!(
+        "{}://{}:{}",
+        u.scheme(),
+        u.host_str()?,
+        u.port_or_known_default()?
+    ))
 }
 
 /// Bound the body, then verify the caller's signature under policy `did`.
@@ -184,10 +211,25 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
         )
             .into_response();
     }
+    // The sessions it may open count against the caller's and its address's shares.
+    let source = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| super::http::source_of(c.0.ip()))
+        .unwrap_or_else(|| "unknown".into());
+    let opener = super::http::Opener {
+        owner: caller
+            .clone()
+            .unwrap_or_else(|| format!("anonymous@{source}")),
+        source,
+    };
     let mut parts = parts;
     parts.extensions.insert(Verified(caller));
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    super::http::opened_by(
+        opener,
+        next.run(Request::from_parts(parts, Body::from(bytes))),
+    )
+    .await
 }
 
 /// `echo`.
@@ -424,6 +466,23 @@ mod tests {
         assert!(config("[auth]\ntoken_ttl_secs = 0\n").is_ok());
         let e = config("[auth]\ntoken_ttl_secs = 86401\n").unwrap_err();
         assert!(e.to_string().contains("token_ttl_secs"), "{e}");
+    }
+
+    #[test]
+    fn the_own_origin_is_written_with_its_port() {
+        assert_eq!(
+            origin_of("http://127.0.0.1:7878").as_deref(),
+            Some("http://127.0.0.1:7878")
+        );
+        assert_eq!(
+            origin_of("https://node.example").as_deref(),
+            Some("https://node.example:443")
+        );
+        assert_eq!(
+            origin_of("http://[::1]:80/").as_deref(),
+            Some("http://[::1]:80")
+        );
+        assert_eq!(origin_of("not a url"), None);
     }
 
     #[test]

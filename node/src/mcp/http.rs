@@ -6,12 +6,15 @@
 //!
 //! | check | refusal |
 //! |---|---|
-//! | the admin token, only if the listener is not on a loopback address | `401` ([`gate`]) |
+//! | `Authorization: Bearer <admin token>` (`<data-dir>/admin.token`), on loopback too | `401` with `WWW-Authenticate: Bearer` ([`gate`]) |
 //! | `Host` is `localhost`, `127.0.0.1`, `[::1]` (any port) or the listener's address | `403` (rmcp) |
 //! | `Origin`, when present, is `http(s)://localhost`, `127.0.0.1` or `[::1]`, any port | `403` (rmcp; the spec's status) |
 //! | the body is at most [`MAX_BODY`] bytes, however it is framed | `413` (rmcp) |
 //! | `Mcp-Method`/`Mcp-Name` agree with the body | `400`, JSON-RPC `-32020` HeaderMismatch (rmcp; the spec's status) |
 //!
+//! The token is required on loopback too: a tool call reaches remote agents as the node's DID
+//! and reads and cancels its tasks, so any local user or process without the data directory
+//! must not. `agentnet mcp` on stdio needs no token (it runs as the data directory's owner).
 //! The `Authorization` header a client sends is read by [`gate`] only, never passed on: calls
 //! to agents carry the node's own DID signature.
 
@@ -42,6 +45,46 @@ pub const PATH: &str = "/mcp";
 /// Most open sessions of the 2025-11-25 era (each has a task and a channel; the 2026-07-28 era
 /// has none). A session closes after 5 minutes idle (rmcp's default) or on `DELETE`.
 pub const MAX_SESSIONS: usize = 256;
+/// Most of them one caller (a verified DID, or the anonymous callers of one source) holds,
+/// where the layer in front of rmcp knows the caller (hosted endpoints: [`opened_by`]).
+pub const MAX_SESSIONS_PER_OWNER: usize = 16;
+/// Most of them one source (an IPv4 address, an IPv6 /64) holds, whatever DIDs it signs with.
+pub const MAX_SESSIONS_PER_SOURCE: usize = 16;
+
+/// Who opens a session: what the layer in front of rmcp verified (rmcp's session manager is
+/// not told who asks, so the layer passes it down with [`opened_by`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Opener {
+    /// The verified DID, or `anonymous@<source>`.
+    pub owner: String,
+    /// The caller's network block ([`source_of`]).
+    pub source: String,
+}
+
+tokio::task_local! {
+    static OPENER: Opener;
+}
+
+/// Run `f` (the rest of the request) with `who` as the opener of any session it creates: rmcp
+/// creates a session inside the request's own future, so [`Sessions`] sees it there.
+pub async fn opened_by<F: std::future::Future>(who: Opener, f: F) -> F::Output {
+    OPENER.scope(who, f).await
+}
+
+/// The network block of a client address, the unit of per-source shares: an IPv4 address, or
+/// an IPv6 /64 (a host is handed at least that much; an IPv4-mapped address counts as IPv4).
+pub fn source_of(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
+}
 
 /// Why a session operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -52,15 +95,74 @@ pub enum SessionError {
         "too many MCP sessions are open ({MAX_SESSIONS}); close one or use protocol 2026-07-28"
     )]
     TooMany,
+    /// The caller holds [`MAX_SESSIONS_PER_OWNER`].
+    #[error(
+        "too many MCP sessions are open for your DID ({MAX_SESSIONS_PER_OWNER}); close one \
+         (DELETE) or use protocol 2026-07-28"
+    )]
+    TooManyForOwner,
+    /// The caller's source holds [`MAX_SESSIONS_PER_SOURCE`].
+    #[error(
+        "too many MCP sessions are open from your address ({MAX_SESSIONS_PER_SOURCE}); close \
+         one (DELETE) or use protocol 2026-07-28"
+    )]
+    TooManyForSource,
     /// rmcp's session manager failed.
     #[error(transparent)]
     Local(#[from] LocalSessionManagerError),
 }
 
-/// rmcp's in-memory session manager, with at most [`MAX_SESSIONS`] sessions.
+/// rmcp's in-memory session manager, with at most [`MAX_SESSIONS`] sessions, and, for the
+/// sessions whose [`Opener`] is known, at most [`MAX_SESSIONS_PER_OWNER`] per owner and
+/// [`MAX_SESSIONS_PER_SOURCE`] per source.
 #[derive(Debug, Default)]
 pub struct Sessions {
     local: LocalSessionManager,
+    shares: std::sync::Mutex<Shares>,
+}
+
+/// Who holds which session, and how many each.
+#[derive(Debug, Default)]
+struct Shares {
+    by_session: std::collections::HashMap<SessionId, Opener>,
+    owners: std::collections::HashMap<String, usize>,
+    sources: std::collections::HashMap<String, usize>,
+}
+
+impl Shares {
+    /// Take one session for `who`, or say whose share is full.
+    fn reserve(&mut self, who: &Opener) -> Result<(), SessionError> {
+        if self.owners.get(&who.owner).copied().unwrap_or(0) >= MAX_SESSIONS_PER_OWNER {
+            return Err(SessionError::TooManyForOwner);
+        }
+        if self.sources.get(&who.source).copied().unwrap_or(0) >= MAX_SESSIONS_PER_SOURCE {
+            return Err(SessionError::TooManyForSource);
+        }
+        *self.owners.entry(who.owner.clone()).or_default() += 1;
+        *self.sources.entry(who.source.clone()).or_default() += 1;
+        Ok(())
+    }
+
+    /// Give back one session of `who`.
+    fn release(&mut self, who: &Opener) {
+        for (map, key) in [
+            (&mut self.owners, &who.owner),
+            (&mut self.sources, &who.source),
+        ] {
+            if let Some(n) = map.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+}
+
+impl Sessions {
+    fn lock_shares(&self) -> std::sync::MutexGuard<'_, Shares> {
+        self.shares.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl SessionManager for Sessions {
@@ -74,7 +176,27 @@ impl SessionManager for Sessions {
             tracing::warn!(max = MAX_SESSIONS, "refused an MCP session: too many open");
             return Err(SessionError::TooMany);
         }
-        Ok(self.local.create_session().await?)
+        let who = OPENER.try_with(Opener::clone).ok();
+        if let Some(w) = &who {
+            if let Err(e) = self.lock_shares().reserve(w) {
+                tracing::warn!(owner = %w.owner, source = %w.source, "refused an MCP session: {e}");
+                return Err(e);
+            }
+        }
+        match self.local.create_session().await {
+            Ok((id, t)) => {
+                if let Some(w) = who {
+                    self.lock_shares().by_session.insert(id.clone(), w);
+                }
+                Ok((id, t))
+            }
+            Err(e) => {
+                if let Some(w) = &who {
+                    self.lock_shares().release(w);
+                }
+                Err(e.into())
+            }
+        }
     }
 
     async fn initialize_session(
@@ -90,6 +212,12 @@ impl SessionManager for Sessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        {
+            let mut shares = self.lock_shares();
+            if let Some(w) = shares.by_session.remove(id) {
+                shares.release(&w);
+            }
+        }
         Ok(self.local.close_session(id).await?)
     }
 
@@ -146,39 +274,36 @@ pub fn allowed_origins() -> Vec<String> {
     v
 }
 
-/// Who may call `/mcp` before rmcp's checks: anyone on a loopback listener (the only bind
-/// `agentnet up` accepts), the admin token's holder otherwise.
+/// Who may call `/mcp` before rmcp's checks: the admin token's holder, on every listener.
 #[derive(Clone, Debug)]
 pub struct Gate {
-    token: Option<Token>,
+    token: Token,
 }
 
 impl Gate {
-    /// The gate of a listener bound at `addr`.
-    pub fn new(token: Token, addr: SocketAddr) -> Self {
-        Gate {
-            token: (!addr.ip().is_loopback()).then_some(token),
-        }
+    /// The gate of the admin token `token`.
+    pub fn new(token: Token) -> Self {
+        Gate { token }
     }
 
     /// Whether a request with these headers may pass.
     pub fn admits(&self, headers: &axum::http::HeaderMap) -> bool {
-        match &self.token {
-            None => true,
-            Some(t) => headers
-                .get(header::AUTHORIZATION)
-                .is_some_and(|h| t.accepts(h.as_bytes())),
-        }
+        headers
+            .get(header::AUTHORIZATION)
+            .is_some_and(|h| self.token.accepts(h.as_bytes()))
     }
 }
 
 /// Refuse a request [`Gate::admits`] refuses, with `401`.
 pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Response {
     if !g.admits(req.headers()) {
+        tracing::warn!("refused an /mcp request without the admin token");
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
-            "/mcp on a non-loopback listener needs `Authorization: Bearer <admin token>`",
+            "/mcp needs `Authorization: Bearer <token>` with the token in the node's \
+             <data-dir>/admin.token (docs/MCP.md shows a host configuration); \
+             or run `agentnet mcp` on stdio",
         )
             .into_response();
     }
@@ -201,7 +326,7 @@ pub fn router(server: Server, addr: SocketAddr, token: Token, stop: Cancellation
     );
     Router::new()
         .route_service(PATH, service)
-        .layer(middleware::from_fn_with_state(Gate::new(token, addr), gate))
+        .layer(middleware::from_fn_with_state(Gate::new(token), gate))
 }
 
 #[cfg(test)]
@@ -209,7 +334,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_token_is_required_off_loopback_only() {
+    fn shares_are_per_owner_and_per_source_and_given_back() {
+        let who = |o: &str, s: &str| Opener {
+            owner: o.into(),
+            source: s.into(),
+        };
+        let mut sh = Shares::default();
+        for _ in 0..MAX_SESSIONS_PER_OWNER {
+            sh.reserve(&who("did:a", "192.0.2.1")).unwrap();
+        }
+        assert!(matches!(
+            sh.reserve(&who("did:a", "192.0.2.9")),
+            Err(SessionError::TooManyForOwner)
+        ));
+        assert!(matches!(
+            sh.reserve(&who("did:b", "192.0.2.1")),
+            Err(SessionError::TooManyForSource)
+        ));
+        sh.reserve(&who("did:b", "192.0.2.2")).unwrap();
+        sh.release(&who("did:a", "192.0.2.1"));
+        sh.reserve(&who("did:c", "192.0.2.1")).unwrap();
+        for _ in 0..MAX_SESSIONS_PER_OWNER {
+            sh.release(&who("did:a", "192.0.2.1"));
+        }
+        assert!(!sh.owners.contains_key("did:a"), "no key kept at zero");
+        assert_eq!(
+            source_of("2001:db8:1:2:3:4:5:6".parse().unwrap()),
+            "2001:db8:1:2::/64"
+        );
+        assert_eq!(source_of("::ffff:192.0.2.7".parse().unwrap()), "192.0.2.7");
+    }
+
+    #[test]
+    fn the_token_is_required_on_every_listener() {
         let dir = tempfile::tempdir().unwrap();
         let token = Token::create(dir.path()).unwrap();
         let bearer = format!("Bearer {}", token.as_str());
@@ -219,13 +376,9 @@ mod tests {
         wrong.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
         let none = axum::http::HeaderMap::new();
 
-        let local = Gate::new(token.clone(), "127.0.0.1:7879".parse().unwrap());
-        assert!(local.admits(&none) && local.admits(&wrong) && local.admits(&with));
-        for addr in ["0.0.0.0:7879", "192.0.2.1:7879", "[::]:7879"] {
-            let g = Gate::new(token.clone(), addr.parse().unwrap());
-            assert!(!g.admits(&none), "{addr}");
-            assert!(!g.admits(&wrong), "{addr}");
-            assert!(g.admits(&with), "{addr}");
-        }
+        let g = Gate::new(token);
+        assert!(!g.admits(&none));
+        assert!(!g.admits(&wrong));
+        assert!(g.admits(&with));
     }
 }
