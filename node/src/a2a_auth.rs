@@ -96,7 +96,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use agentnet_a2a::auth::{AuthError, Authenticator, BoxFuture, RequestParts};
+use agentnet_a2a::auth::{AuthError, Authenticator, BoxFuture, RequestParts, Source};
 use agentnet_did::httpsig::{self, Scheme, Verifier, VerifyOptions};
 use agentnet_did::Resolver;
 use axum::extract::{ConnectInfo, Request};
@@ -280,39 +280,6 @@ impl DidAuthConfig {
             max_age: v.max_age,
             max_future_skew: v.max_future_skew,
             token_ttl: Duration::from_secs(15 * 60),
-        }
-    }
-}
-
-/// Where a request came from, as the bounds count it: an IPv4 address, or the /64 of an IPv6
-/// one (an IPv4-mapped IPv6 address counts as its IPv4 address). `None` (no address known) is
-/// one source of its own.
-// TODO(lead): use agentnet_a2a::auth::Source
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Source {
-    /// An IPv4 address.
-    V4(std::net::Ipv4Addr),
-    /// The first 64 bits of an IPv6 address.
-    V6(u64),
-}
-
-impl Source {
-    fn of(ip: IpAddr) -> Source {
-        match ip {
-            IpAddr::V4(a) => Source::V4(a),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(a) => Source::V4(a),
-                None => Source::V6((u128::from(a) >> 64) as u64),
-            },
-        }
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::V4(a) => write!(f, "{a}"),
-            Source::V6(p) => write!(f, "{}/64", std::net::Ipv6Addr::from(u128::from(*p) << 64)),
         }
     }
 }

@@ -71,19 +71,10 @@ pub async fn opened_by<F: std::future::Future>(who: Opener, f: F) -> F::Output {
     OPENER.scope(who, f).await
 }
 
-/// The network block of a client address, the unit of per-source shares: an IPv4 address, or
-/// an IPv6 /64 (a host is handed at least that much; an IPv4-mapped address counts as IPv4).
+/// The network block of a client address, the unit of per-source shares
+/// ([`agentnet_a2a::auth::Source`]), as the key [`Sessions`] counts by.
 pub fn source_of(ip: std::net::IpAddr) -> String {
-    match ip {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-            }
-        },
-    }
+    agentnet_a2a::auth::Source::of(ip).key()
 }
 
 /// Why a session operation failed.
