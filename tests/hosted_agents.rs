@@ -221,29 +221,50 @@ async fn command_processes_are_capped_per_caller_and_per_agent() {
     }
     assert_eq!((accepted.len(), refused), (4, 2), "per caller");
 
-    // Many DIDs: the agent's 16 fill up, the rest are refused.
-    // One after the other: the public listener caps the connections of one address, and the
-    // processes sleep long enough for all of them to be running together.
-    let callers: Vec<Caller> = (0..24).map(|_| Caller::new()).collect();
+    // Fresh DIDs from one address: that source's 8 (and no more) run, whatever DIDs it signs
+    // with. One request each, one after the other (the processes sleep long enough for all of
+    // them to be running together).
+    let from = |a: &str| {
+        reqwest::Client::builder()
+            .no_proxy()
+            .local_address(a.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
+    let callers: Vec<Caller> = (0..36).map(|_| Caller::new()).collect();
+    let one_address = from("127.0.0.2");
     let mut busy = 0;
-    for (i, c) in callers.iter().enumerate() {
-        for _ in 0..2 {
-            let (s, v) = post(&http, &slow, send_body("x", true), Some(c)).await;
-            assert_eq!(s, 200, "{v}");
-            if let Some(id) = v["result"]["task"]["id"].as_str() {
-                accepted.push((id.to_owned(), i + 1));
-            } else {
-                assert_eq!(v["error"]["code"], -32000, "{v}");
-                assert!(
-                    v["error"]["message"].as_str().unwrap().contains("running"),
-                    "{v}"
-                );
-                busy += 1;
-            }
+    for (i, c) in callers.iter().enumerate().take(12) {
+        let (s, v) = post(&one_address, &slow, send_body("x", true), Some(c)).await;
+        assert_eq!(s, 200, "{v}");
+        if let Some(id) = v["result"]["task"]["id"].as_str() {
+            accepted.push((id.to_owned(), i + 1));
+        } else {
+            assert_eq!(v["error"]["code"], -32000, "{v}");
+            busy += 1;
+        }
+    }
+    assert_eq!((accepted.len(), busy), (4 + 8, 4), "per source");
+
+    // Fresh DIDs from more addresses: the agent's 16 fill up, the rest are refused.
+    busy = 0;
+    for (i, c) in callers.iter().enumerate().skip(12) {
+        let http = from(&format!("127.0.0.{}", 3 + i % 4));
+        let (s, v) = post(&http, &slow, send_body("x", true), Some(c)).await;
+        assert_eq!(s, 200, "{v}");
+        if let Some(id) = v["result"]["task"]["id"].as_str() {
+            accepted.push((id.to_owned(), i + 1));
+        } else {
+            assert_eq!(v["error"]["code"], -32000, "{v}");
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains("running"),
+                "{v}"
+            );
+            busy += 1;
         }
     }
     assert_eq!(accepted.len(), 16, "per agent: {busy} refused");
-    assert_eq!(busy, 48 - 12);
+    assert_eq!(busy, 24 - 4);
 
     // An honest caller of another command agent is served meanwhile.
     let honest = Caller::new();

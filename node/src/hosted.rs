@@ -17,7 +17,7 @@
 //!   process is killed at `timeout_secs` (default 60) and when the task is canceled. It runs
 //!   with a cleared environment plus `env` (a table; `PATH` is [`DEFAULT_PATH`] unless `env`
 //!   names it) in a working directory of its own, `<data-dir>/hosted/<id>/work` (mode 0700),
-//!   never the node's; at most [`MAX_PROCESSES_PER_CALLER`] per caller and
+//!   never the node's; at most [`MAX_PROCESSES_PER_CALLER`] per caller, [`MAX_PROCESSES_PER_SOURCE`] per source and
 //!   [`MAX_PROCESSES_PER_AGENT`] per agent run at once, [`MAX_PROCESSES`] on the node (the
 //!   engine refuses one more with `RESOURCE_EXHAUSTED`, before anything starts);
 //! - `proxy`: forwards each turn to the upstream A2A server at `upstream` (its card is fetched
@@ -89,6 +89,9 @@ pub const MAX_PROCESSES_PER_AGENT: usize = 16;
 /// Most processes one caller (a DID; the anonymous callers of an `open` agent together) runs
 /// at once on one `command` agent: 4.
 pub const MAX_PROCESSES_PER_CALLER: usize = 4;
+/// Command processes at once from one source (an IPv4 address, an IPv6 /64) at one agent,
+/// whatever DIDs it signs with: 8.
+pub const MAX_PROCESSES_PER_SOURCE: usize = 8;
 /// Most `env` entries of a `command` agent, and their longest name and value (bytes).
 const MAX_ENV: (usize, usize, usize) = (64, 256, 4096);
 
@@ -605,6 +608,7 @@ fn limits_for(kind: Kind, commands: usize) -> agentnet_a2a::engine::Limits {
     if kind == Kind::Command {
         l.max_running = (MAX_PROCESSES / commands.max(1)).clamp(1, MAX_PROCESSES_PER_AGENT);
         l.max_running_per_owner = MAX_PROCESSES_PER_CALLER.min(l.max_running);
+        l.max_running_per_source = MAX_PROCESSES_PER_SOURCE.min(l.max_running);
     }
     l
 }
@@ -1144,7 +1148,14 @@ mod tests {
     #[test]
     fn command_agents_share_the_node_s_processes() {
         let l = limits_for(Kind::Command, 1);
-        assert_eq!((l.max_running, l.max_running_per_owner), (16, 4));
+        assert_eq!(
+            (
+                l.max_running,
+                l.max_running_per_owner,
+                l.max_running_per_source
+            ),
+            (16, 4, 8)
+        );
         assert_eq!(limits_for(Kind::Command, 8).max_running, 8);
         let l = limits_for(Kind::Command, MAX_AGENTS);
         assert_eq!((l.max_running, l.max_running_per_owner), (1, 1));
