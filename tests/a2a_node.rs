@@ -259,6 +259,83 @@ fn tasks_survive_a_killed_node() {
     );
 }
 
+/// Issue 15's critical attack, on disk: a task record the store wrote and cannot read back
+/// (JSON nested past serde_json's 128 levels, as one message 124 levels deep made it), left
+/// `WORKING` by a stopped node. Before the quarantine `agentnet up` refused to start ("corrupt
+/// task record ...: recursion limit exceeded") and the owner's `ListTasks` answered 500. Now
+/// the node starts, the record is quarantined (logged), `GetTask` finds no such task, and the
+/// owner's other tasks are listed.
+#[test]
+fn an_unreadable_task_record_does_not_stop_the_node() {
+    use agentnet_a2a::auth::Owner;
+    use agentnet_a2a::store::TaskStore;
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    let (key, _, _) = caller(dir.path());
+    let node = Node::start(&node_dir);
+    let msg = json!({"message": {"role": "ROLE_USER", "parts": [{"text": "keep me"}], "messageId": "m-1"}});
+    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
+    let kept = v["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    drop(node);
+    {
+        // The stopped node's store, opened with the library: an unreadable running task of
+        // the same caller at the same agent.
+        let (store, db) = agentnet_node::tasks::open_dir(
+            &node_dir.join(agentnet_node::daemon::STORE_DIR),
+            Default::default(),
+        )
+        .unwrap();
+        let mut deep = Value::Null;
+        for _ in 0..200 {
+            deep = Value::Array(vec![deep]);
+        }
+        let task: agentnet_a2a::types::Task = serde_json::from_value(json!({
+            "id": "deep-task",
+            "contextId": "c",
+            "status": {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"},
+        }))
+        .unwrap();
+        let mut task = task;
+        task.metadata = Some([("x".to_string(), deep)].into_iter().collect());
+        db.agent("echo")
+            .put(&Owner::Caller(key.did_key().to_string()), &task)
+            .unwrap();
+        store.flush().unwrap();
+    }
+    let node = Node::start(&node_dir);
+    assert!(
+        node.log().contains("quarantined"),
+        "the quarantine is logged: {}",
+        node.log()
+    );
+    let v = signed_rpc(
+        &key,
+        &node.agent("echo"),
+        "GetTask",
+        json!({"id": "deep-task"}),
+    );
+    assert_eq!(v["error"]["code"], -32001, "not found: {v}");
+    let v = signed_rpc(&key, &node.agent("echo"), "ListTasks", json!({}));
+    let ids: Vec<_> = v["result"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|t| t["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ids, [kept], "{v}");
+    // And it serves new work.
+    let msg =
+        json!({"message": {"role": "ROLE_USER", "parts": [{"text": "after"}], "messageId": "m-2"}});
+    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
+    assert_eq!(
+        v["result"]["task"]["artifacts"][0]["parts"][0]["text"], "after",
+        "{v}"
+    );
+}
+
 /// The official JavaScript SDK's client (`@a2a-js/sdk` 1.3.0, `interop/node/a2a_client.mjs`)
 /// against the binary's hosted agents, over both bindings: the card fetched from the node,
 /// send, get, list, unknown task, cancel, stream, the INPUT_REQUIRED round (a second message
