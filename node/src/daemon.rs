@@ -378,6 +378,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             .unwrap_or(Retention::default().max_source_bytes),
         // The advert store's watermark (`--store-min-free-mib`): one margin for the disk.
         min_free_bytes: opts.store_limits.min_free_bytes,
+        new_per_second_per_source: task_cfg
+            .new_per_second_per_source
+            .unwrap_or(Retention::default().new_per_second_per_source),
     };
     let task_db = {
         let store = store.clone();

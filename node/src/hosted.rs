@@ -191,6 +191,8 @@ pub struct TasksSection {
     pub max_per_owner_mib: Option<u64>,
     /// Most MiB of the tasks created from one network block.
     pub max_per_source_mib: Option<u64>,
+    /// New tasks per second from one network block (bursts of ten seconds' worth); 0: no bound.
+    pub new_per_second_per_source: Option<u32>,
 }
 
 /// `[auth]`.

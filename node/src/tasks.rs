@@ -16,8 +16,15 @@
 //! | `a2a_index` | `i ‖ A ‖ O ‖ (u64::MAX − t) ‖ id` | state name ‖ `0x00` ‖ context id: the list index, newest first |
 //! | `a2a_index` | `e ‖ t ‖ A ‖ O ‖ id` | empty: tasks not running, oldest first, for the retention sweep |
 //! | `a2a_index` | `l ‖ A ‖ O ‖ id` | empty: tasks `SUBMITTED` or `WORKING`, for the restart |
-//! | `a2a_index` | `c ‖ A ‖ O` | tasks of this owner at this agent (u64 BE) |
-//! | `a2a_index` | `C` | tasks in all (u64 BE) |
+//! | `a2a_index` | `b ‖ A ‖ O ‖ id` | the task's accounting: bytes charged ‖ `t` ‖ running (u8) ‖ source key |
+//! | `a2a_index` | `c ‖ A ‖ O` | tasks ‖ bytes of this owner at this agent (u64 BE each) |
+//! | `a2a_index` | `s ‖ source key` | tasks ‖ bytes created from this network block, at every agent |
+//! | `a2a_index` | `C` | tasks ‖ bytes in all |
+//! | `a2a_index` | `q ‖ A ‖ O ‖ id` | a quarantined record, as it was read |
+//! | `a2a_index` | `Q` | records quarantined ever ‖ bytes held in quarantine |
+//!
+//! Counters written before byte accounting hold the count alone (8 bytes), read as 0 bytes;
+//! such tasks are charged from their next update on, to no source.
 //!
 //! Keys start with the agent and the owner, so another owner's lookup misses by construction
 //! (A2A's "another DID gets 404"). Every change of a task is one atomic batch that moves its
@@ -28,12 +35,30 @@
 //!
 //! # Bounds
 //!
-//! [`Retention::max_tasks`] tasks in all and [`Retention::max_per_owner`] per owner and agent:
-//! a new task beyond either is refused ([`StoreError::Full`], `RESOURCE_EXHAUSTED` to the
-//! caller); updates of existing tasks always pass. Room comes back as the retention sweep
+//! [`Retention::max_tasks`] tasks in all, [`Retention::max_per_owner`] per owner and agent and
+//! [`Retention::max_per_source`] per network block (the [`Source`] of the caller who created
+//! the task, at every agent together: DIDs are free to mint); the bytes of the records
+//! ([`Retention::max_bytes`], [`Retention::max_owner_bytes`], [`Retention::max_source_bytes`]);
+//! and the free-disk watermark of the node's store ([`Retention::min_free_bytes`]). A new task
+//! beyond any is refused ([`StoreError::Full`], [`StoreError::Refused`]: `RESOURCE_EXHAUSTED`
+//! to the caller), nothing is evicted. An update that grows a task is charged to its owner and
+//! its creating source and refused past a byte bound or below the watermark; one that does not
+//! grow always passes (a task can always end). [`TaskStore::insert`] (a task admitted before
+//! its turn) passes the bounds except the watermark, so they are passed by at most one task
+//! per turn admitted at once. Every write takes one lock and moves its charges in the same
+//! atomic batch. Room comes back as the retention sweep
 //! ([`TaskDb::sweep`]) deletes tasks that are not running and whose status is older than
 //! [`Retention::keep`]: terminal tasks, and tasks left waiting for their caller
 //! (`INPUT_REQUIRED`, `AUTH_REQUIRED`).
+//!
+//! # Unreadable records
+//!
+//! A record that does not parse (JSON nested past serde_json's 128 levels, corrupt bytes) is
+//! quarantined where it is met (the restart, `get`, `list`): deleted with its index entries and
+//! charges, kept under `q` while the quarantine holds fewer than [`MAX_QUARANTINED`] records
+//! and [`MAX_QUARANTINE_BYTES`], logged with its key and the reason, and counted
+//! ([`TaskDb::quarantined`]). The task then reads as absent (`GetTask`: not found): a `FAILED`
+//! stub would need the record's status, which is what cannot be read.
 //!
 //! # Restart
 //!
@@ -92,6 +117,10 @@ pub struct Retention {
     /// space than this (the node passes the store's `--store-min-free-mib`): 256 MiB, left to
     /// the node's own duties (its adverts, the sweeps' deletions, compactions).
     pub min_free_bytes: u64,
+    /// New tasks per second from one network block, with a burst of ten seconds' worth: 200
+    /// (0: no rate bound). Ahead of the per-source count, it keeps one block from filling the
+    /// total at full speed.
+    pub new_per_second_per_source: u32,
 }
 
 impl Default for Retention {
@@ -105,7 +134,61 @@ impl Default for Retention {
             max_owner_bytes: 64 << 20,
             max_source_bytes: 128 << 20,
             min_free_bytes: 256 << 20,
+            new_per_second_per_source: 200,
         }
+    }
+}
+
+/// Network blocks whose creation rate is tracked at once; past them an untracked block is not
+/// rate-bounded (its counts and bytes still are), so that many blocks cannot lock out others.
+pub const MAX_RATE_SOURCES: usize = 65_536;
+
+/// Token buckets of task creation, one per network block: `rate` tokens a second up to
+/// `burst`. A plain struct; the caller passes `now`.
+#[derive(Debug)]
+pub struct CreationRate {
+    rate: f64,
+    burst: f64,
+    buckets: std::collections::HashMap<Vec<u8>, (f64, std::time::Instant)>,
+}
+
+impl CreationRate {
+    /// `per_second` new tasks a second per block, bursts of ten seconds' worth.
+    pub fn new(per_second: u32) -> Self {
+        CreationRate {
+            rate: f64::from(per_second),
+            burst: f64::from(per_second) * 10.0,
+            buckets: std::collections::HashMap::new(),
+        }
+    }
+
+    fn level(&self, tokens: f64, at: std::time::Instant, now: std::time::Instant) -> f64 {
+        (tokens + now.saturating_duration_since(at).as_secs_f64() * self.rate).min(self.burst)
+    }
+
+    /// Whether `source` may create a task at `now`; takes its token if so.
+    pub fn take(&mut self, source: &[u8], now: std::time::Instant) -> bool {
+        if self.rate <= 0.0 {
+            return true;
+        }
+        if !self.buckets.contains_key(source) && self.buckets.len() >= MAX_RATE_SOURCES {
+            // A full bucket is the same as none: forget those first.
+            let (rate, burst) = (self.rate, self.burst);
+            self.buckets.retain(|_, (tokens, at)| {
+                *tokens + now.saturating_duration_since(*at).as_secs_f64() * rate < burst
+            });
+            if self.buckets.len() >= MAX_RATE_SOURCES {
+                return true;
+            }
+        }
+        let burst = self.burst;
+        let (tokens, at) = *self.buckets.entry(source.to_vec()).or_insert((burst, now));
+        let level = self.level(tokens, at, now);
+        if level < 1.0 {
+            return false;
+        }
+        self.buckets.insert(source.to_vec(), (level - 1.0, now));
+        true
     }
 }
 
@@ -269,6 +352,7 @@ pub struct TaskDb {
     total: AtomicU64,
     bytes: AtomicU64,
     quarantined: AtomicU64,
+    rate: Mutex<CreationRate>,
 }
 
 impl std::fmt::Debug for TaskDb {
@@ -375,6 +459,7 @@ impl TaskDb {
             total: AtomicU64::new(total.tasks),
             bytes: AtomicU64::new(total.bytes),
             quarantined: AtomicU64::new(quarantined),
+            rate: Mutex::new(CreationRate::new(retention.new_per_second_per_source)),
         }))
     }
 
@@ -612,7 +697,21 @@ impl TaskDb {
                 r.max_per_source
             )));
         }
-        self.check_bytes(mine.bytes, theirs.bytes, size.max(1))
+        self.check_bytes(mine.bytes, theirs.bytes, size.max(1))?;
+        let now = std::time::Instant::now();
+        if !self
+            .rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(source, now)
+        {
+            return Err(StoreError::Refused(format!(
+                "this network block creates tasks faster than {} a second \
+                 (new_per_second_per_source); slow down",
+                r.new_per_second_per_source
+            )));
+        }
+        Ok(())
     }
 
     /// Refuse `growth` bytes beyond the byte bounds, given the owner's and the source's bytes.
@@ -1570,5 +1669,40 @@ mod tests {
         let p = a.list(&o, &q).unwrap();
         assert_eq!(p.tasks.len(), 1);
         assert!(p.next.is_some());
+    }
+
+    #[test]
+    fn creation_rate_is_per_source_and_refills() {
+        let t0 = std::time::Instant::now();
+        let mut r = CreationRate::new(2);
+        for _ in 0..20 {
+            assert!(r.take(b"10.0.0.1", t0));
+        }
+        assert!(!r.take(b"10.0.0.1", t0), "the burst is ten seconds' worth");
+        assert!(r.take(b"10.0.0.2", t0), "another block has its own");
+        let later = t0 + Duration::from_millis(500);
+        assert!(r.take(b"10.0.0.1", later));
+        assert!(!r.take(b"10.0.0.1", later));
+        assert!(CreationRate::new(0).take(b"x", t0), "0: no rate bound");
+        // Through the store: the refusal names the key.
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                new_per_second_per_source: 1,
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        let c = Caller::new(
+            Owner::Caller("did:key:c".into()),
+            Source::of(std::net::IpAddr::from([10, 0, 0, 9])),
+        );
+        for _ in 0..10 {
+            a.admit(&c).unwrap();
+        }
+        assert!(
+            matches!(a.admit(&c), Err(StoreError::Refused(m)) if m.contains("new_per_second_per_source"))
+        );
     }
 }
