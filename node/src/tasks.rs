@@ -532,6 +532,25 @@ impl TaskDb {
         }
     }
 
+    /// A record as a page returns it: the fields the page drops (artifacts not asked for,
+    /// history past `history_length`) are skipped as raw JSON, never parsed into a task. An
+    /// unreadable record is quarantined and reads as absent.
+    fn decode_for_page(
+        &self,
+        scope: &Scope,
+        id: &str,
+        raw: Vec<u8>,
+        q: &ListQuery,
+    ) -> Result<Option<Task>, StoreError> {
+        match trimmed(&raw, q) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => {
+                self.quarantine(scope, id, &raw, &e.to_string())?;
+                Ok(None)
+            }
+        }
+    }
+
     fn load(&self, scope: &Scope, id: &str) -> Result<Option<Task>, StoreError> {
         Ok(self.read(scope, id)?.map(|(t, _)| t))
     }
@@ -952,6 +971,40 @@ impl TaskDb {
     }
 }
 
+/// Parse a task record cut as `q` says: the top-level fields as raw JSON, then only what is
+/// kept.
+fn trimmed(raw: &[u8], q: &ListQuery) -> Result<Task, serde_json::Error> {
+    use serde_json::value::RawValue;
+    let mut top: std::collections::BTreeMap<String, &RawValue> = serde_json::from_slice(raw)?;
+    if q.drop_artifacts {
+        top.remove("artifacts");
+    }
+    let history = match (q.history_length, top.get("history")) {
+        (Some(n), Some(h)) => {
+            let all: Option<Vec<&RawValue>> = serde_json::from_str(h.get())?;
+            let all = all.unwrap_or_default();
+            let keep = &all[all.len().saturating_sub(n)..];
+            Some(serde_json::to_string(keep)?)
+        }
+        _ => None,
+    };
+    let mut out = String::with_capacity(raw.len().min(1 << 20));
+    out.push('{');
+    for (i, (k, v)) in top.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(k)?);
+        out.push(':');
+        match (k.as_str(), &history) {
+            ("history", Some(h)) => out.push_str(h),
+            _ => out.push_str(v.get()),
+        }
+    }
+    out.push('}');
+    serde_json::from_str(&out)
+}
+
 /// Open the task store of a stopped node's store directory (`<data-dir>/store`), for
 /// maintenance and tests; the node must not be running (RocksDB locks the directory).
 pub fn open_dir(
@@ -1113,9 +1166,8 @@ impl TaskStore for AgentTasks {
             }
             bytes = bytes.saturating_add(raw.len());
             last = Some(hit);
-            // Cut as it is read: what the page drops is not kept for the page.
-            if let Some((mut task, _)) = self.db.decode(&scope, &hit.1, raw)? {
-                q.trim(&mut task);
+            // Cut as it is read: what the page drops is never parsed.
+            if let Some(task) = self.db.decode_for_page(&scope, &hit.1, raw, q)? {
                 page.tasks.push(task);
             }
         }
