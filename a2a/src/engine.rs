@@ -1062,7 +1062,8 @@ impl Engine {
             });
         }
         let include_artifacts = req.include_artifacts.unwrap_or(false);
-        let history_length = Some(req.history_length.unwrap_or(0));
+        let asked_history = req.history_length.unwrap_or(0);
+        let history_length = Some(asked_history);
         // The store cuts each task as it reads it (history, artifacts) and stops the page at
         // MAX_PAGE_BYTES of records, so a page of large tasks is never held whole.
         let query = ListQuery {
@@ -1072,9 +1073,7 @@ impl Engine {
             page_size,
             cursor,
             max_bytes: crate::store::MAX_PAGE_BYTES,
-            history_length: Some(
-                (history_length.unwrap_or(0).max(0) as usize).min(l.max_history_returned),
-            ),
+            history_length: Some((asked_history.max(0) as usize).min(l.max_history_returned)),
             drop_artifacts: !include_artifacts,
         };
         let o = owner.clone();
