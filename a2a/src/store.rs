@@ -6,7 +6,8 @@
 //! `tokio::task::spawn_blocking`, never from an async worker thread, unless the store says
 //! through [`TaskStore::runs_inline`] that its calls are short enough to run there (the
 //! in-memory store, and the node's RocksDB store, which writes to its log without a sync per
-//! write). One engine serves one agent: a node that hosts several agents gives each its own
+//! write); [`TaskStore::list`] always goes to `spawn_blocking` (a page reads up to
+//! [`MAX_PAGE_BYTES`] of records). One engine serves one agent: a node that hosts several agents gives each its own
 //! store (for RocksDB, a key prefix per agent).
 //!
 //! # Keys a RocksDB implementation would use
