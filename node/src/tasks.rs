@@ -777,12 +777,14 @@ impl TaskDb {
                 } else {
                     ops.push(FamilyOp::Delete(scope.expiry_key(t, id)));
                 }
-                // A task stored before accounting is charged from now on, to no source.
+                // A task stored before accounting is charged from now on, to no source; one
+                // deleted meanwhile (swept) is counted again as it is written back.
+                let gone = old_acct.is_none() && self.tasks.get(&key).map_err(backend)?.is_none();
                 let a = old_acct.clone();
                 (
                     a.as_ref().map(|a| a.source.clone()).unwrap_or_default(),
                     a.map_or(0, |a| a.size),
-                    false,
+                    gone,
                 )
             }
             Write::New { source, bounded } => {
