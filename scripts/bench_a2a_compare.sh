@@ -79,6 +79,11 @@ listen = ["/ip4/127.0.0.1/tcp/0"]
 [tasks]
 max_per_owner = 100000000
 max_tasks = 100000000
+max_per_source = 100000000
+max_total_mib = 100000
+max_per_owner_mib = 100000
+max_per_source_mib = 100000
+new_per_second_per_source = 0
 [[agent]]
 id = "echo"
 kind = "echo"

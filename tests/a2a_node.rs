@@ -259,6 +259,210 @@ fn tasks_survive_a_killed_node() {
     );
 }
 
+/// Issue 15's critical attack, on disk: a task record the store wrote and cannot read back
+/// (JSON nested past serde_json's 128 levels, as one message 124 levels deep made it), left
+/// `WORKING` by a stopped node. Before the quarantine `agentnet up` refused to start ("corrupt
+/// task record ...: recursion limit exceeded") and the owner's `ListTasks` answered 500. Now
+/// the node starts, the record is quarantined (logged), `GetTask` finds no such task, and the
+/// owner's other tasks are listed.
+#[test]
+fn an_unreadable_task_record_does_not_stop_the_node() {
+    use agentnet_a2a::auth::Owner;
+    use agentnet_a2a::store::TaskStore;
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    let (key, _, _) = caller(dir.path());
+    let node = Node::start(&node_dir);
+    let msg = json!({"message": {"role": "ROLE_USER", "parts": [{"text": "keep me"}], "messageId": "m-1"}});
+    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
+    let kept = v["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    drop(node);
+    {
+        // The stopped node's store, opened with the library: an unreadable running task of
+        // the same caller at the same agent.
+        let (store, db) = agentnet_node::tasks::open_dir(
+            &node_dir.join(agentnet_node::daemon::STORE_DIR),
+            Default::default(),
+        )
+        .unwrap();
+        let mut deep = Value::Null;
+        for _ in 0..200 {
+            deep = Value::Array(vec![deep]);
+        }
+        let task: agentnet_a2a::types::Task = serde_json::from_value(json!({
+            "id": "deep-task",
+            "contextId": "c",
+            "status": {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"},
+        }))
+        .unwrap();
+        let mut task = task;
+        task.metadata = Some([("x".to_string(), deep)].into_iter().collect());
+        db.agent("echo")
+            .put(&Owner::Caller(key.did_key().to_string()), &task)
+            .unwrap();
+        store.flush().unwrap();
+    }
+    let node = Node::start(&node_dir);
+    assert!(
+        node.log().contains("quarantined"),
+        "the quarantine is logged: {}",
+        node.log()
+    );
+    let v = signed_rpc(
+        &key,
+        &node.agent("echo"),
+        "GetTask",
+        json!({"id": "deep-task"}),
+    );
+    assert_eq!(v["error"]["code"], -32001, "not found: {v}");
+    let v = signed_rpc(&key, &node.agent("echo"), "ListTasks", json!({}));
+    let ids: Vec<_> = v["result"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|t| t["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ids, [kept], "{v}");
+    // And it serves new work.
+    let msg =
+        json!({"message": {"role": "ROLE_USER", "parts": [{"text": "after"}], "messageId": "m-2"}});
+    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
+    assert_eq!(
+        v["result"]["task"]["artifacts"][0]["parts"][0]["text"], "after",
+        "{v}"
+    );
+}
+
+/// POST an unsigned JSON-RPC request from the loopback address `from` (127.0.0.0/8: each
+/// address is its own network block); the HTTP status and the answer.
+fn rpc_from(from: [u8; 4], url: &str, method: &str, params: Value) -> (u16, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let r = reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from(from))
+            .build()
+            .unwrap()
+            .post(url)
+            .header("content-type", "application/a2a+json")
+            .header("A2A-Version", "1.0")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    })
+}
+
+/// Issue 15, "Task bytes and disk" and "ListTasks amplification", against the binary over HTTP.
+/// One network block sends ~900 KiB messages to an open echo agent: the store charges their
+/// bytes to the block and refuses more past `max_per_source_mib` (before, it counted tasks
+/// only and one client grew the store 39 MB/s); another block is still served. Then a signed
+/// caller's eight ~900 KiB tasks, listed with `pageSize=100`, `historyLength=100` and
+/// artifacts: a page stops at 4 MiB of records with a `nextPageToken` (before, one 400 MB
+/// answer), and paging returns every task once.
+#[test]
+fn task_bytes_are_bounded_per_source_and_list_pages_by_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    let (key, _, _) = caller(dir.path());
+    let config = format!("{CONFIG}\n[tasks]\nmax_per_source_mib = 16\n");
+    let node = Node::start_with(&node_dir, &config);
+    let big = |n: usize| {
+        json!({"message": {"role": "ROLE_USER", "parts": [{"text": "z".repeat(900 << 10)}],
+               "messageId": format!("m-{n}")}})
+    };
+    let mut refused = None;
+    for n in 0..30 {
+        let (status, v) = rpc_from(
+            [127, 0, 0, 2],
+            &node.agent("open-echo"),
+            "SendMessage",
+            big(n),
+        );
+        if v["error"]["code"] == -32000 || status == 429 {
+            refused = Some((n, v));
+            break;
+        }
+        assert!(v["result"]["task"]["id"].is_string(), "{status} {v}");
+    }
+    let (n, v) = refused.expect("a block's bytes are bounded");
+    assert!(
+        (6..=12).contains(&n),
+        "refused after {n} tasks of 900 KiB: {v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("max_per_source_mib"),
+        "{v}"
+    );
+    let (status, v) = rpc_from(
+        [127, 0, 0, 3],
+        &node.agent("open-echo"),
+        "SendMessage",
+        big(99),
+    );
+    assert!(
+        v["result"]["task"]["id"].is_string(),
+        "another block is served: {status} {v}"
+    );
+
+    let mut ids = Vec::new();
+    for n in 0..8 {
+        let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", big(100 + n));
+        ids.push(
+            v["result"]["task"]["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{v}"))
+                .to_string(),
+        );
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        pages += 1;
+        assert!(pages <= 8, "paging ends");
+        let v = signed_rpc(
+            &key,
+            &node.agent("echo"),
+            "ListTasks",
+            json!({"pageSize": 100, "historyLength": 100, "includeArtifacts": true, "pageToken": token}),
+        );
+        let tasks = v["result"]["tasks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"));
+        assert!(
+            !tasks.is_empty() && tasks.len() <= 3,
+            "{} tasks in a page",
+            tasks.len()
+        );
+        for t in tasks {
+            assert_eq!(
+                t["artifacts"][0]["parts"][0]["text"].as_str().map(str::len),
+                Some(900 << 10)
+            );
+            seen.push(t["id"].as_str().unwrap().to_string());
+        }
+        token = v["result"]["nextPageToken"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if token.is_empty() {
+            break;
+        }
+    }
+    assert!(pages >= 3, "{pages} pages");
+    seen.sort();
+    ids.sort();
+    assert_eq!(seen, ids, "every task once");
+}
+
 /// The official JavaScript SDK's client (`@a2a-js/sdk` 1.3.0, `interop/node/a2a_client.mjs`)
 /// against the binary's hosted agents, over both bindings: the card fetched from the node,
 /// send, get, list, unknown task, cancel, stream, the INPUT_REQUIRED round (a second message

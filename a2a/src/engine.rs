@@ -197,9 +197,16 @@ impl std::fmt::Debug for Engine {
 
 fn store_error(e: StoreError) -> ProtocolError {
     match e {
-        StoreError::Full(_) => ProtocolError::Busy(e.to_string()),
+        StoreError::Full(_) | StoreError::Refused(_) => ProtocolError::Busy(e.to_string()),
         StoreError::Backend(_) => ProtocolError::Internal(e.to_string()),
     }
+}
+
+/// A new task admitted but not written yet (see [`Limits::defer_first_write`]), with the source
+/// its first write is charged to.
+struct Unstored {
+    task: Task,
+    source: crate::auth::Source,
 }
 
 fn now() -> chrono::DateTime<chrono::Utc> {
@@ -725,16 +732,19 @@ impl Engine {
                 // stored also finds the turn to stop.
                 self.mark_running(owner, &id, &cancel);
                 slot.task_id = Some(id.clone());
-                let o = owner.clone();
+                let c = caller.clone();
                 if defer {
-                    self.blocking(move |i| i.store.admit(&o).map_err(store_error))
+                    self.blocking(move |i| i.store.admit(&c).map_err(store_error))
                         .await?;
-                    unstored = Some(working);
+                    unstored = Some(Unstored {
+                        task: working,
+                        source: caller.source,
+                    });
                 } else {
                     self.blocking(move |i| {
                         i.store
-                            .admit(&o)
-                            .and_then(|()| i.store.insert(&o, &working))
+                            .admit(&c)
+                            .and_then(|()| i.store.insert(&c, &working))
                             .map_err(store_error)
                     })
                     .await?;
@@ -789,7 +799,7 @@ impl Engine {
         owner: Owner,
         turn: Turn,
         fresh: bool,
-        mut unstored: Option<Task>,
+        mut unstored: Option<Unstored>,
     ) -> TurnEnd {
         let id = turn.task_id.clone();
         let gone = || ProtocolError::UnsupportedOperation(String::new());
@@ -980,10 +990,11 @@ impl Engine {
     }
 
     /// Write a new task for the first time (admitted by `begin`).
-    async fn insert(&self, owner: &Owner, task: Task) -> Result<Task, ProtocolError> {
-        let owner = owner.clone();
+    async fn insert(&self, owner: &Owner, u: Unstored) -> Result<Task, ProtocolError> {
+        let caller = Caller::new(owner.clone(), u.source);
+        let task = u.task;
         self.blocking(move |i| {
-            i.store.insert(&owner, &task).map_err(store_error)?;
+            i.store.insert(&caller, &task).map_err(store_error)?;
             Ok(task)
         })
         .await
@@ -995,13 +1006,13 @@ impl Engine {
         &self,
         owner: &Owner,
         id: &str,
-        unstored: &mut Option<Task>,
+        unstored: &mut Option<Unstored>,
         on_terminal: ProtocolError,
         f: impl FnOnce(&mut Task, &Limits) -> Result<(), ProtocolError> + Send + 'static,
     ) -> Result<Task, ProtocolError> {
         match unstored.take() {
             Some(mut t) => {
-                f(&mut t, &self.inner.limits)?;
+                f(&mut t.task, &self.inner.limits)?;
                 self.insert(owner, t).await
             }
             None => self.update(owner, id, on_terminal, f).await,
@@ -1015,7 +1026,7 @@ impl Engine {
         &self,
         owner: &Owner,
         id: &str,
-        unstored: &mut Option<Task>,
+        unstored: &mut Option<Unstored>,
         u: Update,
     ) -> Result<(), ProtocolError> {
         let gone = ProtocolError::UnsupportedOperation(String::new());
@@ -1175,19 +1186,28 @@ impl Engine {
                 total_size: 0,
             });
         }
+        let include_artifacts = req.include_artifacts.unwrap_or(false);
+        let asked_history = req.history_length.unwrap_or(0);
+        let history_length = Some(asked_history);
+        // The store cuts each task as it reads it (history, artifacts) and stops the page at
+        // MAX_PAGE_BYTES of records, so a page of large tasks is never held whole.
         let query = ListQuery {
             context_id: req.context_id.clone(),
             status: req.status.clone().filter(|s| *s != TaskState::Unspecified),
             status_after: req.status_timestamp_after,
             page_size,
             cursor,
+            max_bytes: crate::store::MAX_PAGE_BYTES,
+            history_length: Some((asked_history.max(0) as usize).min(l.max_history_returned)),
+            drop_artifacts: !include_artifacts,
         };
         let o = owner.clone();
-        let page = self
-            .blocking(move |i| i.store.list(&o, &query).map_err(store_error))
-            .await?;
-        let include_artifacts = req.include_artifacts.unwrap_or(false);
-        let history_length = Some(req.history_length.unwrap_or(0));
+        // Off the request workers whatever `runs_inline` says: a page reads megabytes.
+        let inner = self.inner.clone();
+        let page = tokio::task::spawn_blocking(move || inner.store.list(&o, &query))
+            .await
+            .map_err(|e| ProtocolError::Internal(format!("task store call: {e}")))?
+            .map_err(store_error)?;
         let tasks = page
             .tasks
             .into_iter()
@@ -1402,15 +1422,15 @@ mod tests {
             self.count();
             self.mem.put(owner, task)
         }
-        fn admit(&self, owner: &Owner) -> Result<(), StoreError> {
-            self.mem.admit(owner)
+        fn admit(&self, caller: &Caller) -> Result<(), StoreError> {
+            self.mem.admit(caller)
         }
-        fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+        fn insert(&self, caller: &Caller, task: &Task) -> Result<(), StoreError> {
             if self.fail_inserts.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(StoreError::Backend("disk full".into()));
             }
             self.count();
-            self.mem.insert(owner, task)
+            self.mem.insert(caller, task)
         }
         fn list(&self, owner: &Owner, q: &ListQuery) -> Result<crate::store::TaskPage, StoreError> {
             self.mem.list(owner, q)

@@ -39,9 +39,14 @@ fn text_artifact(name: &str, text: String) -> Artifact {
     }
 }
 
-/// Completes every task at once with an artifact `echo` holding the message's text.
+/// Completes every task at once with an artifact `echo` holding the message's text, and the
+/// short status message [`ECHO_DONE`]: the text is stored once more than the caller's message
+/// (in the artifact), not in the status message and the history as well.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Echo;
+
+/// The status message of a task [`Echo`] completed.
+pub const ECHO_DONE: &str = "echoed: see the artifact echo";
 
 impl Handler for Echo {
     fn handle(
@@ -52,7 +57,7 @@ impl Handler for Echo {
         Box::pin(async move {
             let text = text_of(&turn.message);
             Ok(Outcome::Completed {
-                message: Some(agent_message(&turn, format!("echo: {text}"))),
+                message: Some(agent_message(&turn, ECHO_DONE)),
                 artifacts: vec![text_artifact("echo", text)],
             })
         })

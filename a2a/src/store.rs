@@ -6,7 +6,8 @@
 //! `tokio::task::spawn_blocking`, never from an async worker thread, unless the store says
 //! through [`TaskStore::runs_inline`] that its calls are short enough to run there (the
 //! in-memory store, and the node's RocksDB store, which writes to its log without a sync per
-//! write). One engine serves one agent: a node that hosts several agents gives each its own
+//! write); [`TaskStore::list`] always goes to `spawn_blocking` (a page reads up to
+//! [`MAX_PAGE_BYTES`] of records). One engine serves one agent: a node that hosts several agents gives each its own
 //! store (for RocksDB, a key prefix per agent).
 //!
 //! # Keys a RocksDB implementation would use
@@ -35,7 +36,7 @@ use a2a::{Task, TaskState, TaskStatus};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
-use crate::auth::Owner;
+use crate::auth::{Caller, Owner};
 
 /// A store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,10 +45,19 @@ pub enum StoreError {
     /// The store holds as many tasks as it may; a new one is refused.
     #[error("task store full ({0} tasks)")]
     Full(usize),
+    /// A bound other than the task count refused a new task or a task's growth: bytes (in
+    /// all, of the owner, of the caller's network block), tasks of the caller's block, or the
+    /// free-disk watermark. The message names the bound. Nothing was written.
+    #[error("task refused: {0}")]
+    Refused(String),
     /// The backend failed (I/O, corruption); the message says what was being done.
     #[error("task store: {0}")]
     Backend(String),
 }
+
+/// Most bytes of stored task records one `ListTasks` page reads (4 MiB): a page stops early,
+/// with a next-page cursor, when the next task would pass it (a page holds at least one task).
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
 
 /// Where a page starts: just after the index entry `(time, id)`, times in µs since the epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +105,28 @@ pub struct ListQuery {
     pub page_size: usize,
     /// Start after this entry; `None` for the first page.
     pub cursor: Option<Cursor>,
+    /// Stop the page early (with a cursor) when the stored records read pass this many bytes;
+    /// at least one task is returned. 0: no byte bound (the engine passes [`MAX_PAGE_BYTES`]).
+    pub max_bytes: usize,
+    /// Keep at most this many of the newest history messages of each task (the rest is dropped
+    /// as each record is read, not kept for the page); `None`: all.
+    pub history_length: Option<usize>,
+    /// Drop each task's artifacts as it is read.
+    pub drop_artifacts: bool,
+}
+
+impl ListQuery {
+    /// Cut `task` to what the page returns (history length, artifacts).
+    pub fn trim(&self, task: &mut Task) {
+        if self.drop_artifacts {
+            task.artifacts = None;
+        }
+        if let (Some(n), Some(h)) = (self.history_length, task.history.as_mut()) {
+            if h.len() > n {
+                h.drain(..h.len() - n);
+            }
+        }
+    }
 }
 
 /// One page of tasks.
@@ -128,22 +160,25 @@ pub trait TaskStore: Send + Sync + 'static {
         let _ = old;
         self.put(owner, task)
     }
-    /// Whether the owner may start a new task now: the quota check of [`TaskStore::put`],
-    /// without writing anything. The engine asks before a new task's turn starts, and stores
-    /// the task later with [`TaskStore::insert`] (see [`crate::engine::Limits::defer_first_write`]).
-    /// The default admits every task.
-    fn admit(&self, owner: &Owner) -> Result<(), StoreError> {
-        let _ = owner;
+    /// Whether the caller may start a new task now: the quota checks of [`TaskStore::put`]
+    /// (per owner, per source, in all), without writing anything. The engine asks before a new
+    /// task's turn starts, and stores the task later with [`TaskStore::insert`] (see
+    /// [`crate::engine::Limits::defer_first_write`]). The default admits every task.
+    fn admit(&self, caller: &Caller) -> Result<(), StoreError> {
+        let _ = caller;
         Ok(())
     }
     /// Store a new task that [`TaskStore::admit`] let in: its id is fresh (no stored task has
     /// it), and it is not refused for quota, so the bounds may be passed by as many tasks as
-    /// there are turns running at once ([`crate::engine::Limits::max_running`]). The default
-    /// calls [`TaskStore::put`].
-    fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
-        self.put(owner, task)
+    /// there are turns running at once ([`crate::engine::Limits::max_running`]). A store that
+    /// counts per source charges the task, and its later updates, to `caller.source`. The
+    /// default calls [`TaskStore::put`].
+    fn insert(&self, caller: &Caller, task: &Task) -> Result<(), StoreError> {
+        self.put(&caller.owner, task)
     }
-    /// One page of the owner's tasks.
+    /// One page of the owner's tasks, cut as the query says ([`ListQuery::trim`],
+    /// [`ListQuery::max_bytes`]). The engine calls it from `spawn_blocking` whatever
+    /// [`TaskStore::runs_inline`] says: a page can read megabytes.
     fn list(&self, owner: &Owner, query: &ListQuery) -> Result<TaskPage, StoreError>;
     /// `true` when every call returns in microseconds without waiting on the network or on a
     /// lock held across I/O (memory; an embedded store that does not sync to disk per write).
@@ -296,15 +331,15 @@ impl TaskStore for MemoryStore {
         self.store(owner, task, true)
     }
 
-    fn admit(&self, _owner: &Owner) -> Result<(), StoreError> {
+    fn admit(&self, _caller: &Caller) -> Result<(), StoreError> {
         if self.lock().tasks.len() >= self.max_tasks {
             return Err(StoreError::Full(self.max_tasks));
         }
         Ok(())
     }
 
-    fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
-        self.store(owner, task, false)
+    fn insert(&self, caller: &Caller, task: &Task) -> Result<(), StoreError> {
+        self.store(&caller.owner, task, false)
     }
 
     fn runs_inline(&self) -> bool {
@@ -321,6 +356,7 @@ impl TaskStore for MemoryStore {
         };
         let mut page = TaskPage::default();
         let mut last: Option<Cursor> = None;
+        let mut bytes = 0usize;
         for (o, Reverse(t), id) in m.index.range((start, Unbounded)) {
             if o < owner {
                 continue;
@@ -338,7 +374,17 @@ impl TaskStore for MemoryStore {
                 page.next = last.clone();
                 break;
             }
-            page.tasks.push(task.clone());
+            if q.max_bytes > 0 {
+                let size = serde_json::to_vec(task).map_or(0, |v| v.len());
+                if !page.tasks.is_empty() && bytes.saturating_add(size) > q.max_bytes {
+                    page.next = last.clone();
+                    break;
+                }
+                bytes = bytes.saturating_add(size);
+            }
+            let mut task = task.clone();
+            q.trim(&mut task);
+            page.tasks.push(task);
             last = Some(Cursor {
                 time_micros: *t,
                 id: id.clone(),

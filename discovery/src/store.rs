@@ -503,6 +503,13 @@ impl Store {
         &self.inner.limits
     }
 
+    /// Free bytes on the store's file system (the reading behind [`Limits::min_free_bytes`],
+    /// cached for a second), `None` if it cannot be read. For callers that keep their own data
+    /// in the store's families (the node's tasks) and honour the same watermark.
+    pub fn free_disk_bytes(&self) -> Option<u64> {
+        self.inner.disk.free_bytes(Instant::now())
+    }
+
     /// Bytes charged, adverts stored, refusals counted.
     pub fn usage(&self) -> Usage {
         let r = |i: usize| self.inner.refused[i].load(Ordering::Relaxed);

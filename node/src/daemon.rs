@@ -365,6 +365,19 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         max_per_owner: task_cfg
             .max_per_owner
             .unwrap_or(Retention::default().max_per_owner),
+        max_per_source: task_cfg
+            .max_per_source
+            .unwrap_or(Retention::default().max_per_source),
+        max_bytes: mib(task_cfg.max_total_mib).unwrap_or(Retention::default().max_bytes),
+        max_owner_bytes: mib(task_cfg.max_per_owner_mib)
+            .unwrap_or(Retention::default().max_owner_bytes),
+        max_source_bytes: mib(task_cfg.max_per_source_mib)
+            .unwrap_or(Retention::default().max_source_bytes),
+        // The advert store's watermark (`--store-min-free-mib`): one margin for the disk.
+        min_free_bytes: opts.store_limits.min_free_bytes,
+        new_per_second_per_source: task_cfg
+            .new_per_second_per_source
+            .unwrap_or(Retention::default().new_per_second_per_source),
     };
     let task_db = {
         let store = store.clone();
@@ -373,6 +386,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             let failed = db.recover()?;
             if failed > 0 {
                 tracing::warn!(failed, "tasks left working by the last run marked failed");
+            }
+            if db.quarantined() > 0 {
+                tracing::warn!(
+                    quarantined = db.quarantined(),
+                    "unreadable task records were quarantined (see earlier warnings)"
+                );
             }
             Ok::<_, agentnet_a2a::store::StoreError>(db)
         })
@@ -668,4 +687,9 @@ impl Running {
         NodeFile::remove_if_ours(&self.data_dir, self.pid);
         tracing::info!("node stopped");
     }
+}
+
+/// MiB from the config file as bytes.
+fn mib(v: Option<u64>) -> Option<u64> {
+    v.map(|m| m.saturating_mul(1 << 20))
 }

@@ -220,6 +220,16 @@ pub struct TasksSection {
     pub max_tasks: Option<u64>,
     /// Most tasks per caller and agent.
     pub max_per_owner: Option<u64>,
+    /// Most tasks created from one network block (IPv4 address, IPv6 /64), every agent together.
+    pub max_per_source: Option<u64>,
+    /// Most MiB of task records in all.
+    pub max_total_mib: Option<u64>,
+    /// Most MiB of one caller's tasks at one agent.
+    pub max_per_owner_mib: Option<u64>,
+    /// Most MiB of the tasks created from one network block.
+    pub max_per_source_mib: Option<u64>,
+    /// New tasks per second from one network block (bursts of ten seconds' worth); 0: no bound.
+    pub new_per_second_per_source: Option<u32>,
 }
 
 /// `[auth]`.

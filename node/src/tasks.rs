@@ -16,8 +16,15 @@
 //! | `a2a_index` | `i ‖ A ‖ O ‖ (u64::MAX − t) ‖ id` | state name ‖ `0x00` ‖ context id: the list index, newest first |
 //! | `a2a_index` | `e ‖ t ‖ A ‖ O ‖ id` | empty: tasks not running, oldest first, for the retention sweep |
 //! | `a2a_index` | `l ‖ A ‖ O ‖ id` | empty: tasks `SUBMITTED` or `WORKING`, for the restart |
-//! | `a2a_index` | `c ‖ A ‖ O` | tasks of this owner at this agent (u64 BE) |
-//! | `a2a_index` | `C` | tasks in all (u64 BE) |
+//! | `a2a_index` | `b ‖ A ‖ O ‖ id` | the task's accounting: bytes charged ‖ `t` ‖ running (u8) ‖ source key |
+//! | `a2a_index` | `c ‖ A ‖ O` | tasks ‖ bytes of this owner at this agent (u64 BE each) |
+//! | `a2a_index` | `s ‖ source key` | tasks ‖ bytes created from this network block, at every agent |
+//! | `a2a_index` | `C` | tasks ‖ bytes in all |
+//! | `a2a_index` | `q ‖ A ‖ O ‖ id` | a quarantined record, as it was read |
+//! | `a2a_index` | `Q` | records quarantined ever ‖ bytes held in quarantine |
+//!
+//! Counters written before byte accounting hold the count alone (8 bytes), read as 0 bytes;
+//! such tasks are charged from their next update on, to no source.
 //!
 //! Keys start with the agent and the owner, so another owner's lookup misses by construction
 //! (A2A's "another DID gets 404"). Every change of a task is one atomic batch that moves its
@@ -28,12 +35,30 @@
 //!
 //! # Bounds
 //!
-//! [`Retention::max_tasks`] tasks in all and [`Retention::max_per_owner`] per owner and agent:
-//! a new task beyond either is refused ([`StoreError::Full`], `RESOURCE_EXHAUSTED` to the
-//! caller); updates of existing tasks always pass. Room comes back as the retention sweep
+//! [`Retention::max_tasks`] tasks in all, [`Retention::max_per_owner`] per owner and agent and
+//! [`Retention::max_per_source`] per network block (the [`Source`] of the caller who created
+//! the task, at every agent together: DIDs are free to mint); the bytes of the records
+//! ([`Retention::max_bytes`], [`Retention::max_owner_bytes`], [`Retention::max_source_bytes`]);
+//! and the free-disk watermark of the node's store ([`Retention::min_free_bytes`]). A new task
+//! beyond any is refused ([`StoreError::Full`], [`StoreError::Refused`]: `RESOURCE_EXHAUSTED`
+//! to the caller), nothing is evicted. An update that grows a task is charged to its owner and
+//! its creating source and refused past a byte bound or below the watermark; one that does not
+//! grow always passes (a task can always end). [`TaskStore::insert`] (a task admitted before
+//! its turn) passes the bounds except the watermark, so they are passed by at most one task
+//! per turn admitted at once. Every write takes one lock and moves its charges in the same
+//! atomic batch. Room comes back as the retention sweep
 //! ([`TaskDb::sweep`]) deletes tasks that are not running and whose status is older than
 //! [`Retention::keep`]: terminal tasks, and tasks left waiting for their caller
 //! (`INPUT_REQUIRED`, `AUTH_REQUIRED`).
+//!
+//! # Unreadable records
+//!
+//! A record that does not parse (JSON nested past serde_json's 128 levels, corrupt bytes) is
+//! quarantined where it is met (the restart, `get`, `list`): deleted with its index entries and
+//! charges, kept under `q` while the quarantine holds fewer than [`MAX_QUARANTINED`] records
+//! and [`MAX_QUARANTINE_BYTES`], logged with its key and the reason, and counted
+//! ([`TaskDb::quarantined`]). The task then reads as absent (`GetTask`: not found): a `FAILED`
+//! stub would need the record's status, which is what cannot be read.
 //!
 //! # Restart
 //!
@@ -48,7 +73,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentnet_a2a::auth::Owner;
+use agentnet_a2a::auth::{Caller, Owner, Source};
 use agentnet_a2a::store::{Cursor, ListQuery, StoreError, TaskPage, TaskStore};
 use agentnet_a2a::types::{Message, Part, Role, Task, TaskState, TaskStatus};
 use agentnet_discovery::store::{Family, FamilyOp, Store, StoreError as DbError};
@@ -69,7 +94,7 @@ pub const RESTART_MESSAGE: &str = "the node restarted while this task was workin
 
 const TOTAL_KEY: &[u8] = b"C";
 
-/// How long tasks are kept, and how many.
+/// How long tasks are kept, how many, and how many bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Tasks not running whose last status is older than this are deleted: 7 days.
@@ -77,8 +102,25 @@ pub struct Retention {
     /// Most tasks in all: 1,000,000.
     pub max_tasks: u64,
     /// Most tasks of one owner at one agent: 10,000 (anonymous callers of an open agent are
-    /// one owner).
+    /// owned by their network block).
     pub max_per_owner: u64,
+    /// Most tasks created from one network block ([`Source`]), at every agent together:
+    /// 20,000. DIDs are free to mint; the block is what a stranger cannot multiply cheaply.
+    pub max_per_source: u64,
+    /// Most bytes of task records in all: 1 GiB.
+    pub max_bytes: u64,
+    /// Most bytes of one owner's tasks at one agent: 64 MiB.
+    pub max_owner_bytes: u64,
+    /// Most bytes of the tasks created from one network block: 128 MiB.
+    pub max_source_bytes: u64,
+    /// New tasks and growing updates are refused while the store's file system has less free
+    /// space than this (the node passes the store's `--store-min-free-mib`): 256 MiB, left to
+    /// the node's own duties (its adverts, the sweeps' deletions, compactions).
+    pub min_free_bytes: u64,
+    /// New tasks per second from one network block, with a burst of ten seconds' worth: 200
+    /// (0: no rate bound). Ahead of the per-source count, it keeps one block from filling the
+    /// total at full speed.
+    pub new_per_second_per_source: u32,
 }
 
 impl Default for Retention {
@@ -87,8 +129,169 @@ impl Default for Retention {
             keep: Duration::from_secs(7 * 24 * 3600),
             max_tasks: 1_000_000,
             max_per_owner: 10_000,
+            max_per_source: 20_000,
+            max_bytes: 1 << 30,
+            max_owner_bytes: 64 << 20,
+            max_source_bytes: 128 << 20,
+            min_free_bytes: 256 << 20,
+            new_per_second_per_source: 200,
         }
     }
+}
+
+/// Network blocks whose creation rate is tracked at once; past them an untracked block is not
+/// rate-bounded (its counts and bytes still are), so that many blocks cannot lock out others.
+pub const MAX_RATE_SOURCES: usize = 65_536;
+
+/// Token buckets of task creation, one per network block: `rate` tokens a second up to
+/// `burst`. A plain struct; the caller passes `now`.
+#[derive(Debug)]
+pub struct CreationRate {
+    rate: f64,
+    burst: f64,
+    buckets: std::collections::HashMap<Vec<u8>, (f64, std::time::Instant)>,
+}
+
+impl CreationRate {
+    /// `per_second` new tasks a second per block, bursts of ten seconds' worth.
+    pub fn new(per_second: u32) -> Self {
+        CreationRate {
+            rate: f64::from(per_second),
+            burst: f64::from(per_second) * 10.0,
+            buckets: std::collections::HashMap::new(),
+        }
+    }
+
+    fn level(&self, tokens: f64, at: std::time::Instant, now: std::time::Instant) -> f64 {
+        (tokens + now.saturating_duration_since(at).as_secs_f64() * self.rate).min(self.burst)
+    }
+
+    /// Whether `source` may create a task at `now`; takes its token if so.
+    pub fn take(&mut self, source: &[u8], now: std::time::Instant) -> bool {
+        if self.rate <= 0.0 {
+            return true;
+        }
+        if !self.buckets.contains_key(source) && self.buckets.len() >= MAX_RATE_SOURCES {
+            // A full bucket is the same as none: forget those first.
+            let (rate, burst) = (self.rate, self.burst);
+            self.buckets.retain(|_, (tokens, at)| {
+                *tokens + now.saturating_duration_since(*at).as_secs_f64() * rate < burst
+            });
+            if self.buckets.len() >= MAX_RATE_SOURCES {
+                return true;
+            }
+        }
+        let burst = self.burst;
+        let (tokens, at) = *self.buckets.entry(source.to_vec()).or_insert((burst, now));
+        let level = self.level(tokens, at, now);
+        if level < 1.0 {
+            return false;
+        }
+        self.buckets.insert(source.to_vec(), (level - 1.0, now));
+        true
+    }
+}
+
+/// Bytes charged per task on top of its JSON and key: its five index entries.
+const ENTRY_OVERHEAD: u64 = 256;
+/// Unreadable records kept in quarantine for an operator to look at; beyond these (or
+/// [`MAX_QUARANTINE_BYTES`]), an unreadable record is deleted (and still counted and logged).
+pub const MAX_QUARANTINED: u64 = 64;
+/// Most bytes of quarantined records kept: 64 MiB.
+pub const MAX_QUARANTINE_BYTES: u64 = 64 << 20;
+const QUARANTINE_KEY: &[u8] = b"Q";
+/// The source key of tasks written without a caller ([`TaskStore::put`]).
+const LOCAL_SOURCE: &str = "local";
+
+/// A count of tasks and their bytes: the value of the `c`, `s` and `C` counters. Stores
+/// written before byte accounting hold the count alone (8 bytes).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Usage {
+    tasks: u64,
+    bytes: u64,
+}
+
+impl Usage {
+    fn decode(v: Option<Vec<u8>>) -> Usage {
+        let Some(v) = v else {
+            return Usage::default();
+        };
+        let word = |i: usize| {
+            v.get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .unwrap_or(0)
+        };
+        Usage {
+            tasks: word(0),
+            bytes: word(1),
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        [self.tasks.to_be_bytes(), self.bytes.to_be_bytes()].concat()
+    }
+
+    fn add(self, tasks: i64, bytes: i64) -> Usage {
+        Usage {
+            tasks: self.tasks.saturating_add_signed(tasks),
+            bytes: self.bytes.saturating_add_signed(bytes),
+        }
+    }
+
+    /// The op writing it under `key`: a delete once it is zero.
+    fn op(&self, key: Vec<u8>) -> FamilyOp {
+        if *self == Usage::default() {
+            FamilyOp::Delete(key)
+        } else {
+            FamilyOp::Put(key, self.encode())
+        }
+    }
+}
+
+/// A task's accounting entry (`b ‖ A ‖ O ‖ id`): what it is charged, where its index entries
+/// are, and the source charged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Acct {
+    size: u64,
+    t: u64,
+    running: bool,
+    source: Vec<u8>,
+}
+
+impl Acct {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(17 + self.source.len());
+        v.extend_from_slice(&self.size.to_be_bytes());
+        v.extend_from_slice(&self.t.to_be_bytes());
+        v.push(self.running as u8);
+        v.extend_from_slice(&self.source);
+        v
+    }
+
+    fn decode(v: &[u8]) -> Option<Acct> {
+        Some(Acct {
+            size: u64::from_be_bytes(v.get(..8)?.try_into().ok()?),
+            t: u64::from_be_bytes(v.get(8..16)?.try_into().ok()?),
+            running: *v.get(16)? != 0,
+            source: v[17..].to_vec(),
+        })
+    }
+}
+
+fn source_key(source: &[u8]) -> Vec<u8> {
+    [&b"s"[..], source].concat()
+}
+
+/// How a write is bounded.
+#[derive(Debug, Clone, Copy)]
+enum Write<'a> {
+    /// A new task charged to `source`; refused beyond the bounds when `bounded`, else only
+    /// below the free-disk watermark.
+    New { source: &'a [u8], bounded: bool },
+    /// A change of the stored task whose status is this: refused only when it grows past a
+    /// byte bound or below the watermark.
+    Update(&'a TaskStatus),
 }
 
 fn backend(e: DbError) -> StoreError {
@@ -138,19 +341,18 @@ fn state_name(s: &TaskState) -> String {
         .unwrap_or_default()
 }
 
-fn decode_u64(v: Option<Vec<u8>>) -> u64 {
-    v.and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
-        .unwrap_or(0)
-}
-
 /// The A2A tasks of every hosted agent. Blocking; cheap to share behind an `Arc`.
 pub struct TaskDb {
+    store: Store,
     tasks: Family,
     index: Family,
     retention: Retention,
-    /// Serializes inserts and deletes (the counters); updates do not take it.
+    /// Serializes every write (the counters move with each).
     counts: Mutex<()>,
     total: AtomicU64,
+    bytes: AtomicU64,
+    quarantined: AtomicU64,
+    rate: Mutex<CreationRate>,
 }
 
 impl std::fmt::Debug for TaskDb {
@@ -158,6 +360,8 @@ impl std::fmt::Debug for TaskDb {
         f.debug_struct("TaskDb")
             .field("retention", &self.retention)
             .field("total", &self.total.load(Ordering::Relaxed))
+            .field("bytes", &self.bytes.load(Ordering::Relaxed))
+            .field("quarantined", &self.quarantined.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -207,6 +411,26 @@ impl Scope {
         [&b"c"[..], &self.0].concat()
     }
 
+    fn acct_key(&self, id: &str) -> Vec<u8> {
+        [&b"b"[..], &self.0, id.as_bytes()].concat()
+    }
+
+    fn quarantine_key(&self, id: &str) -> Vec<u8> {
+        [&b"q"[..], &self.0, id.as_bytes()].concat()
+    }
+
+    /// Agent and owner key, for logs.
+    fn describe(&self) -> (String, String) {
+        let Some((agent, rest)) = read_lp(&self.0) else {
+            return (String::new(), String::new());
+        };
+        let owner = read_lp(rest).map(|(o, _)| o).unwrap_or_default();
+        (
+            String::from_utf8_lossy(agent).into_owned(),
+            String::from_utf8_lossy(owner).into_owned(),
+        )
+    }
+
     /// Split `A ‖ O ‖ id` (the tail of a key) into the scope and the id.
     fn split(b: &[u8]) -> Option<(Scope, String)> {
         let (_, rest) = read_lp(b)?;
@@ -224,13 +448,18 @@ impl TaskDb {
     pub fn open(store: &Store, retention: Retention) -> Result<Arc<TaskDb>, StoreError> {
         let tasks = store.family(CF_TASKS).map_err(backend)?;
         let index = store.family(CF_INDEX).map_err(backend)?;
-        let total = decode_u64(index.get(TOTAL_KEY).map_err(backend)?);
+        let total = Usage::decode(index.get(TOTAL_KEY).map_err(backend)?);
+        let quarantined = Usage::decode(index.get(QUARANTINE_KEY).map_err(backend)?).tasks;
         Ok(Arc::new(TaskDb {
+            store: store.clone(),
             tasks,
             index,
             retention,
             counts: Mutex::new(()),
-            total: AtomicU64::new(total),
+            total: AtomicU64::new(total.tasks),
+            bytes: AtomicU64::new(total.bytes),
+            quarantined: AtomicU64::new(quarantined),
+            rate: Mutex::new(CreationRate::new(retention.new_per_second_per_source)),
         }))
     }
 
@@ -249,6 +478,28 @@ impl TaskDb {
         self.len() == 0
     }
 
+    /// Bytes of task records charged, in all.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Unreadable task records found since the store was created: each was taken out of the
+    /// tasks (the task is then not found), logged with its key and the reason, and kept under
+    /// the `q` prefix up to [`MAX_QUARANTINED`] records.
+    pub fn quarantined(&self) -> u64 {
+        self.quarantined.load(Ordering::Relaxed)
+    }
+
+    /// Tasks and bytes charged to one network block.
+    pub fn source_usage(&self, source: &Source) -> Result<(u64, u64), StoreError> {
+        let u = Usage::decode(
+            self.index
+                .get(&source_key(source.key().as_bytes()))
+                .map_err(backend)?,
+        );
+        Ok((u.tasks, u.bytes))
+    }
+
     /// One agent's tasks: the [`TaskStore`] for its engine.
     pub fn agent(self: &Arc<Self>, agent: &str) -> AgentTasks {
         AgentTasks {
@@ -257,13 +508,148 @@ impl TaskDb {
         }
     }
 
-    fn load(&self, scope: &Scope, id: &str) -> Result<Option<Task>, StoreError> {
+    /// The stored task, its record's size; an unreadable record is quarantined and reads as
+    /// absent. Never call with `counts` held.
+    fn read(&self, scope: &Scope, id: &str) -> Result<Option<(Task, usize)>, StoreError> {
         let Some(bytes) = self.tasks.get(&scope.task_key(id)).map_err(backend)? else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| StoreError::Backend(format!("corrupt task record {id:?}: {e}")))
+        self.decode(scope, id, bytes)
+    }
+
+    fn decode(
+        &self,
+        scope: &Scope,
+        id: &str,
+        bytes: Vec<u8>,
+    ) -> Result<Option<(Task, usize)>, StoreError> {
+        match serde_json::from_slice::<Task>(&bytes) {
+            Ok(t) => Ok(Some((t, bytes.len()))),
+            Err(e) => {
+                self.quarantine(scope, id, &bytes, &e.to_string())?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// A record as a page returns it: the fields the page drops (artifacts not asked for,
+    /// history past `history_length`) are skipped as raw JSON, never parsed into a task. An
+    /// unreadable record is quarantined and reads as absent.
+    fn decode_for_page(
+        &self,
+        scope: &Scope,
+        id: &str,
+        raw: Vec<u8>,
+        q: &ListQuery,
+    ) -> Result<Option<Task>, StoreError> {
+        match trimmed(&raw, q) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => {
+                self.quarantine(scope, id, &raw, &e.to_string())?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn load(&self, scope: &Scope, id: &str) -> Result<Option<Task>, StoreError> {
+        Ok(self.read(scope, id)?.map(|(t, _)| t))
+    }
+
+    /// Take the unreadable record `raw` of `scope`/`id` out of the tasks: delete it with its
+    /// index entries, uncharge it, and keep it under `q ‖ A ‖ O ‖ id` while the quarantine
+    /// has room.
+    fn quarantine(
+        &self,
+        scope: &Scope,
+        id: &str,
+        raw: &[u8],
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let key = scope.task_key(id);
+        let _g = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if self.tasks.get(&key).map_err(backend)?.as_deref() != Some(raw) {
+            return Ok(()); // rewritten or deleted meanwhile
+        }
+        let acct = self
+            .index
+            .get(&scope.acct_key(id))
+            .map_err(backend)?
+            .and_then(|v| Acct::decode(&v));
+        // Where its list entry is: in the accounting entry, else (a record written before
+        // accounting) found in the owner's list range.
+        let t = match &acct {
+            Some(a) => Some(a.t),
+            None => {
+                let prefix = scope.list_prefix();
+                let mut found = None;
+                self.index
+                    .scan(&prefix, &prefix_end(&prefix), MAX_SCAN, |k, _| {
+                        let tail = &k[prefix.len()..];
+                        if tail.get(8..) == Some(id.as_bytes()) {
+                            found = tail
+                                .get(..8)
+                                .and_then(|b| b.try_into().ok())
+                                .map(|b| u64::MAX - u64::from_be_bytes(b));
+                            return false;
+                        }
+                        true
+                    })
+                    .map_err(backend)?;
+                found
+            }
+        };
+        let size = acct.as_ref().map_or(0, |a| a.size);
+        let mut ops = vec![
+            FamilyOp::Delete(scope.live_key(id)),
+            FamilyOp::Delete(scope.acct_key(id)),
+        ];
+        if let Some(t) = t {
+            ops.push(FamilyOp::Delete(scope.list_key(t, id)));
+            ops.push(FamilyOp::Delete(scope.expiry_key(t, id)));
+        }
+        let delta = -(size.min(i64::MAX as u64) as i64);
+        let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
+        ops.push(mine.add(-1, delta).op(scope.count_key()));
+        if let Some(a) = acct.as_ref().filter(|a| !a.source.is_empty()) {
+            let sk = source_key(&a.source);
+            let theirs = Usage::decode(self.index.get(&sk).map_err(backend)?);
+            ops.push(theirs.add(-1, delta).op(sk));
+        }
+        let total = Usage {
+            tasks: self.total.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+        .add(-1, delta);
+        ops.push(FamilyOp::Put(TOTAL_KEY.to_vec(), total.encode()));
+        // The quarantine's counter: found ever, then (as bytes) the bytes held; records held
+        // are counted by a bounded scan of the `q` range.
+        let q = Usage::decode(self.index.get(QUARANTINE_KEY).map_err(backend)?);
+        let mut held = 0u64;
+        self.index
+            .scan(b"q", b"r", MAX_QUARANTINED as usize + 1, |_, _| {
+                held += 1;
+                true
+            })
+            .map_err(backend)?;
+        let keep = held < MAX_QUARANTINED
+            && q.bytes.saturating_add(raw.len() as u64) <= MAX_QUARANTINE_BYTES;
+        let mut q = q.add(1, 0);
+        if keep {
+            ops.push(FamilyOp::Put(scope.quarantine_key(id), raw.to_vec()));
+            q = q.add(0, raw.len() as i64);
+        }
+        ops.push(FamilyOp::Put(QUARANTINE_KEY.to_vec(), q.encode()));
+        self.write(FamilyOp::Delete(key), ops)?;
+        self.total.store(total.tasks, Ordering::Relaxed);
+        self.bytes.store(total.bytes, Ordering::Relaxed);
+        self.quarantined.store(q.tasks, Ordering::Relaxed);
+        let (agent, owner) = scope.describe();
+        let reason: String = reason.chars().take(200).collect();
+        tracing::warn!(
+            %agent, %owner, task = %id.escape_debug(), %reason, kept = keep,
+            "unreadable task record quarantined (the task is not found from now on)"
+        );
+        Ok(())
     }
 
     /// One atomic batch: the record op and the index ops.
@@ -275,53 +661,99 @@ impl TaskDb {
         .map_err(backend)
     }
 
-    fn put_scoped(&self, scope: &Scope, task: &Task) -> Result<(), StoreError> {
-        let old = self.load(scope, &task.id)?.map(|t| t.status);
-        self.write_task(scope, old.as_ref(), task, true)
+    /// Insert or replace; a new task is charged to `source` and bounded.
+    fn put_scoped(&self, scope: &Scope, task: &Task, source: &[u8]) -> Result<(), StoreError> {
+        match self.load(scope, &task.id)? {
+            Some(old) => self.write_task(scope, task, Write::Update(&old.status)),
+            None => self.write_task(
+                scope,
+                task,
+                Write::New {
+                    source,
+                    bounded: true,
+                },
+            ),
+        }
     }
 
-    /// Refuse a new task of `scope` beyond the bounds ([`StoreError::Full`]).
-    fn check_room(&self, scope: &Scope) -> Result<(), StoreError> {
-        if self.total.load(Ordering::Relaxed) >= self.retention.max_tasks {
-            return Err(StoreError::Full(self.retention.max_tasks as usize));
+    fn disk_low(&self, free: Option<u64>) -> Result<(), StoreError> {
+        match free {
+            Some(free) if free < self.retention.min_free_bytes => {
+                Err(StoreError::Refused(format!(
+                    "the node's disk is nearly full ({} MiB free, {} MiB kept for the node); \
+                 try again later",
+                    free >> 20,
+                    self.retention.min_free_bytes >> 20
+                )))
+            }
+            _ => Ok(()),
         }
-        let mine = decode_u64(self.index.get(&scope.count_key()).map_err(backend)?);
-        if mine >= self.retention.max_per_owner {
-            return Err(StoreError::Full(self.retention.max_per_owner as usize));
+    }
+
+    /// Refuse a new task of `scope` from `source` of `size` bytes (0: not known yet) beyond
+    /// the bounds ([`StoreError::Full`] for counts, [`StoreError::Refused`] for bytes and disk).
+    fn check_room(
+        &self,
+        scope: &Scope,
+        source: &[u8],
+        size: u64,
+        free: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let r = &self.retention;
+        self.disk_low(free)?;
+        if self.total.load(Ordering::Relaxed) >= r.max_tasks {
+            return Err(StoreError::Full(r.max_tasks as usize));
+        }
+        let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
+        if mine.tasks >= r.max_per_owner {
+            return Err(StoreError::Full(r.max_per_owner as usize));
+        }
+        let theirs = Usage::decode(self.index.get(&source_key(source)).map_err(backend)?);
+        if theirs.tasks >= r.max_per_source {
+            return Err(StoreError::Refused(format!(
+                "this network block created {} tasks (max_per_source); wait for the retention \
+                 sweep",
+                r.max_per_source
+            )));
+        }
+        self.check_bytes(mine.bytes, theirs.bytes, size.max(1))?;
+        let now = std::time::Instant::now();
+        if !self
+            .rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(source, now)
+        {
+            return Err(StoreError::Refused(format!(
+                "this network block creates tasks faster than {} a second \
+                 (new_per_second_per_source); slow down",
+                r.new_per_second_per_source
+            )));
         }
         Ok(())
     }
 
-    /// Write `task` whose stored status is `old` (`None`: a new task, refused beyond the
-    /// bounds when `bounded`), moving its index entries.
-    fn write_task(
-        &self,
-        scope: &Scope,
-        old: Option<&TaskStatus>,
-        task: &Task,
-        bounded: bool,
-    ) -> Result<(), StoreError> {
-        let id = task.id.as_str();
-        let mut ops = Vec::with_capacity(7);
-        if let Some(old) = old {
-            let t = micros(old);
-            ops.push(FamilyOp::Delete(scope.list_key(t, id)));
-            if is_running(&old.state) {
-                ops.push(FamilyOp::Delete(scope.live_key(id)));
-            } else {
-                ops.push(FamilyOp::Delete(scope.expiry_key(t, id)));
-            }
-        }
-        let t = micros(&task.status);
-        let mut entry = state_name(&task.status.state).into_bytes();
-        entry.push(0);
-        entry.extend_from_slice(task.context_id.as_bytes());
-        ops.push(FamilyOp::Put(scope.list_key(t, id), entry));
-        if is_running(&task.status.state) {
-            ops.push(FamilyOp::Put(scope.live_key(id), Vec::new()));
+    /// Refuse `growth` bytes beyond the byte bounds, given the owner's and the source's bytes.
+    fn check_bytes(&self, mine: u64, theirs: u64, growth: u64) -> Result<(), StoreError> {
+        let r = &self.retention;
+        let over = |used: u64, cap: u64| used.saturating_add(growth) > cap;
+        let which = if over(self.bytes.load(Ordering::Relaxed), r.max_bytes) {
+            "the node's task store is full (max_total_mib)"
+        } else if over(mine, r.max_owner_bytes) {
+            "this caller's tasks at this agent hold their share of bytes (max_per_owner_mib)"
+        } else if over(theirs, r.max_source_bytes) {
+            "this network block's tasks hold their share of bytes (max_per_source_mib)"
         } else {
-            ops.push(FamilyOp::Put(scope.expiry_key(t, id), Vec::new()));
-        }
+            return Ok(());
+        };
+        Err(StoreError::Refused(format!(
+            "{which}; wait for the retention sweep or send smaller messages"
+        )))
+    }
+
+    /// Write `task` as `how` says, moving its index entries and its charges in one batch.
+    fn write_task(&self, scope: &Scope, task: &Task, how: Write<'_>) -> Result<(), StoreError> {
+        let id = task.id.as_str();
         let json = serde_json::to_vec(task)
             .map_err(|e| StoreError::Backend(format!("serializing task: {e}")))?;
         // What is written must read back (serde_json stops at 128 levels): a deeper record
@@ -333,32 +765,95 @@ impl TaskDb {
                 agentnet_a2a::store::MAX_RECORD_DEPTH
             )));
         }
-        let record = FamilyOp::Put(scope.task_key(id), json);
-        if old.is_some() {
-            return self.write(record, ops);
-        }
-        // A new task: check and move the counters under the lock.
+        let key = scope.task_key(id);
+        let size = (json.len() + key.len()) as u64 + ENTRY_OVERHEAD;
+        // Read before the lock: a statvfs at most once a second, never under the lock.
+        let free = self.store.free_disk_bytes();
         let _g = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if bounded {
-            self.check_room(scope)?;
+        let acct_key = scope.acct_key(id);
+        let old_acct = self
+            .index
+            .get(&acct_key)
+            .map_err(backend)?
+            .and_then(|v| Acct::decode(&v));
+        let mut ops = Vec::with_capacity(10);
+        let (source, old_size, new) = match how {
+            Write::Update(old) => {
+                let t = micros(old);
+                ops.push(FamilyOp::Delete(scope.list_key(t, id)));
+                if is_running(&old.state) {
+                    ops.push(FamilyOp::Delete(scope.live_key(id)));
+                } else {
+                    ops.push(FamilyOp::Delete(scope.expiry_key(t, id)));
+                }
+                // A task stored before accounting is charged from now on, to no source; one
+                // deleted meanwhile (swept) is counted again as it is written back.
+                let gone = old_acct.is_none() && self.tasks.get(&key).map_err(backend)?.is_none();
+                let a = old_acct.clone();
+                (
+                    a.as_ref().map(|a| a.source.clone()).unwrap_or_default(),
+                    a.map_or(0, |a| a.size),
+                    gone,
+                )
+            }
+            Write::New { source, bounded } => {
+                if bounded {
+                    self.check_room(scope, source, size, free)?;
+                } else {
+                    self.disk_low(free)?;
+                }
+                (source.to_vec(), 0, true)
+            }
+        };
+        let growth = (size as i64).saturating_sub(old_size.min(i64::MAX as u64) as i64);
+        let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
+        let sk = (!source.is_empty()).then(|| source_key(&source));
+        let theirs = match &sk {
+            Some(k) => Usage::decode(self.index.get(k).map_err(backend)?),
+            None => Usage::default(),
+        };
+        if !new && growth > 0 {
+            self.disk_low(free)?;
+            self.check_bytes(mine.bytes, theirs.bytes, growth as u64)?;
         }
-        let total = self.total.load(Ordering::Relaxed);
-        let mine = decode_u64(self.index.get(&scope.count_key()).map_err(backend)?);
-        ops.push(FamilyOp::Put(
-            scope.count_key(),
-            (mine + 1).to_be_bytes().to_vec(),
-        ));
-        ops.push(FamilyOp::Put(
-            TOTAL_KEY.to_vec(),
-            (total + 1).to_be_bytes().to_vec(),
-        ));
-        self.write(record, ops)?;
-        self.total.store(total + 1, Ordering::Relaxed);
+        let t = micros(&task.status);
+        let running = is_running(&task.status.state);
+        let mut entry = state_name(&task.status.state).into_bytes();
+        entry.push(0);
+        entry.extend_from_slice(task.context_id.as_bytes());
+        ops.push(FamilyOp::Put(scope.list_key(t, id), entry));
+        if running {
+            ops.push(FamilyOp::Put(scope.live_key(id), Vec::new()));
+        } else {
+            ops.push(FamilyOp::Put(scope.expiry_key(t, id), Vec::new()));
+        }
+        let acct = Acct {
+            size,
+            t,
+            running,
+            source,
+        };
+        ops.push(FamilyOp::Put(acct_key, acct.encode()));
+        let n = i64::from(new);
+        ops.push(mine.add(n, growth).op(scope.count_key()));
+        if let Some(k) = sk {
+            ops.push(theirs.add(n, growth).op(k));
+        }
+        let total = Usage {
+            tasks: self.total.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+        .add(n, growth);
+        ops.push(FamilyOp::Put(TOTAL_KEY.to_vec(), total.encode()));
+        self.write(FamilyOp::Put(key, json), ops)?;
+        self.total.store(total.tasks, Ordering::Relaxed);
+        self.bytes.store(total.bytes, Ordering::Relaxed);
         Ok(())
     }
 
     /// Mark every task left `SUBMITTED` or `WORKING` by the previous run `FAILED` (see the
-    /// module doc). Returns how many. Call before serving.
+    /// module doc). Returns how many. Call before serving. An unreadable record is
+    /// quarantined (see [`TaskDb::quarantined`]), never a reason to fail.
     pub fn recover(&self) -> Result<usize, StoreError> {
         let mut n = 0;
         loop {
@@ -381,16 +876,26 @@ impl TaskDb {
                 };
                 match self.load(&scope, &id)? {
                     Some(mut task) if is_running(&task.status.state) => {
+                        let old = task.status.clone();
                         let mut m = Message::new(Role::Agent, vec![Part::text(RESTART_MESSAGE)]);
                         m.task_id = Some(task.id.clone());
                         m.context_id = Some(task.context_id.clone());
                         task.status.state = TaskState::Failed;
                         task.status.message = Some(m);
                         task.status.timestamp = Some(chrono::Utc::now());
-                        self.put_scoped(&scope, &task)?;
+                        match self.write_task(&scope, &task, Write::Update(&old)) {
+                            Ok(()) => {}
+                            // Growth refused (disk low, a byte bound): fail it without the
+                            // message rather than leave it working.
+                            Err(StoreError::Refused(_)) => {
+                                task.status.message = None;
+                                self.write_task(&scope, &task, Write::Update(&old))?;
+                            }
+                            Err(e) => return Err(e),
+                        }
                         n += 1;
                     }
-                    // A stale entry: drop it.
+                    // A stale entry (or a record just quarantined): drop it.
                     _ => self
                         .index
                         .write(vec![FamilyOp::Delete(scope.live_key(&id))])
@@ -440,20 +945,32 @@ impl TaskDb {
                         .map_err(backend)?
                         .is_some()
                     {
+                        let acct = self
+                            .index
+                            .get(&scope.acct_key(&id))
+                            .map_err(backend)?
+                            .and_then(|v| Acct::decode(&v));
+                        let delta =
+                            -(acct.as_ref().map_or(0, |a| a.size).min(i64::MAX as u64) as i64);
                         ops.push(FamilyOp::Delete(scope.list_key(t, &id)));
-                        let mine = decode_u64(self.index.get(&scope.count_key()).map_err(backend)?);
-                        ops.push(if mine <= 1 {
-                            FamilyOp::Delete(scope.count_key())
-                        } else {
-                            FamilyOp::Put(scope.count_key(), (mine - 1).to_be_bytes().to_vec())
-                        });
-                        let total = self.total.load(Ordering::Relaxed).saturating_sub(1);
-                        ops.push(FamilyOp::Put(
-                            TOTAL_KEY.to_vec(),
-                            total.to_be_bytes().to_vec(),
-                        ));
+                        ops.push(FamilyOp::Delete(scope.acct_key(&id)));
+                        let mine =
+                            Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
+                        ops.push(mine.add(-1, delta).op(scope.count_key()));
+                        if let Some(a) = acct.as_ref().filter(|a| !a.source.is_empty()) {
+                            let sk = source_key(&a.source);
+                            let theirs = Usage::decode(self.index.get(&sk).map_err(backend)?);
+                            ops.push(theirs.add(-1, delta).op(sk));
+                        }
+                        let total = Usage {
+                            tasks: self.total.load(Ordering::Relaxed),
+                            bytes: self.bytes.load(Ordering::Relaxed),
+                        }
+                        .add(-1, delta);
+                        ops.push(FamilyOp::Put(TOTAL_KEY.to_vec(), total.encode()));
                         self.write(FamilyOp::Delete(scope.task_key(&id)), ops)?;
-                        self.total.store(total, Ordering::Relaxed);
+                        self.total.store(total.tasks, Ordering::Relaxed);
+                        self.bytes.store(total.bytes, Ordering::Relaxed);
                         deleted += 1;
                         continue;
                     }
@@ -463,6 +980,56 @@ impl TaskDb {
         }
         Ok(deleted)
     }
+}
+
+/// Parse a task record cut as `q` says: the top-level fields as raw JSON, then only what is
+/// kept.
+fn trimmed(raw: &[u8], q: &ListQuery) -> Result<Task, serde_json::Error> {
+    use serde_json::value::RawValue;
+    let mut top: std::collections::BTreeMap<String, &RawValue> = serde_json::from_slice(raw)?;
+    if q.drop_artifacts {
+        top.remove("artifacts");
+    }
+    let history = match (q.history_length, top.get("history")) {
+        (Some(n), Some(h)) => {
+            let all: Option<Vec<&RawValue>> = serde_json::from_str(h.get())?;
+            let all = all.unwrap_or_default();
+            let keep = &all[all.len().saturating_sub(n)..];
+            Some(serde_json::to_string(keep)?)
+        }
+        _ => None,
+    };
+    let mut out = String::with_capacity(raw.len().min(1 << 20));
+    out.push('{');
+    for (i, (k, v)) in top.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(k)?);
+        out.push(':');
+        match (k.as_str(), &history) {
+            ("history", Some(h)) => out.push_str(h),
+            _ => out.push_str(v.get()),
+        }
+    }
+    out.push('}');
+    serde_json::from_str(&out)
+}
+
+/// Open the task store of a stopped node's store directory (`<data-dir>/store`), for
+/// maintenance and tests; the node must not be running (RocksDB locks the directory).
+pub fn open_dir(
+    path: &std::path::Path,
+    retention: Retention,
+) -> Result<(Store, Arc<TaskDb>), StoreError> {
+    let store = Store::open_with_families(
+        path,
+        agentnet_discovery::store::Limits::default(),
+        &FAMILIES,
+    )
+    .map_err(backend)?;
+    let db = TaskDb::open(&store, retention)?;
+    Ok((store, db))
 }
 
 /// One agent's tasks in the [`TaskDb`].
@@ -506,28 +1073,45 @@ impl TaskStore for AgentTasks {
         self.db.load(&self.scope(owner)?, id)
     }
 
+    /// A new task written here is charged to no network block but the local one.
     fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
-        self.db.put_scoped(&self.scope(owner)?, task)
+        self.db
+            .put_scoped(&self.scope(owner)?, task, LOCAL_SOURCE.as_bytes())
     }
 
     fn replace(&self, owner: &Owner, old: &TaskStatus, task: &Task) -> Result<(), StoreError> {
         self.db
-            .write_task(&self.scope(owner)?, Some(old), task, true)
+            .write_task(&self.scope(owner)?, task, Write::Update(old))
     }
 
-    fn admit(&self, owner: &Owner) -> Result<(), StoreError> {
-        self.db.check_room(&self.scope(owner)?)
+    fn admit(&self, caller: &Caller) -> Result<(), StoreError> {
+        let free = self.db.store.free_disk_bytes();
+        self.db.check_room(
+            &self.scope(&caller.owner)?,
+            caller.source.key().as_bytes(),
+            0,
+            free,
+        )
     }
 
-    fn insert(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
-        self.db.write_task(&self.scope(owner)?, None, task, false)
+    fn insert(&self, caller: &Caller, task: &Task) -> Result<(), StoreError> {
+        self.db.write_task(
+            &self.scope(&caller.owner)?,
+            task,
+            Write::New {
+                source: caller.source.key().as_bytes(),
+                bounded: false,
+            },
+        )
     }
 
     /// RocksDB writes here go to its log without a sync (the page cache keeps them across a
     /// crash of the process, not of the machine) and to its memtable, reads of live tasks hit
     /// the memtable or block cache: microseconds, cheaper than a hand-off to a blocking thread
     /// (measured in `docs/BENCHMARKS.md`). What can still block is RocksDB's own write stall
-    /// when compaction falls behind; it then slows every writer alike.
+    /// when compaction falls behind; it then slows every writer alike. `list` reads up to
+    /// [`agentnet_a2a::store::MAX_PAGE_BYTES`] of records; the engine runs it off the request
+    /// workers whatever this says.
     fn runs_inline(&self) -> bool {
         true
     }
@@ -570,13 +1154,36 @@ impl TaskStore for AgentTasks {
             })
             .map_err(backend)?;
         let mut page = TaskPage::default();
-        for (_, id) in &hits {
-            if let Some(task) = self.db.load(&scope, id)? {
+        let mut bytes = 0usize;
+        // The last entry the page covers: the cursor of the next page.
+        let mut last: Option<&(u64, String)> = None;
+        for hit in &hits {
+            let Some(raw) = self
+                .db
+                .tasks
+                .get(&scope.task_key(&hit.1))
+                .map_err(backend)?
+            else {
+                last = Some(hit);
+                continue;
+            };
+            // The byte bound: stop before a record that would pass it (one task at least).
+            if q.max_bytes > 0
+                && !page.tasks.is_empty()
+                && bytes.saturating_add(raw.len()) > q.max_bytes
+            {
+                more = true;
+                break;
+            }
+            bytes = bytes.saturating_add(raw.len());
+            last = Some(hit);
+            // Cut as it is read: what the page drops is never parsed.
+            if let Some(task) = self.db.decode_for_page(&scope, &hit.1, raw, q)? {
                 page.tasks.push(task);
             }
         }
         if more {
-            page.next = hits.last().map(|(t, id)| Cursor {
+            page.next = last.map(|(t, id)| Cursor {
                 time_micros: *t as i64,
                 id: id.clone(),
             });
@@ -584,7 +1191,7 @@ impl TaskStore for AgentTasks {
         // The count: the owner's counter without filters, else a bounded scan.
         let unfiltered = q.status.is_none() && q.context_id.is_none() && q.status_after.is_none();
         page.total_size = if unfiltered {
-            decode_u64(self.db.index.get(&scope.count_key()).map_err(backend)?) as usize
+            Usage::decode(self.db.index.get(&scope.count_key()).map_err(backend)?).tasks as usize
         } else {
             let mut n = 0;
             self.db
@@ -808,5 +1415,357 @@ mod tests {
         // The owner has room again.
         a.put(&o, &task("another", fresh, TaskState::Completed))
             .unwrap();
+    }
+
+    /// A task whose metadata is nested `depth` levels: serde_json writes it, and reads back
+    /// only up to 128 levels (the attack of issue 15: one message 124 levels deep, wrapped
+    /// once more by the task).
+    fn deep(id: &str, micros: i64, state: TaskState, depth: usize) -> Task {
+        let mut v = serde_json::Value::Null;
+        for _ in 0..depth {
+            v = serde_json::Value::Array(vec![v]);
+        }
+        let mut t = task(id, micros, state);
+        t.metadata = Some([("x".to_string(), v)].into_iter().collect());
+        t
+    }
+
+    fn page(a: &AgentTasks, o: &Owner) -> TaskPage {
+        a.list(
+            o,
+            &ListQuery {
+                page_size: 100,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn unreadable_records_are_quarantined_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Owner::Caller("did:key:o".into());
+        {
+            let (s, db) = open(dir.path(), Retention::default());
+            let a = db.agent("echo");
+            a.put(&o, &task("fine", 10, TaskState::Working)).unwrap();
+            a.put(&o, &task("done", 11, TaskState::Completed)).unwrap();
+            // Written fine, unreadable: a running task (read by the restart) ...
+            a.put(&o, &deep("deep", 12, TaskState::Working, 200))
+                .unwrap();
+            // ... and a terminal one with corrupt bytes (read by get and list).
+            a.put(&o, &task("garbled", 13, TaskState::Completed))
+                .unwrap();
+            let key = a.scope(&o).unwrap().task_key("garbled");
+            db.tasks
+                .write(vec![FamilyOp::Put(key, b"{\"id\": \xff\xfe".to_vec())])
+                .unwrap();
+            assert_eq!(db.len(), 4);
+            s.flush().unwrap();
+        }
+        let (_s, db) = open(dir.path(), Retention::default());
+        // The node starts: the unreadable running task is quarantined, the other failed.
+        assert_eq!(db.recover().unwrap(), 1);
+        assert_eq!(db.quarantined(), 1);
+        let a = db.agent("echo");
+        assert!(a.get(&o, "deep").unwrap().is_none());
+        // The owner's listing skips the unreadable one and returns the others.
+        let p = page(&a, &o);
+        let ids: Vec<_> = p.tasks.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["fine", "done"],
+            "newest first: fine was failed just now"
+        );
+        assert_eq!(db.quarantined(), 2, "garbled met in the list");
+        assert_eq!(p.total_size, 2);
+        assert!(a.get(&o, "garbled").unwrap().is_none());
+        assert_eq!(db.len(), 2);
+        // Both are kept under the quarantine prefix; the task ids are free again.
+        let mut held = 0;
+        db.index
+            .scan(b"q", b"r", 10, |_, _| {
+                held += 1;
+                true
+            })
+            .unwrap();
+        assert_eq!(held, 2);
+        a.put(&o, &task("deep", 20, TaskState::Completed)).unwrap();
+        assert_eq!(
+            a.get(&o, "deep").unwrap().unwrap().status.state,
+            TaskState::Completed
+        );
+        assert_eq!(db.len(), 3);
+        // The counters survive a reopen.
+        drop((a, db, _s));
+        let (_s, db) = open(dir.path(), Retention::default());
+        assert_eq!((db.len(), db.quarantined()), (3, 2));
+        assert_eq!(db.recover().unwrap(), 0);
+    }
+
+    #[test]
+    fn bytes_are_bounded_per_owner_per_source_and_in_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                max_owner_bytes: 64 << 10,
+                max_source_bytes: 96 << 10,
+                max_bytes: 160 << 10,
+                max_per_source: 5,
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        let from = |did: &str, ip: [u8; 4]| {
+            Caller::new(
+                Owner::Caller(did.into()),
+                Source::of(std::net::IpAddr::from(ip)),
+            )
+        };
+        let big = |id: &str, kib: usize| {
+            let mut t = task(id, 1, TaskState::Working);
+            t.status.message = Some(Message::new(
+                Role::Agent,
+                vec![Part::text("x".repeat(kib << 10))],
+            ));
+            t
+        };
+        let a1 = from("did:key:a1", [10, 0, 0, 1]);
+        // One owner: 40 KiB fits, another 40 KiB passes the owner's 64 KiB.
+        a.admit(&a1).unwrap();
+        a.insert(&a1, &big("t1", 40)).unwrap();
+        assert!(matches!(
+            a.put(&a1.owner, &big("t2", 40)),
+            Err(StoreError::Refused(_))
+        ));
+        // Growth of a stored task is charged too: to the owner, and to the creating source.
+        assert!(matches!(
+            a.replace(&a1.owner, &big("t1", 40).status, &big("t1", 70)),
+            Err(StoreError::Refused(_))
+        ));
+        a.replace(&a1.owner, &big("t1", 40).status, &big("t1", 10))
+            .unwrap();
+        // A fresh DID from the same address: the source's 96 KiB holds across owners.
+        let a2 = from("did:key:a2", [10, 0, 0, 1]);
+        a.admit(&a2).unwrap();
+        a.insert(&a2, &big("u1", 60)).unwrap();
+        let a3 = from("did:key:a3", [10, 0, 0, 1]);
+        a.admit(&a3).unwrap();
+        a.insert(&a3, &big("v1", 30)).unwrap();
+        assert!(
+            matches!(a.admit(&from("did:key:a4", [10, 0, 0, 1])), Err(StoreError::Refused(m)) if m.contains("max_per_source_mib")),
+            "the block's bytes are used up whatever the DID"
+        );
+        // Another address still gets in, up to the total.
+        let b1 = from("did:key:b1", [10, 0, 0, 2]);
+        a.admit(&b1).unwrap();
+        a.insert(&b1, &big("w1", 60)).unwrap();
+        assert!(matches!(
+            a.admit(&from("did:key:b2", [10, 0, 0, 3])),
+            Err(StoreError::Refused(m)) if m.contains("max_total_mib")
+        ));
+        assert!(db.bytes() > 150 << 10);
+        let (n, bytes) = db
+            .source_usage(&Source::of(std::net::IpAddr::from([10, 0, 0, 1])))
+            .unwrap();
+        assert_eq!(n, 3);
+        // Past the share by the last admitted task at most (admitted at 70 KiB).
+        assert!(bytes > 96 << 10 && bytes < 104 << 10, "{bytes}");
+        // Shrinking always passes, and the sweep gives the bytes back.
+        a.replace(
+            &b1.owner,
+            &big("w1", 60).status,
+            &task("w1", 1, TaskState::Completed),
+        )
+        .unwrap();
+        assert!(db.bytes() < 120 << 10);
+    }
+
+    #[test]
+    fn tasks_are_counted_per_source_whatever_the_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                max_per_source: 3,
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        let b = db.agent("ask");
+        let ip = std::net::IpAddr::from([192, 0, 2, 7]);
+        for (i, agent) in [&a, &b, &a].into_iter().enumerate() {
+            let c = Caller::new(Owner::Caller(format!("did:key:fresh{i}")), Source::of(ip));
+            agent.admit(&c).unwrap();
+            agent
+                .insert(&c, &task(&format!("t{i}"), 1, TaskState::Working))
+                .unwrap();
+        }
+        // Three fresh DIDs from one address, at two agents: the block's share is used up.
+        let c = Caller::new(Owner::Caller("did:key:fresh9".into()), Source::of(ip));
+        assert!(matches!(a.admit(&c), Err(StoreError::Refused(m)) if m.contains("max_per_source")));
+        // An IPv6 /64 is one block; another /64 is not.
+        let v6 = |s: &str| Source::of(s.parse().unwrap());
+        assert_eq!(v6("2001:db8::1"), v6("2001:db8::ffff:1"));
+        let other = Caller::new(
+            Owner::Caller("did:key:fresh9".into()),
+            v6("2001:db8:0:1::1"),
+        );
+        a.admit(&other).unwrap();
+        // The sweep gives the share back.
+        let now = chrono::Utc::now();
+        for i in 0..3 {
+            let agent = if i == 1 { &b } else { &a };
+            let owner = Owner::Caller(format!("did:key:fresh{i}"));
+            agent
+                .replace(
+                    &owner,
+                    &task(&format!("t{i}"), 1, TaskState::Working).status,
+                    &task(&format!("t{i}"), 1, TaskState::Completed),
+                )
+                .unwrap();
+        }
+        assert_eq!(db.sweep(now, 100).unwrap(), 3);
+        assert_eq!(db.source_usage(&Source::of(ip)).unwrap(), (0, 0));
+        a.admit(&c).unwrap();
+    }
+
+    #[test]
+    fn below_the_disk_watermark_new_tasks_and_growth_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(dir.path(), Retention::default());
+        let a = db.agent("echo");
+        let c = Caller::local("did:key:c");
+        a.put(&c.owner, &task("t", 1, TaskState::Working)).unwrap();
+        drop(a);
+        drop(db);
+        // The same store with a watermark above any disk's free space.
+        let db = TaskDb::open(
+            &_s,
+            Retention {
+                min_free_bytes: u64::MAX,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let a = db.agent("echo");
+        assert!(matches!(a.admit(&c), Err(StoreError::Refused(m)) if m.contains("disk")));
+        assert!(matches!(
+            a.insert(&c, &task("u", 1, TaskState::Working)),
+            Err(StoreError::Refused(_))
+        ));
+        let mut grown = task("t", 2, TaskState::Working);
+        grown.status.message = Some(Message::new(Role::Agent, vec![Part::text("more")]));
+        assert!(matches!(
+            a.replace(&c.owner, &task("t", 1, TaskState::Working).status, &grown),
+            Err(StoreError::Refused(_))
+        ));
+        // An update that does not grow passes: a task can still end.
+        a.replace(
+            &c.owner,
+            &task("t", 1, TaskState::Working).status,
+            &task("t", 3, TaskState::Failed),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_page_stops_at_its_byte_bound_and_paging_sees_every_task_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(dir.path(), Retention::default());
+        let a = db.agent("echo");
+        let o = Owner::Caller("did:key:o".into());
+        for i in 0..10 {
+            let mut t = task(&format!("t{i}"), 100 + i, TaskState::Completed);
+            t.artifacts = Some(vec![agentnet_a2a::types::Artifact {
+                artifact_id: format!("a{i}"),
+                name: None,
+                description: None,
+                parts: vec![Part::text("y".repeat(300 << 10))],
+                metadata: None,
+                extensions: None,
+            }]);
+            t.history = Some(
+                (0..5)
+                    .map(|j| Message::new(Role::User, vec![Part::text(format!("m{j}"))]))
+                    .collect(),
+            );
+            a.put(&o, &t).unwrap();
+        }
+        let mut q = ListQuery {
+            page_size: 100,
+            max_bytes: 1 << 20,
+            history_length: Some(2),
+            drop_artifacts: true,
+            ..Default::default()
+        };
+        let mut seen = Vec::new();
+        let mut pages = 0;
+        loop {
+            let p = a.list(&o, &q).unwrap();
+            pages += 1;
+            assert!(pages <= 10);
+            assert!(!p.tasks.is_empty());
+            assert!(p.tasks.len() <= 3, "a page holds at most 1 MiB of records");
+            for t in &p.tasks {
+                assert!(t.artifacts.is_none());
+                assert_eq!(t.history.as_ref().map(Vec::len), Some(2));
+                assert_eq!(
+                    t.history.as_ref().unwrap()[1].parts[0].as_text(),
+                    Some("m4"),
+                    "the newest messages are kept"
+                );
+            }
+            seen.extend(p.tasks.iter().map(|t| t.id.clone()));
+            match p.next {
+                Some(c) => q.cursor = Some(c),
+                None => break,
+            }
+        }
+        assert!(pages >= 4, "{pages} pages");
+        let want: Vec<_> = (0..10).rev().map(|i| format!("t{i}")).collect();
+        assert_eq!(seen, want);
+        // One task larger than the bound still makes a page.
+        q.cursor = None;
+        q.max_bytes = 1;
+        let p = a.list(&o, &q).unwrap();
+        assert_eq!(p.tasks.len(), 1);
+        assert!(p.next.is_some());
+    }
+
+    #[test]
+    fn creation_rate_is_per_source_and_refills() {
+        let t0 = std::time::Instant::now();
+        let mut r = CreationRate::new(2);
+        for _ in 0..20 {
+            assert!(r.take(b"10.0.0.1", t0));
+        }
+        assert!(!r.take(b"10.0.0.1", t0), "the burst is ten seconds' worth");
+        assert!(r.take(b"10.0.0.2", t0), "another block has its own");
+        let later = t0 + Duration::from_millis(500);
+        assert!(r.take(b"10.0.0.1", later));
+        assert!(!r.take(b"10.0.0.1", later));
+        assert!(CreationRate::new(0).take(b"x", t0), "0: no rate bound");
+        // Through the store: the refusal names the key.
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                new_per_second_per_source: 1,
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        let c = Caller::new(
+            Owner::Caller("did:key:c".into()),
+            Source::of(std::net::IpAddr::from([10, 0, 0, 9])),
+        );
+        for _ in 0..10 {
+            a.admit(&c).unwrap();
+        }
+        assert!(
+            matches!(a.admit(&c), Err(StoreError::Refused(m)) if m.contains("new_per_second_per_source"))
+        );
     }
 }
