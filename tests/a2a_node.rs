@@ -298,10 +298,30 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
             "status": {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"},
         }))
         .unwrap();
-        let mut task = task;
-        task.metadata = Some([("x".to_string(), deep)].into_iter().collect());
         db.agent("echo")
             .put(&Owner::Caller(key.did_key().to_string()), &task)
+            .unwrap();
+        // The store refuses to write a record it could not read back, so the record is made
+        // unreadable under it: its bytes replaced by the task nested past serde_json's limit.
+        let mut record = serde_json::to_value(&task).unwrap();
+        record["metadata"] = json!({"x": deep});
+        let bytes = serde_json::to_vec(&record).unwrap();
+        let tasks = store.family(agentnet_node::tasks::CF_TASKS).unwrap();
+        let mut keys = Vec::new();
+        tasks
+            .scan(b"", &[0xff; 8], 1000, |k, _| {
+                if k.ends_with(b"deep-task") {
+                    keys.push(k.to_vec());
+                }
+                true
+            })
+            .unwrap();
+        assert_eq!(keys.len(), 1, "the record's key");
+        tasks
+            .write(vec![agentnet_discovery::store::FamilyOp::Put(
+                keys.remove(0),
+                bytes,
+            )])
             .unwrap();
         store.flush().unwrap();
     }
