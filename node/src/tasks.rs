@@ -1450,8 +1450,17 @@ mod tests {
             let a = db.agent("echo");
             a.put(&o, &task("fine", 10, TaskState::Working)).unwrap();
             a.put(&o, &task("done", 11, TaskState::Completed)).unwrap();
-            // Written fine, unreadable: a running task (read by the restart) ...
-            a.put(&o, &deep("deep", 12, TaskState::Working, 200))
+            // Unreadable: a running task nested past serde_json's limit (read by the restart).
+            // The store refuses to write one, so its bytes are put under it ...
+            let too_deep = deep("deep", 12, TaskState::Working, 200);
+            assert!(matches!(a.put(&o, &too_deep), Err(StoreError::Backend(_))));
+            a.put(&o, &task("deep", 12, TaskState::Working)).unwrap();
+            let key = a.scope(&o).unwrap().task_key("deep");
+            db.tasks
+                .write(vec![FamilyOp::Put(
+                    key,
+                    serde_json::to_vec(&too_deep).unwrap(),
+                )])
                 .unwrap();
             // ... and a terminal one with corrupt bytes (read by get and list).
             a.put(&o, &task("garbled", 13, TaskState::Completed))
