@@ -143,12 +143,70 @@ struct Channel {
 #[derive(Default)]
 struct Live {
     channels: HashMap<(Owner, String), Channel>,
-    running_by_owner: HashMap<Owner, usize>,
-    running_by_source: HashMap<Source, usize>,
-    running: usize,
-    subscribers_by_owner: HashMap<Owner, usize>,
-    subscribers_by_source: HashMap<Source, usize>,
-    subscribers: usize,
+    running: Held,
+    subscribers: Held,
+}
+
+/// What one kind of slot (running turns, streams) holds: in all, per owner, per source.
+#[derive(Default)]
+struct Held {
+    total: usize,
+    by_owner: HashMap<Owner, usize>,
+    by_source: HashMap<Source, usize>,
+}
+
+/// The bounds of one kind of slot, and how its refusals name it.
+struct Shares {
+    total: usize,
+    per_owner: usize,
+    per_source: usize,
+    /// "tasks", "streams".
+    what: &'static str,
+    /// "running", "open".
+    state: &'static str,
+    /// Said to an owner at its share.
+    hint: &'static str,
+}
+
+impl Held {
+    /// Refuse one more for `caller` beyond `s` (in all, then the owner's, then the source's
+    /// share).
+    fn check(&self, caller: &Caller, s: &Shares) -> Result<(), ProtocolError> {
+        let (what, state) = (s.what, s.state);
+        if self.total >= s.total {
+            return Err(ProtocolError::Busy(format!(
+                "{} {what} are {state} on this agent",
+                s.total
+            )));
+        }
+        let mine = held(&self.by_owner, &caller.owner);
+        if mine >= s.per_owner {
+            return Err(ProtocolError::Busy(format!(
+                "you have {mine} {what} {state} on this agent (at most {}){}",
+                s.per_owner, s.hint
+            )));
+        }
+        let ours = held(&self.by_source, &caller.source);
+        if ours >= s.per_source {
+            return Err(ProtocolError::Busy(format!(
+                "{ours} {what} from your network ({}) are {state} on this agent (at most {})",
+                caller.source, s.per_source
+            )));
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, owner: &Owner, source: &Source) {
+        self.total += 1;
+        count_up(&mut self.by_owner, owner);
+        count_up(&mut self.by_source, source);
+    }
+
+    fn give_back(&mut self, owner: &Owner, source: &Source) {
+        self.total = self.total.saturating_sub(1);
+        count_down(&mut self.by_owner, owner);
+        count_down(&mut self.by_source, source);
+    }
 }
 
 /// How many `key` holds in `counts` (absent is zero).
@@ -248,9 +306,7 @@ struct RunSlot {
 impl Drop for RunSlot {
     fn drop(&mut self) {
         let mut live = self.inner.lock_live();
-        live.running = live.running.saturating_sub(1);
-        count_down(&mut live.running_by_owner, &self.owner);
-        count_down(&mut live.running_by_source, &self.source);
+        live.running.give_back(&self.owner, &self.source);
         if let Some(id) = self.task_id.take() {
             let key = (self.owner.clone(), id);
             if let Some(ch) = live.channels.get_mut(&key) {
@@ -273,9 +329,7 @@ struct SubscriberSlot {
 impl Drop for SubscriberSlot {
     fn drop(&mut self) {
         let mut live = self.inner.lock_live();
-        live.subscribers = live.subscribers.saturating_sub(1);
-        count_down(&mut live.subscribers_by_owner, &self.key.0);
-        count_down(&mut live.subscribers_by_source, &self.source);
+        live.subscribers.give_back(&self.key.0, &self.source);
         if let Some(ch) = live.channels.get_mut(&self.key) {
             ch.subscribers = ch.subscribers.saturating_sub(1);
             if ch.subscribers == 0 && ch.running.is_none() {
@@ -404,7 +458,7 @@ impl Engine {
 
     /// Turns running now (for tests and metrics).
     pub fn running(&self) -> usize {
-        self.inner.lock_live().running
+        self.inner.lock_live().running.total
     }
 
     async fn blocking<T: Send + 'static>(
@@ -494,29 +548,18 @@ impl Engine {
         let (owner, source) = (&caller.owner, &caller.source);
         let l = &self.inner.limits;
         let mut live = self.inner.lock_live();
-        if live.running >= l.max_running {
-            return Err(ProtocolError::Busy(format!(
-                "{} tasks are running on this agent",
-                l.max_running
-            )));
-        }
-        let mine = held(&live.running_by_owner, owner);
-        if mine >= l.max_running_per_owner {
-            return Err(ProtocolError::Busy(format!(
-                "you have {mine} tasks running on this agent (at most {})",
-                l.max_running_per_owner
-            )));
-        }
-        let ours = held(&live.running_by_source, source);
-        if ours >= l.max_running_per_source {
-            return Err(ProtocolError::Busy(format!(
-                "{ours} tasks from your network ({source}) are running on this agent (at most {})",
-                l.max_running_per_source
-            )));
-        }
-        live.running += 1;
-        count_up(&mut live.running_by_owner, owner);
-        count_up(&mut live.running_by_source, source);
+        live.running.check(
+            caller,
+            &Shares {
+                total: l.max_running,
+                per_owner: l.max_running_per_owner,
+                per_source: l.max_running_per_source,
+                what: "tasks",
+                state: "running",
+                hint: "",
+            },
+        )?;
+        live.running.take(owner, source);
         Ok(RunSlot {
             inner: self.inner.clone(),
             owner: owner.clone(),
@@ -552,26 +595,17 @@ impl Engine {
         let l = &self.inner.limits;
         let key = (owner.clone(), id.to_string());
         let mut live = self.inner.lock_live();
-        if live.subscribers >= l.max_subscribers {
-            return Err(ProtocolError::Busy(format!(
-                "{} streams are open on this agent",
-                l.max_subscribers
-            )));
-        }
-        let mine = held(&live.subscribers_by_owner, owner);
-        if mine >= l.max_subscribers_per_owner {
-            return Err(ProtocolError::Busy(format!(
-                "you have {mine} streams open on this agent (at most {}); close one first",
-                l.max_subscribers_per_owner
-            )));
-        }
-        let ours = held(&live.subscribers_by_source, source);
-        if ours >= l.max_subscribers_per_source {
-            return Err(ProtocolError::Busy(format!(
-                "{ours} streams from your network ({source}) are open on this agent (at most {})",
-                l.max_subscribers_per_source
-            )));
-        }
+        live.subscribers.check(
+            caller,
+            &Shares {
+                total: l.max_subscribers,
+                per_owner: l.max_subscribers_per_owner,
+                per_source: l.max_subscribers_per_source,
+                what: "streams",
+                state: "open",
+                hint: "; close one first",
+            },
+        )?;
         let buffer = l.event_buffer.max(1);
         let ch = live.channels.entry(key.clone()).or_insert_with(|| Channel {
             tx: broadcast::channel(buffer).0,
@@ -590,9 +624,7 @@ impl Engine {
         }
         ch.subscribers += 1;
         let rx = ch.tx.subscribe();
-        live.subscribers += 1;
-        count_up(&mut live.subscribers_by_owner, owner);
-        count_up(&mut live.subscribers_by_source, source);
+        live.subscribers.take(owner, source);
         Ok((
             rx,
             SubscriberSlot {
