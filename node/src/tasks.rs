@@ -598,7 +598,6 @@ impl TaskDb {
                 found
             }
         };
-        let size = acct.as_ref().map_or(0, |a| a.size);
         let mut ops = vec![
             FamilyOp::Delete(scope.live_key(id)),
             FamilyOp::Delete(scope.acct_key(id)),
@@ -607,20 +606,7 @@ impl TaskDb {
             ops.push(FamilyOp::Delete(scope.list_key(t, id)));
             ops.push(FamilyOp::Delete(scope.expiry_key(t, id)));
         }
-        let delta = -(size.min(i64::MAX as u64) as i64);
-        let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
-        ops.push(mine.add(-1, delta).op(scope.count_key()));
-        if let Some(a) = acct.as_ref().filter(|a| !a.source.is_empty()) {
-            let sk = source_key(&a.source);
-            let theirs = Usage::decode(self.index.get(&sk).map_err(backend)?);
-            ops.push(theirs.add(-1, delta).op(sk));
-        }
-        let total = Usage {
-            tasks: self.total.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
-        }
-        .add(-1, delta);
-        ops.push(FamilyOp::Put(TOTAL_KEY.to_vec(), total.encode()));
+        let total = self.uncharge(scope, acct.as_ref(), &mut ops)?;
         // The quarantine's counter: found ever, then (as bytes) the bytes held; records held
         // are counted by a bounded scan of the `q` range.
         let q = Usage::decode(self.index.get(QUARANTINE_KEY).map_err(backend)?);
@@ -650,6 +636,32 @@ impl TaskDb {
             "unreadable task record quarantined (the task is not found from now on)"
         );
         Ok(())
+    }
+
+    /// The ops that take one task (charged as `acct` says; `None`: no bytes, no source) off
+    /// its owner's, its source's and the store's counts; the store's new totals, to keep once
+    /// the batch is written. Called under the counts lock.
+    fn uncharge(
+        &self,
+        scope: &Scope,
+        acct: Option<&Acct>,
+        ops: &mut Vec<FamilyOp>,
+    ) -> Result<Usage, StoreError> {
+        let delta = -(acct.map_or(0, |a| a.size).min(i64::MAX as u64) as i64);
+        let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
+        ops.push(mine.add(-1, delta).op(scope.count_key()));
+        if let Some(a) = acct.filter(|a| !a.source.is_empty()) {
+            let sk = source_key(&a.source);
+            let theirs = Usage::decode(self.index.get(&sk).map_err(backend)?);
+            ops.push(theirs.add(-1, delta).op(sk));
+        }
+        let total = Usage {
+            tasks: self.total.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+        .add(-1, delta);
+        ops.push(FamilyOp::Put(TOTAL_KEY.to_vec(), total.encode()));
+        Ok(total)
     }
 
     /// One atomic batch: the record op and the index ops.
@@ -950,24 +962,9 @@ impl TaskDb {
                             .get(&scope.acct_key(&id))
                             .map_err(backend)?
                             .and_then(|v| Acct::decode(&v));
-                        let delta =
-                            -(acct.as_ref().map_or(0, |a| a.size).min(i64::MAX as u64) as i64);
                         ops.push(FamilyOp::Delete(scope.list_key(t, &id)));
                         ops.push(FamilyOp::Delete(scope.acct_key(&id)));
-                        let mine =
-                            Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
-                        ops.push(mine.add(-1, delta).op(scope.count_key()));
-                        if let Some(a) = acct.as_ref().filter(|a| !a.source.is_empty()) {
-                            let sk = source_key(&a.source);
-                            let theirs = Usage::decode(self.index.get(&sk).map_err(backend)?);
-                            ops.push(theirs.add(-1, delta).op(sk));
-                        }
-                        let total = Usage {
-                            tasks: self.total.load(Ordering::Relaxed),
-                            bytes: self.bytes.load(Ordering::Relaxed),
-                        }
-                        .add(-1, delta);
-                        ops.push(FamilyOp::Put(TOTAL_KEY.to_vec(), total.encode()));
+                        let total = self.uncharge(&scope, acct.as_ref(), &mut ops)?;
                         self.write(FamilyOp::Delete(scope.task_key(&id)), ops)?;
                         self.total.store(total.tasks, Ordering::Relaxed);
                         self.bytes.store(total.bytes, Ordering::Relaxed);
