@@ -14,6 +14,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# jq reads the graphs; Debian's image ships it, a machine without it gets it here.
+if ! command -v jq >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "shared-build: installing jq" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq jq >/dev/null
+fi
+
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 graph() {
