@@ -143,7 +143,7 @@ for step in "${STEPS[@]}"; do
             echo "---- standard error:"; cat "$err"
             if [ -e "$expect" ]; then echo "---- expected lines:"; cat "$expect"; fi
           } >&2
-          fail "$id" "exit $rc or output not as the guide shows" "$step"
+          fail "$id" "exit status $rc (0 wanted), or the output is not what the guide shows" "$step"
         fi
         sleep 1
       done
