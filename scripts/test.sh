@@ -25,6 +25,9 @@ bash scripts/tests/shared-build.sh
 echo "== build: the agentnet binary, exactly as scripts/run.sh builds it"
 cargo build --locked -p agentnet --bin agentnet
 
+echo "== docs/GUIDE.md quick start, run as written"
+bash scripts/tests/guide.sh
+
 echo "== build: tests, examples and benchmarks (must reuse RocksDB from the step above)"
 # A second RocksDB build means the test graph resolved a build dependency of librocksdb-sys
 # differently from the binary's graph (it did: criterion 0.5 pulled itertools 0.10, which bindgen
