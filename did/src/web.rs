@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use crate::document::Document;
-use crate::{Did, Method, ResolveError};
+use crate::resolution::ResolveError;
+use crate::{Did, Method};
 
 /// How the HTTP side of resolution behaves.
 #[derive(Debug, Clone)]
@@ -431,7 +432,7 @@ impl HttpFetcher {
             }
             body.extend_from_slice(&chunk);
         }
-        crate::resolver::checked_document(did, &body)
+        crate::resolution::checked_document(did, &body)
     }
 }
 
