@@ -27,12 +27,14 @@
 //!   with a cache. [`ResolveError`] and the check every fetched document passes sit below all
 //!   four, so imports between the modules run one way (none depends on a module that uses it).
 //! - [`json`]: strict JSON intake (depth, size, no duplicate member names).
+//! - [`http`]: the HTTP client builder every agentnet crate uses (rustls on ring, per client).
 //! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
 
 pub mod a2a;
 pub mod card;
 pub mod didkey;
 pub mod document;
+pub mod http;
 pub mod httpsig;
 pub mod id;
 pub mod jcs;
