@@ -60,7 +60,7 @@ fn post(url: &str, body: String) -> (u16, Value) {
 fn post_from(from: &str, url: &str, body: String) -> (u16, Value) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let client = reqwest::Client::builder()
+        let client = agentnet_did::http::client_builder()
             .local_address(from.parse::<std::net::IpAddr>().unwrap())
             .build()
             .unwrap();

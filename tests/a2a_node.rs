@@ -164,9 +164,14 @@ fn python_sdk_calls_hosted_agents_anonymously_and_signed_by_anp() {
 }
 
 fn reqwest_blocking(url: &str) -> Value {
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(async { reqwest::get(url).await.unwrap().json().await.unwrap() })
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        agentnet_did::http::get(url)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
 }
 
 /// POST a signed JSON-RPC request.
@@ -182,7 +187,7 @@ fn signed_rpc(key: &SecretKey, url: &str, method: &str, params: Value) -> Value 
         .as_secs();
     let h = httpsig::sign(key, &kid, "POST", url, &body, now, &httpsig::new_nonce()).unwrap();
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        reqwest::Client::new()
+        agentnet_did::http::client()
             .post(url)
             .header("content-type", "application/a2a+json")
             .header("A2A-Version", "1.0")
@@ -361,7 +366,7 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
 fn rpc_from(from: [u8; 4], url: &str, method: &str, params: Value) -> (u16, Value) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let r = reqwest::Client::builder()
+        let r = agentnet_did::http::client_builder()
             .local_address(std::net::IpAddr::from(from))
             .build()
             .unwrap()
@@ -799,7 +804,7 @@ fn a_captured_legacy_didwba_header_reads_nothing_and_earns_no_token() {
     let victim = SecretKey::generate();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let c = reqwest::Client::new();
+        let c = agentnet_did::http::client();
         // The victim's task at the ask agent (it waits for input), signed properly.
         let body = rpc_body("SendMessage", new_message("hi"));
         let (s, h, v) = raw_post(&c, &ask, rfc9421_headers(&victim, &ask, &body), body).await;
@@ -904,7 +909,7 @@ fn strangers_flooding_signed_requests_do_not_lock_out_a_new_signer() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let from = |last: u8| {
-            reqwest::Client::builder()
+            agentnet_did::http::client_builder()
                 .local_address(std::net::IpAddr::from([127, 0, 0, last]))
                 .build()
                 .unwrap()

@@ -108,7 +108,7 @@ publish = false
 
 /// An unsigned client at 127.0.0.`i`: one anonymous owner, owned by its address.
 fn client_from(i: u8) -> reqwest::Client {
-    reqwest::Client::builder()
+    agentnet_did::http::client_builder()
         .local_address(loopback(i))
         .build()
         .unwrap()

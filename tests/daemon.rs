@@ -121,7 +121,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    agentnet_did::http::client_builder()
         .no_proxy()
         .timeout(Duration::from_secs(30))
         .build()

@@ -159,7 +159,10 @@ fn texts(task: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_sees_only_its_configured_environment_in_its_own_directory() {
     let node = Node::start().await;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = agentnet_did::http::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     let (s, v) = post(&http, &node.url("env"), send_body("x", false), None).await;
     assert_eq!(s, 200, "{v}");
     let task = &v["result"]["task"];
@@ -201,7 +204,10 @@ async fn a_command_sees_only_its_configured_environment_in_its_own_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_processes_are_capped_per_caller_and_per_agent() {
     let node = Node::start().await;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = agentnet_did::http::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     let slow = node.url("slow");
 
     // One DID: four accepted, the fifth and sixth refused.
@@ -225,7 +231,7 @@ async fn command_processes_are_capped_per_caller_and_per_agent() {
     // with. One request each, one after the other (the processes sleep long enough for all of
     // them to be running together).
     let from = |a: &str| {
-        reqwest::Client::builder()
+        agentnet_did::http::client_builder()
             .no_proxy()
             .local_address(a.parse::<std::net::IpAddr>().unwrap())
             .build()

@@ -135,9 +135,14 @@ async fn stdio_client(data: &Path, era: &str) -> Client {
 }
 
 async fn http_client(url: &str, token: &str, era: &str) -> Client {
-    // reqwest 0.13 is built without a default crypto provider (docs/MCP.md).
-    agentnet_node::mcp::client::install_crypto_provider();
-    let transport = StreamableHttpClientTransport::from_config(
+    // rmcp's default client (`from_config`) would need a process-wide crypto provider; ours
+    // carries its TLS setup (agentnet_did::http), with rmcp's no-idle-pool setting.
+    let http = agentnet_did::http::client_builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token),
     );
     ().serve_with_lifecycle(transport, mode(era))
@@ -533,7 +538,10 @@ async fn post(
     headers: &[(&str, String)],
     body: Vec<u8>,
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = agentnet_did::http::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     let mut req = http.post(url).body(body);
     for (k, v) in headers {
         req = req.header(*k, v);
@@ -666,7 +674,7 @@ async fn http_refuses_what_the_spec_refuses() {
     assert_eq!(v["error"]["code"], -32602, "{s}: {text}");
 
     // No GET stream in 2026-07-28: 405.
-    let s = reqwest::Client::builder()
+    let s = agentnet_did::http::client_builder()
         .no_proxy()
         .build()
         .unwrap()
@@ -694,7 +702,10 @@ async fn http_refuses_what_the_spec_refuses() {
     assert!(text.contains("2025-11-25"), "{text}");
 
     // The admin API beside /mcp needs the token too, unknown paths included.
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = agentnet_did::http::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     let admin = node.admin();
     for path in ["/admin/v1/peers", "/admin/v1/nothing", "/mcp/x", "/"] {
         let s = http
@@ -832,7 +843,10 @@ async fn sessions_of_the_earlier_era_are_capped() {
     let (s, _, _) = post(&url, &node.authed(&mh), serde_json::to_vec(&body).unwrap()).await;
     assert_eq!(s, 200);
     // A closed session makes room.
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = agentnet_did::http::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     let s = http
         .delete(&url)
         .bearer_auth(node.token())

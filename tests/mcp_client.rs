@@ -91,7 +91,7 @@ impl Node {
     }
 
     async fn card(&self, agent: &str) -> Value {
-        reqwest::get(format!(
+        agentnet_did::http::get(format!(
             "http://{}/a2a/{agent}/.well-known/agent-card.json",
             self.http()
         ))
@@ -287,7 +287,7 @@ fn list_body() -> Vec<u8> {
 }
 
 fn post(url: &str, body: Vec<u8>) -> reqwest::RequestBuilder {
-    reqwest::Client::new()
+    agentnet_did::http::client()
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
@@ -327,14 +327,14 @@ async fn the_endpoint_verifies_every_request() {
     let r = post(&url, list_body()).send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.text().await.unwrap().contains("signed"));
-    let r = reqwest::Client::new()
+    let r = agentnet_did::http::client()
         .get(&url)
         .header("accept", "text/event-stream")
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    let r = reqwest::Client::new()
+    let r = agentnet_did::http::client()
         .delete(&url)
         .header("mcp-session-id", "x")
         .send()
@@ -728,7 +728,7 @@ tags = ["mcp-shout"]
         (&b_id, true),
         (&Identity::did_key(SecretKey::generate()), false),
     ] {
-        let v: Value = reqwest::Client::new()
+        let v: Value = agentnet_did::http::client()
             .post(&a2a)
             .header("content-type", "application/a2a+json")
             .header("A2A-Version", "1.0")
@@ -817,7 +817,7 @@ async fn hosted_sessions_are_shared_out_per_did_and_per_address() {
         "clientInfo": {"name": "raw", "version": "1"}}}))
     .unwrap();
     let from = |ip: &str| {
-        reqwest::Client::builder()
+        agentnet_did::http::client_builder()
             .no_proxy()
             .local_address(ip.parse::<std::net::IpAddr>().unwrap())
             .build()

@@ -994,7 +994,7 @@ mod tests {
     #[test]
     fn rest_urls_encode_ids() {
         let c = Client::new(
-            reqwest::Client::new(),
+            agentnet_did::http::client(),
             Endpoint {
                 url: Url::parse("http://h/agents/echo").unwrap(),
                 binding: Binding::HttpJson,

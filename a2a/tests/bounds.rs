@@ -461,7 +461,7 @@ async fn a_full_store_refuses_new_tasks() {
     );
     tokio::spawn(async move { axum::serve(listener, server.router()).await });
     let c = client::Client::new(
-        reqwest::Client::new(),
+        agentnet_did::http::client(),
         Endpoint {
             url: url::Url::parse(&base).unwrap(),
             binding: Binding::HttpJson,
@@ -531,7 +531,7 @@ async fn client_bounds_hold_against_a_hostile_server() {
     limits.max_sse_line = 100_000;
     limits.max_response_bytes = 100_000;
     let c = client::Client::new(
-        reqwest::Client::new(),
+        agentnet_did::http::client(),
         Endpoint {
             url: url::Url::parse(&base).unwrap(),
             binding: Binding::HttpJson,

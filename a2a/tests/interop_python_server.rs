@@ -129,7 +129,7 @@ async fn our_client_against_the_python_sdk_server() {
         .expect("the Python server did not start")
         .unwrap()
         .expect("no base URL from the Python server");
-    let http = reqwest::Client::new();
+    let http = agentnet_did::http::client();
     let card_of = |agent: &str| {
         let url = url::Url::parse(&format!("{base}/{agent}")).unwrap();
         let http = http.clone();

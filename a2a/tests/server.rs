@@ -579,7 +579,7 @@ async fn client_reads_a_list_page_with_defaults_omitted() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let c = client::Client::new(
-        reqwest::Client::new(),
+        agentnet_did::http::client(),
         client::Endpoint {
             url: url::Url::parse(&base).unwrap(),
             binding: Binding::HttpJson,

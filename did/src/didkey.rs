@@ -5,7 +5,8 @@ use serde_json::json;
 
 use crate::document::{Document, MethodRef, VerificationMethod};
 use crate::key::{self, MULTICODEC_ED25519_PUB, MULTICODEC_X25519_PUB};
-use crate::{Did, Method, ResolveError};
+use crate::resolution::ResolveError;
+use crate::{Did, Method};
 
 /// Which verification method type the document uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,8 +29,7 @@ pub struct Options {
 
 /// The did:key of an Ed25519 public key.
 pub fn did_for(key: &ed25519_dalek::VerifyingKey) -> Did {
-    Did::parse(&format!("did:key:{}", key::encode_multikey(key)))
-        .expect("a multibase key is always a valid method-specific id")
+    key::did_key_of(key)
 }
 
 /// The Ed25519 key inside a did:key.

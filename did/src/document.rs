@@ -7,6 +7,9 @@ use serde_json::{Map, Value};
 use crate::key::{KeyError, PublicKey};
 use crate::{Did, DidUrl};
 
+/// Moved to [`crate::json`], which [`check`](crate::json::check) uses; kept here for old paths.
+pub use crate::json::check_json_depth;
+
 /// Largest nesting depth we accept in a DID document's JSON.
 pub const MAX_JSON_DEPTH: usize = 32;
 /// Most JSON values (scalars, arrays, objects) in a DID document. A real document has a few
@@ -417,37 +420,6 @@ impl Document {
             v.clear();
         }
     }
-}
-
-/// Refuse JSON nested deeper than `max` before handing it to a parser. Strings are skipped
-/// properly, so brackets inside them do not count.
-pub fn check_json_depth(bytes: &[u8], max: usize) -> Result<(), String> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Err(format!("JSON nested deeper than {max} levels"));
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -84,8 +84,7 @@ pub enum JsonError {
 pub fn check(bytes: &[u8], limits: Limits) -> Result<Stats, JsonError> {
     // The byte scan first: it never recurses, so deep input is refused before serde_json's own
     // recursion (bounded at 128 anyway) starts.
-    crate::document::check_json_depth(bytes, limits.max_depth)
-        .map_err(|_| JsonError::TooDeep(limits.max_depth))?;
+    check_json_depth(bytes, limits.max_depth).map_err(|_| JsonError::TooDeep(limits.max_depth))?;
     let state = RefCell::new(State {
         limits,
         stats: Stats::default(),
@@ -119,6 +118,37 @@ pub fn from_slice_as<T: serde::de::DeserializeOwned>(
 ) -> Result<T, JsonError> {
     check(bytes, limits)?;
     serde_json::from_slice(bytes).map_err(|e| JsonError::Syntax(e.to_string()))
+}
+
+/// Refuse JSON nested deeper than `max` before handing it to a parser. Strings are skipped
+/// properly, so brackets inside them do not count.
+pub fn check_json_depth(bytes: &[u8], max: usize) -> Result<(), String> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(format!("JSON nested deeper than {max} levels"));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 struct State {

@@ -77,6 +77,13 @@ pub struct Jwk {
     pub d: Option<String>,
 }
 
+/// The did:key of an Ed25519 public key (`didkey::did_for`; defined here, below `didkey`, so that
+/// [`SecretKey::did_key`] needs nothing from a module that uses this one).
+pub(crate) fn did_key_of(key: &ed25519_dalek::VerifyingKey) -> crate::Did {
+    crate::Did::parse(&format!("did:key:{}", encode_multikey(key)))
+        .expect("a multibase key is always a valid method-specific id")
+}
+
 /// The node's (or an agent's) Ed25519 secret key.
 pub struct SecretKey(ed25519_dalek::SigningKey);
 
@@ -118,7 +125,7 @@ impl SecretKey {
 
     /// This key's did:key.
     pub fn did_key(&self) -> crate::Did {
-        crate::didkey::did_for(&self.public())
+        did_key_of(&self.public())
     }
 
     /// The private JWK (with `d`).

@@ -24,19 +24,23 @@
 //! - [`key`]: Ed25519 secret keys (JWK files, mode 0600) and the public keys we verify with.
 //! - [`document`]: DID documents, their checks, key lookup by verification relationship.
 //! - [`didkey`], [`web`], [`wba`]: the three methods we implement; [`resolver`] ties them together
-//!   with a cache.
+//!   with a cache. [`ResolveError`] and the check every fetched document passes sit below all
+//!   four, so imports between the modules run one way (none depends on a module that uses it).
 //! - [`json`]: strict JSON intake (depth, size, no duplicate member names).
+//! - [`http`]: the HTTP client builder every agentnet crate uses (rustls on ring, per client).
 //! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
 
 pub mod a2a;
 pub mod card;
 pub mod didkey;
 pub mod document;
+pub mod http;
 pub mod httpsig;
 pub mod id;
 pub mod jcs;
 pub mod json;
 pub mod key;
+mod resolution;
 pub mod resolver;
 #[cfg(feature = "ssi")]
 pub mod ssi_bridge;

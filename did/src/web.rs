@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use crate::document::Document;
-use crate::{Did, Method, ResolveError};
+use crate::resolution::ResolveError;
+use crate::{Did, Method};
 
 /// How the HTTP side of resolution behaves.
 #[derive(Debug, Clone)]
@@ -293,13 +294,12 @@ impl std::fmt::Debug for HttpFetcher {
 #[non_exhaustive]
 pub enum BuildError {
     /// An extra root certificate (`HttpOptions::extra_root_pems`) is not a PEM certificate.
-    #[error("extra root certificate {index}: {source}")]
+    #[error("extra root certificate {index}: {reason}")]
     RootCertificate {
         /// Its position in `extra_root_pems`.
         index: usize,
-        /// What reqwest said.
-        #[source]
-        source: reqwest::Error,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The TLS backend could not be set up.
     #[error("building the HTTP client: {0}")]
@@ -338,18 +338,19 @@ impl HttpFetcher {
             }
             attempt.follow()
         });
-        let mut builder = reqwest::Client::builder()
+        let builder =
+            crate::http::client_builder_with_roots(&opts.extra_root_pems).map_err(|e| match e {
+                crate::http::TlsError::RootCertificate { index, reason } => {
+                    BuildError::RootCertificate { index, reason }
+                }
+            })?;
+        let builder = builder
             .timeout(opts.timeout)
             .connect_timeout(opts.timeout)
             .redirect(redirect)
             .dns_resolver(Arc::new(ResolverRef(resolver)))
             .user_agent(concat!("agentnet/", env!("CARGO_PKG_VERSION")))
             .no_proxy();
-        for (index, pem) in opts.extra_root_pems.iter().enumerate() {
-            let cert = reqwest::Certificate::from_pem(pem)
-                .map_err(|source| BuildError::RootCertificate { index, source })?;
-            builder = builder.add_root_certificate(cert);
-        }
         let client = builder.build().map_err(BuildError::Client)?;
         Ok(Self {
             client,
@@ -431,7 +432,7 @@ impl HttpFetcher {
             }
             body.extend_from_slice(&chunk);
         }
-        crate::resolver::checked_document(did, &body)
+        crate::resolution::checked_document(did, &body)
     }
 }
 

@@ -813,7 +813,7 @@ impl Client {
         if base.scheme() != "http" && base.scheme() != "https" {
             return Err(bad("must be http or https".into()));
         }
-        let http = reqwest::Client::builder()
+        let http = agentnet_did::http::client_builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(5))
             .no_proxy()

@@ -1072,7 +1072,7 @@ pub fn pinned(
     addrs: &[SocketAddr],
     connect_timeout: Duration,
 ) -> reqwest::ClientBuilder {
-    let mut b = reqwest::Client::builder()
+    let mut b = agentnet_did::http::client_builder()
         .connect_timeout(connect_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy();

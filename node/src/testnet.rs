@@ -318,7 +318,7 @@ async fn announce(
     let key = SecretKey::load(&crate::hosted::key_path(host_dir, id))
         .with_context(|| format!("the hosted agent {id}'s key"))?;
     let card_url = format!("http://{http}/a2a/{id}/.well-known/agent-card.json");
-    let card: Value = reqwest::get(&card_url)
+    let card: Value = agentnet_did::http::get(&card_url)
         .await
         .and_then(|r| r.error_for_status())
         .with_context(|| format!("fetching {card_url}"))?

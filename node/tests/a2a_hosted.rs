@@ -148,7 +148,7 @@ fn rand_u128() -> u128 {
 
 /// POST a JSON-RPC body, signed by `caller` if given (with `nonce`, fresh if `None`).
 async fn post(url: &str, body: Vec<u8>, caller: Option<(&Caller, Option<&str>)>) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
+    let mut req = agentnet_did::http::client()
         .post(url)
         .header("content-type", "application/a2a+json")
         .header("A2A-Version", "1.0");
@@ -175,7 +175,7 @@ async fn did_policy_ownership_replay_and_flood() {
     let url = format!("{}/a2a/echo", base(&node));
 
     // The card is public, signed, and declares the DID scheme.
-    let card: Value = reqwest::get(format!("{url}/.well-known/agent-card.json"))
+    let card: Value = agentnet_did::http::get(format!("{url}/.well-known/agent-card.json"))
         .await
         .unwrap()
         .json()
@@ -200,7 +200,7 @@ async fn did_policy_ownership_replay_and_flood() {
     // A bad signature: 401 (signed for another body).
     let alice = Caller::new();
     let body = send_body("hi", None);
-    let mut req = reqwest::Client::new()
+    let mut req = agentnet_did::http::client()
         .post(&url)
         .header("content-type", "application/a2a+json")
         .header("A2A-Version", "1.0");
@@ -213,7 +213,7 @@ async fn did_policy_ownership_replay_and_flood() {
     // A signature for another server (another authority) does not verify here.
     let other_url = "http://203.0.113.9:7878/a2a/echo";
     let body = send_body("hi", None);
-    let mut req = reqwest::Client::new()
+    let mut req = agentnet_did::http::client()
         .post(&url)
         .header("content-type", "application/a2a+json")
         .header("A2A-Version", "1.0");
@@ -266,7 +266,7 @@ async fn did_policy_ownership_replay_and_flood() {
     assert_eq!((s, v["error"]["code"].clone()), (200, json!(-32001)));
     // Nor over HTTP+JSON.
     let rest = format!("{url}/tasks/{id}");
-    let mut req = reqwest::Client::new()
+    let mut req = agentnet_did::http::client()
         .get(&rest)
         .header("A2A-Version", "1.0");
     for (k, v) in bob.headers("GET", &rest, b"", &httpsig::new_nonce()) {
@@ -321,7 +321,7 @@ async fn did_policy_ownership_replay_and_flood() {
     );
 
     // The admin API is not on the public listener.
-    let r = reqwest::get(format!("{}/v1/peers", base(&node)))
+    let r = agentnet_did::http::get(format!("{}/v1/peers", base(&node)))
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
@@ -415,7 +415,7 @@ async fn sse_outlives_the_request_timeout() {
         "message": {"role": "ROLE_USER", "parts": [{"text": "stream"}], "messageId": uuid()}}}),
     )
     .unwrap();
-    let mut req = reqwest::Client::new()
+    let mut req = agentnet_did::http::client()
         .post(&ask)
         .header("content-type", "application/a2a+json")
         .header("accept", "text/event-stream")
@@ -492,7 +492,7 @@ async fn the_legacy_didwba_header_authenticates_over_http() {
     let send = |auth: String| {
         let url = url.clone();
         async move {
-            let r = reqwest::Client::new()
+            let r = agentnet_did::http::client()
                 .post(&url)
                 .header("content-type", "application/a2a+json")
                 .header("A2A-Version", "1.0")
@@ -825,7 +825,7 @@ publish = false
             .is_none_or(|a| a.is_empty()),
         "a canceled command leaves no artifact: {v}"
     );
-    let rest: Value = reqwest::Client::new()
+    let rest: Value = agentnet_did::http::client()
         .get(format!("{url}/tasks/{id}"))
         .header("A2A-Version", "1.0")
         .send()
@@ -981,7 +981,7 @@ async fn requests_failing_cheap_checks_fetch_no_did_document() {
     let send = |headers: Vec<(String, String)>, body: Vec<u8>| {
         let url = url.clone();
         async move {
-            let mut req = reqwest::Client::new()
+            let mut req = agentnet_did::http::client()
                 .post(&url)
                 .header("content-type", "application/a2a+json")
                 .header("A2A-Version", "1.0");
@@ -1048,7 +1048,7 @@ async fn requests_failing_cheap_checks_fetch_no_did_document() {
 
 /// POST a JSON-RPC body signed by `caller` (fresh nonce); the whole response, headers included.
 async fn post_signed_raw(url: &str, body: Vec<u8>, caller: &Caller) -> reqwest::Response {
-    let mut req = reqwest::Client::new()
+    let mut req = agentnet_did::http::client()
         .post(url)
         .header("content-type", "application/a2a+json")
         .header("A2A-Version", "1.0");
@@ -1060,7 +1060,7 @@ async fn post_signed_raw(url: &str, body: Vec<u8>, caller: &Caller) -> reqwest::
 
 /// POST a JSON-RPC body with `Authorization: Bearer <token>`; the status and the body.
 async fn post_bearer(url: &str, body: Vec<u8>, token: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new()
+    let resp = agentnet_did::http::client()
         .post(url)
         .header("content-type", "application/a2a+json")
         .header("A2A-Version", "1.0")
@@ -1195,7 +1195,7 @@ async fn our_client_reuses_the_token_and_signs_again_when_it_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let node = start(dir.path(), None).await;
     let url = format!("{}/a2a/echo", base(&node));
-    let card: Value = reqwest::get(format!("{url}/.well-known/agent-card.json"))
+    let card: Value = agentnet_did::http::get(format!("{url}/.well-known/agent-card.json"))
         .await
         .unwrap()
         .json()
@@ -1204,7 +1204,8 @@ async fn our_client_reuses_the_token_and_signs_again_when_it_is_refused() {
     let signer = Arc::new(agentnet_node::call::DidSigner::new(Identity::did_key(
         SecretKey::generate(),
     )));
-    let client = Client::from_card(reqwest::Client::new(), &card, Some(signer.clone())).unwrap();
+    let client =
+        Client::from_card(agentnet_did::http::client(), &card, Some(signer.clone())).unwrap();
     let send = |text: &str| SendMessageRequest {
         message: Message::new(Role::User, vec![Part::text(text)]),
         configuration: None,

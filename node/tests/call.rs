@@ -745,7 +745,7 @@ async fn our_caller_against_the_python_sdk_server_with_a_verified_card() {
         .expect("the Python server did not start")
         .unwrap()
         .expect("no base URL");
-    let http = reqwest::Client::new();
+    let http = agentnet_did::http::client();
     // The SDK serves its card unsigned; the operator publishing it signs it with the agent's
     // DID (as `agentnet publish` does).
     let agent = Identity::did_key(SecretKey::generate());

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 /// Send `req` as a replaying load client does: its method, URL, every header, its body.
 async fn replay(req: &PreparedRequest) -> (u16, Value) {
-    let resp = reqwest::Client::new()
+    let resp = agentnet_did::http::client()
         .request(req.method.clone(), req.url.clone())
         .headers(req.headers.clone())
         .body(req.body.clone())
@@ -39,7 +39,7 @@ async fn a_prepared_request_is_accepted_once_when_sent_later() {
     let node = daemon::start(o).await.expect("the node starts");
     let agent = url::Url::parse(&format!("http://{}/a2a/echo", node.info.http)).unwrap();
 
-    let http = reqwest::Client::new();
+    let http = agentnet_did::http::client();
     let card = client::fetch_card(&http, &agent, ClientLimits::default())
         .await
         .unwrap();

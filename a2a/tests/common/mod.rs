@@ -75,7 +75,7 @@ pub async fn start_with(policy: Policy, limits: Limits, work: Duration) -> Harne
         base,
         echo,
         ask,
-        http: reqwest::Client::new(),
+        http: agentnet_did::http::client(),
     }
 }
 

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use agentnet_a2a::client::{SignRequest, Signer};
 use agentnet_did::Did;
 use futures_core::Stream;
-use reqwest13::header::{HeaderName, HeaderValue};
+use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, JsonObject, PaginatedRequestParams, ProtocolVersion,
     Tool,
@@ -373,29 +373,16 @@ async fn call_tool(
         })
 }
 
-/// Install ring as the process's rustls crypto provider, if none is installed.
-///
-/// rmcp's client runs on reqwest 0.13, built here with `rustls-no-provider` (ring, as the rest
-/// of the node; not aws-lc-rs, a second crypto library). Features unify: **every** reqwest 0.13
-/// client built in a process linking this crate, rmcp's default one
-/// (`StreamableHttpClientTransport::from_uri`) included, panics unless a provider is installed
-/// first. Call this before building one; [`Remote::connect`] does.
-pub fn install_crypto_provider() {
-    // Fails harmlessly when a provider is already installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// The HTTP client of one endpoint: connections to the checked addresses only, no redirects,
-/// no proxy.
+/// no proxy; TLS set up by `agentnet_did::http` (no process-wide crypto provider needed).
 fn pinned_client(
     url: &url::Url,
     addrs: &[SocketAddr],
     opts: &call::CallOptions,
-) -> Result<reqwest13::Client, Error> {
-    install_crypto_provider();
-    let mut b = reqwest13::Client::builder()
+) -> Result<reqwest::Client, Error> {
+    let mut b = agentnet_did::http::client_builder()
         .connect_timeout(opts.connect_timeout)
-        .redirect(reqwest13::redirect::Policy::none())
+        .redirect(reqwest::redirect::Policy::none())
         .no_proxy();
     if let Some(host) = url.host_str() {
         if host.parse::<std::net::IpAddr>().is_err() {
@@ -406,14 +393,14 @@ fn pinned_client(
 }
 
 type SseStream = Pin<Box<dyn Stream<Item = Result<Sse, SseError>> + Send + 'static>>;
-type HttpError = StreamableHttpError<reqwest13::Error>;
+type HttpError = StreamableHttpError<reqwest::Error>;
 
 /// rmcp's Streamable HTTP client on reqwest, each request signed (RFC 9421) before it goes:
 /// the signature covers the method, the URL, its authority and the digest of the exact body.
 /// The `Authorization` header rmcp would send (none is configured) is dropped.
 #[derive(Clone)]
 pub struct SignedHttp {
-    http: reqwest13::Client,
+    http: reqwest::Client,
     signer: Option<Arc<dyn Signer>>,
 }
 
@@ -427,13 +414,13 @@ impl std::fmt::Debug for SignedHttp {
 
 impl SignedHttp {
     /// Requests through `http`, signed by `signer` (none: unsigned).
-    pub fn new(http: reqwest13::Client, signer: Option<Arc<dyn Signer>>) -> Self {
+    pub fn new(http: reqwest::Client, signer: Option<Arc<dyn Signer>>) -> Self {
         SignedHttp { http, signer }
     }
 
     async fn sign(
         &self,
-        method: reqwest13::Method,
+        method: reqwest::Method,
         uri: &str,
         body: &[u8],
         headers: &mut HashMap<HeaderName, HeaderValue>,
@@ -443,7 +430,7 @@ impl SignedHttp {
         };
         let io = |m: String| StreamableHttpError::Io(std::io::Error::other(m));
         let url = url::Url::parse(uri).map_err(|e| io(format!("signing: {uri}: {e}")))?;
-        let none = reqwest13::header::HeaderMap::new();
+        let none = reqwest::header::HeaderMap::new();
         let signed = signer
             .sign(SignRequest {
                 method: &method,
@@ -461,7 +448,7 @@ impl SignedHttp {
 }
 
 impl StreamableHttpClient for SignedHttp {
-    type Error = reqwest13::Error;
+    type Error = reqwest::Error;
 
     async fn post_message(
         &self,
@@ -515,7 +502,7 @@ impl StreamableHttpClient for SignedHttp {
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         // reqwest's `json` serializes with `serde_json::to_vec`: the same bytes as signed.
         let body = serde_json::to_vec(&message)?;
-        self.sign(reqwest13::Method::POST, &uri, &body, &mut custom_headers)
+        self.sign(reqwest::Method::POST, &uri, &body, &mut custom_headers)
             .await?;
         self.http
             .post_message_with_response_limits(
@@ -536,7 +523,7 @@ impl StreamableHttpClient for SignedHttp {
         _auth_header: Option<String>,
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), HttpError> {
-        self.sign(reqwest13::Method::DELETE, &uri, b"", &mut custom_headers)
+        self.sign(reqwest::Method::DELETE, &uri, b"", &mut custom_headers)
             .await?;
         self.http
             .delete_session(uri, session_id, None, custom_headers)
@@ -571,7 +558,7 @@ impl StreamableHttpClient for SignedHttp {
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<SseStream, HttpError> {
-        self.sign(reqwest13::Method::GET, &uri, b"", &mut custom_headers)
+        self.sign(reqwest::Method::GET, &uri, b"", &mut custom_headers)
             .await?;
         self.http
             .get_stream_with_max_sse_event_size(

@@ -101,7 +101,7 @@ async fn run(args: Args) -> Result<(), String> {
         return Err("--check needs --check-out".into());
     }
 
-    let http = reqwest::Client::new();
+    let http = agentnet_did::http::client();
     let card = client::fetch_card(&http, &args.agent, ClientLimits::default())
         .await
         .map_err(|e| format!("reading the agent's card: {e}"))?;
