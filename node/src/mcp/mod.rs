@@ -12,11 +12,11 @@
 //! Nothing here publishes, reads key material or signs anything but the A2A requests of
 //! `send_message`, `get_task` and `cancel_task`.
 //!
-//! Text from cards and DID documents reaches the host's model: every character a reader does
-//! not see or that reorders what is shown (controls, bidi overrides, zero-width and tag
-//! characters, `agentnet_did::text::is_hidden`) is written as a visible `\u{..}` escape by
-//! `agentnet_did::text::sanitize`, as the CLI prints it, with a `note` saying how many
-//! ([`escape_value`]).
+//! Text from cards, DID documents and agents' answers reaches the host's model: every
+//! character a reader does not see or that reorders what is shown (controls, bidi overrides,
+//! zero-width and tag characters, `agentnet_did::text::is_hidden`) is written as a visible
+//! `\u{..}` escape by `agentnet_did::text::sanitize`, as the CLI prints it, with a `note`
+//! saying how many ([`escape_value`]).
 
 pub mod client;
 pub mod hosted;
@@ -569,7 +569,7 @@ pub fn short_state(s: &agentnet_a2a::types::TaskState) -> String {
 /// message, unless that is the `question`, then its artifacts), the raw task or message only
 /// when `full`. Every text from the agent is escaped ([`escape_str`], [`escape_value`]): an
 /// answer is the agent's data, as its card is. A 20-byte echo was 2 810 bytes with the raw task
-/// (the `CallToolResult`, its text block included), 740 now (docs/MCP.md, "Sizes").
+/// (the `CallToolResult`, its text block included), 680 now (docs/MCP.md, "Sizes").
 pub(crate) fn task_result(outcome: &Outcome, agent: Option<AgentRef>, full: bool) -> TaskResult {
     use agentnet_a2a::types::TaskState;
     let mut r = match outcome {
