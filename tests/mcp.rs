@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 mod common;
+use agentnet_a2a::samples::ECHO_DONE;
 use common::{start_up, BIN};
 
 const CONFIG: &str = r#"
@@ -242,9 +243,9 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
     // A message, and its echo back; by DID, then by skill.
     let text = format!("hello over {how}");
     let sent = ok(c, "send_message", json!({"did": did, "text": text})).await;
-    assert_eq!(sent["state"], "TASK_STATE_COMPLETED", "{how}: {sent}");
-    assert_eq!(sent["texts"], json!([text]), "{how}");
-    assert_eq!(sent["settled"], true);
+    assert_eq!(sent["state"], "completed", "{how}: {sent}");
+    // The echo agent's status message, then its artifact.
+    assert_eq!(sent["texts"], json!([ECHO_DONE, text]), "{how}");
     let task_id = sent["task_id"].as_str().unwrap().to_owned();
     let by_skill = ok(
         c,
@@ -252,12 +253,12 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
         json!({"tags": ["echo-mcp"], "text": "by skill"}),
     )
     .await;
-    assert_eq!(by_skill["did"], json!(did));
-    assert_eq!(by_skill["texts"], json!(["by skill"]));
+    assert_eq!(by_skill["agent"]["did"], json!(did));
+    assert_eq!(by_skill["texts"], json!([ECHO_DONE, "by skill"]));
 
     let got = ok(c, "get_task", json!({"did": did, "task_id": task_id})).await;
-    assert_eq!(got["state"], "TASK_STATE_COMPLETED", "{how}");
-    assert_eq!(got["texts"], json!([text]));
+    assert_eq!(got["state"], "completed", "{how}");
+    assert_eq!(got["texts"], json!([ECHO_DONE, text]));
 
     // The ask agent waits for input; its task is canceled.
     let asked = ok(
@@ -266,15 +267,12 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
         json!({"tags": ["ask-mcp"], "text": "hi"}),
     )
     .await;
-    assert_eq!(
-        asked["state"], "TASK_STATE_INPUT_REQUIRED",
-        "{how}: {asked}"
-    );
+    assert_eq!(asked["state"], "input-required", "{how}: {asked}");
     assert!(
         asked["question"].as_str().unwrap().contains("name"),
         "{asked}"
     );
-    let ask_did = asked["did"].clone();
+    let ask_did = asked["agent"]["did"].clone();
     let ask_task = asked["task_id"].clone();
     let canceled = ok(
         c,
@@ -282,10 +280,7 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
         json!({"did": ask_did, "task_id": ask_task}),
     )
     .await;
-    assert_eq!(
-        canceled["state"], "TASK_STATE_CANCELED",
-        "{how}: {canceled}"
-    );
+    assert_eq!(canceled["state"], "canceled", "{how}: {canceled}");
     // Answering a canceled task is refused before anything is sent.
     let e = failed(
         c,
@@ -305,14 +300,14 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
     let task_id = started["task_id"].clone();
     let mut state = started["state"].clone();
     for _ in 0..200 {
-        if state == "TASK_STATE_INPUT_REQUIRED" {
+        if state == "input-required" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         let t = ok(c, "get_task", json!({"did": ask_did, "task_id": task_id})).await;
         state = t["state"].clone();
     }
-    assert_eq!(state, "TASK_STATE_INPUT_REQUIRED", "{how}");
+    assert_eq!(state, "input-required", "{how}");
     // Answered: the same task completes with a greeting.
     let answered = ok(
         c,
@@ -321,11 +316,8 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
     )
     .await;
     assert_eq!(answered["task_id"], task_id);
-    assert_eq!(answered["state"], "TASK_STATE_COMPLETED", "{answered}");
-    assert!(
-        answered["texts"][0].as_str().unwrap().contains("Ada"),
-        "{answered}"
-    );
+    assert_eq!(answered["state"], "completed", "{answered}");
+    assert!(answered["texts"].to_string().contains("Ada"), "{answered}");
 
     let peers = ok(c, "list_peers", json!({})).await;
     assert_eq!(peers["peer_id"], node.info["peer_id"], "{how}");
@@ -413,6 +405,128 @@ async fn every_tool_over_stdio_and_http_in_both_eras() {
         exercise(&c, &node, &format!("http {era}")).await;
         c.cancel().await.unwrap();
     }
+}
+
+/// Largest `tools/list` result, bytes (JSON as the client reads it).
+use agentnet_node::mcp::TOOLS_LIST_BUDGET;
+/// Largest `send_message` result for a 20-byte echo, bytes (the whole `CallToolResult` as JSON,
+/// text block included): 2 810 with the raw task, 680 compact (docs/MCP.md, "Sizes").
+const ECHO_RESULT_BUDGET: usize = 1_000;
+
+/// Strings in `v` (member names included) that hold a line break.
+fn wrapped(v: &Value, at: &str, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) if s.contains('\n') => out.push(format!("{at}: {s:?}")),
+        Value::Array(a) => a.iter().for_each(|v| wrapped(v, at, out)),
+        Value::Object(m) => m.iter().for_each(|(k, v)| {
+            if k.contains('\n') {
+                out.push(format!("{at}: {k:?}"));
+            }
+            wrapped(v, &format!("{at}.{k}"), out)
+        }),
+        _ => {}
+    }
+}
+
+/// What the model reads stays small: `tools/list` under [`TOOLS_LIST_BUDGET`] with every
+/// description one paragraph (no line break), and a 20-byte echo through `send_message` under
+/// [`ECHO_RESULT_BUDGET`]: `{task_id, context_id, state: "completed", texts, agent}`, the raw
+/// A2A task only with `full: true`. This node has no peers: finding nothing (by skill, or an
+/// unknown DID) says the node is not connected and how to connect it, not "use
+/// discover_agents". Before: 13 316 bytes of tools with 17 hard-wrapped descriptions, a 2 810
+/// byte result with `TASK_STATE_COMPLETED` and the raw task, no word of the missing peers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_compact_and_a_node_without_peers_says_so() {
+    let node = Node::start().await;
+    let c = http_client(&node.url(), &node.token(), "2026-07-28").await;
+    let tools = c.list_all_tools().await.unwrap();
+    let listed = serde_json::to_string(&json!({ "tools": tools })).unwrap();
+    let did = ok(&c, "discover_agents", json!({"tags": ["echo-mcp"]})).await["agents"][0]["did"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = "twenty bytes of text";
+    assert_eq!(text.len(), 20);
+    let r = call(&c, "send_message", json!({"did": did, "text": text})).await;
+    let sent = serde_json::to_string(&r).unwrap();
+    eprintln!(
+        "tools/list: {} bytes; send_message of a 20-byte echo: {} bytes",
+        listed.len(),
+        sent.len()
+    );
+
+    let mut hard_wrapped = Vec::new();
+    for t in &tools {
+        wrapped(
+            &serde_json::to_value(t).unwrap(),
+            &t.name,
+            &mut hard_wrapped,
+        );
+    }
+    assert!(hard_wrapped.is_empty(), "line breaks: {hard_wrapped:#?}");
+    assert!(
+        listed.len() <= TOOLS_LIST_BUDGET,
+        "tools/list is {} bytes",
+        listed.len()
+    );
+
+    assert!(sent.len() <= ECHO_RESULT_BUDGET, "{sent}");
+    let s = r.structured_content.clone().unwrap();
+    assert_eq!(s["state"], "completed", "{s}");
+    assert_eq!(
+        s["texts"].as_array().unwrap().last(),
+        Some(&json!(text)),
+        "{s}"
+    );
+    assert!(s["task_id"].as_str().is_some_and(|t| !t.is_empty()), "{s}");
+    assert!(s["context_id"].is_string(), "{s}");
+    assert_eq!(s["agent"]["did"], json!(did), "{s}");
+    assert!(s["agent"]["name"].is_string(), "{s}");
+    assert!(s.get("task").is_none(), "the raw task without full: {s}");
+    // The text block is the same JSON, for hosts that read text only.
+    let block = r.content[0].as_text().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&block.text).unwrap(), s);
+
+    // The raw A2A task on request.
+    let full = ok(
+        &c,
+        "send_message",
+        json!({"did": did, "text": text, "full": true}),
+    )
+    .await;
+    assert_eq!(full["task"]["id"], full["task_id"], "{full}");
+    assert_eq!(full["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    let got = ok(
+        &c,
+        "get_task",
+        json!({"did": did, "task_id": full["task_id"]}),
+    )
+    .await;
+    assert!(got.get("task").is_none(), "{got}");
+    assert_eq!(got["texts"], full["texts"]);
+
+    // No peers: the node says so, and how to connect it.
+    let found = ok(&c, "discover_agents", json!({"tags": ["nobody-has-this"]})).await;
+    assert_eq!(found["agents"], json!([]), "{found}");
+    let note = found["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("no peers") && note.contains("--bootstrap"),
+        "{found}"
+    );
+    let e = failed(
+        &c,
+        "send_message",
+        json!({"tags": ["nobody-has-this"], "text": "x"}),
+    )
+    .await;
+    assert!(e.contains("no agent found"), "{e}");
+    assert!(e.contains("no peers") && e.contains("--bootstrap"), "{e}");
+    assert!(!e.contains("Use discover_agents"), "{e}");
+    let stranger = SecretKey::generate().did_key().to_string();
+    let e = failed(&c, "get_agent_card", json!({"did": stranger})).await;
+    assert!(e.contains("no live advertisement"), "{e}");
+    assert!(e.contains("no peers"), "{e}");
+    c.cancel().await.unwrap();
 }
 
 /// Read lines from `agentnet mcp`'s stdout until the response with `id`.
@@ -776,7 +890,7 @@ async fn http_without_the_admin_token_is_refused_and_no_tool_runs() {
     // The same call with the token runs it: the refusals above are about the token.
     let (s, _, text) = post(&url, &node.authed(&call.0), body.clone()).await;
     assert_eq!(s, 200, "{text}");
-    assert!(text.contains("TASK_STATE_COMPLETED"), "{text}");
+    assert!(text.contains(r#""state":"completed""#), "{text}");
     assert_eq!(
         std::fs::read_to_string(&marker).unwrap(),
         "ran\n",
@@ -955,13 +1069,13 @@ async fn as_signs_with_another_identity_of_the_data_directory() {
         .unwrap();
     let them = ().serve_with_lifecycle(transport, mode("2026-07-28")).await.unwrap();
     let sent_as_other = ok(&them, "send_message", json!({"did": echo, "text": "b"})).await;
-    assert_eq!(sent_as_other["texts"], json!(["b"]));
+    assert_eq!(sent_as_other["texts"], json!([ECHO_DONE, "b"]));
 
     // Tasks belong to the DID that signed: each identity reads its own, not the other's.
     let own = json!({"did": echo, "task_id": sent_as_other["task_id"]});
     assert_eq!(
         ok(&them, "get_task", own.clone()).await["texts"],
-        json!(["b"])
+        json!([ECHO_DONE, "b"])
     );
     let e = failed(&me, "get_task", own).await;
     assert!(e.contains("agent answered with an error"), "{e}");

@@ -627,7 +627,7 @@ async fn the_python_sdk_lists_and_calls_the_tools_of_an_open_agents_endpoint() {
 
 /// Agents of other kinds than `echo` offer `send_message` on their MCP endpoint: one turn of
 /// the agent, as the verified caller. The `ask` agent's question comes back as
-/// `TASK_STATE_INPUT_REQUIRED` with its task id, and the same caller's next call with that id
+/// state `input-required` with its task id, and the same caller's next call with that id
 /// completes it (the task is the caller's: the engine finds it only for that DID); a command
 /// agent's output comes back as text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -679,8 +679,9 @@ tags = ["mcp-shout"]
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let r = &v["result"]["structuredContent"];
-    assert_eq!(r["state"], "TASK_STATE_INPUT_REQUIRED", "{v}");
-    assert!(r["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert_eq!(r["state"], "input-required", "{v}");
+    assert!(r["question"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert!(r.get("task").is_none(), "the raw task only with full: {v}");
     let task = r["task_id"].as_str().unwrap().to_string();
     // Another DID (node A's own, from A's data directory) cannot answer B's task: for it the
     // task does not exist (the tool's error, exit 1), and the task still waits for B.
@@ -710,7 +711,7 @@ tags = ["mcp-shout"]
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let r = &v["result"]["structuredContent"];
-    assert_eq!(r["state"], "TASK_STATE_COMPLETED", "{v}");
+    assert_eq!(r["state"], "completed", "{v}");
     assert_eq!(r["task_id"], json!(task));
     assert!(
         r["texts"].to_string().contains("Ada"),

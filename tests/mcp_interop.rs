@@ -239,9 +239,12 @@ fn check_echo(v: &Value, did: &str, text: &str) {
         (&calls[3], format!("{text} (by DID)")),
     ] {
         let s = &c["structuredContent"];
-        assert_eq!(s["did"], did, "{c:#}");
-        assert_eq!(s["state"], "TASK_STATE_COMPLETED", "{c:#}");
-        assert_eq!(s["settled"], true, "{c:#}");
+        assert_eq!(s["agent"]["did"], did, "{c:#}");
+        assert_eq!(s["state"], "completed", "{c:#}");
+        assert!(
+            s.get("task").is_none(),
+            "the raw task only with full: {c:#}"
+        );
         assert!(
             s["texts"].as_array().unwrap().contains(&json!(want)),
             "no echo of {want:?}: {c:#}"
@@ -507,8 +510,8 @@ fn testnet_mcp_client_on_the_last_node_finds_and_messages_an_agent_of_the_first(
         );
 
         let sent = &calls[1]["structuredContent"];
-        assert_eq!(sent["did"], did.as_str(), "{sent:#}");
-        assert_eq!(sent["state"], "TASK_STATE_COMPLETED", "{sent:#}");
+        assert_eq!(sent["agent"]["did"], did.as_str(), "{sent:#}");
+        assert_eq!(sent["state"], "completed", "{sent:#}");
         assert!(
             sent["texts"].as_array().unwrap().contains(&json!(text)),
             "{sent:#}"

@@ -306,25 +306,13 @@ pub struct TurnArgs {
     /// The message to the agent (at most 65 536 bytes).
     #[schemars(length(max = 65536))]
     pub text: String,
-    /// Continue this task (one of yours waiting for input, `INPUT_REQUIRED`) instead of
-    /// starting a new one.
+    /// Answer this task of yours (state input-required) instead of starting a new one.
     #[serde(default)]
     #[schemars(length(max = 256))]
     pub task_id: Option<String>,
-}
-
-/// What `send_message` returns.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct TurnResult {
-    /// The task's id: give it back as `task_id` to answer a question.
-    pub task_id: String,
-    /// Its A2A state: `TASK_STATE_COMPLETED`, `TASK_STATE_INPUT_REQUIRED` (answer with
-    /// `task_id`), `TASK_STATE_FAILED`, ...
-    pub state: String,
-    /// The text of its artifacts, in order.
-    pub texts: Vec<String>,
-    /// Its status message: the question when input is required, the reason of a failure.
-    pub message: Option<String>,
+    /// Also return the raw A2A task (large).
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// The tools of an agent that is not `echo`: one turn of it.
@@ -351,10 +339,9 @@ impl TurnTools {
     }
 
     #[tool(
-        description = "Send a message to this agent and wait for its answer (one turn of work). \
-        Returns the task's state and the agent's text. If the state is \
-        TASK_STATE_INPUT_REQUIRED, the message says what the agent asks: answer by calling \
-        send_message again with that task_id.",
+        description = "Send a message to this agent and wait for its answer (one turn of work): \
+        the task's state, id and the agent's texts. If the state is input-required, answer its \
+        question by calling again with that task_id.",
         annotations(read_only_hint = false, open_world_hint = true)
     )]
     async fn send_message(
@@ -363,7 +350,7 @@ impl TurnTools {
             axum::http::request::Parts,
         >,
         Parameters(args): Parameters<TurnArgs>,
-    ) -> Result<Json<TurnResult>, String> {
+    ) -> Result<Json<super::TaskResult>, String> {
         use agentnet_a2a::auth::{Caller, Owner, Source};
         use agentnet_a2a::types::{Message, Part, Role, SendMessageRequest, SendMessageResponse};
         if args.text.len() > MAX_TOOL_TEXT {
@@ -383,6 +370,7 @@ impl TurnTools {
         let mut message = Message::new(Role::User, vec![Part::text(args.text)]);
         message.message_id = crate::hosted::uuid_v4();
         message.task_id = args.task_id;
+        let full = args.full;
         let req = SendMessageRequest {
             message,
             configuration: None,
@@ -390,22 +378,16 @@ impl TurnTools {
             tenant: None,
         };
         match self.engine.send_message(&owner, req).await {
-            Ok(SendMessageResponse::Task(t)) => Ok(Json(TurnResult {
-                texts: crate::call::texts(&crate::call::Outcome::Task(Box::new(t.clone()))),
-                message: crate::call::status_text(&t),
-                state: crate::call::state_name(&t.status.state),
-                task_id: t.id,
-            })),
-            Ok(SendMessageResponse::Message(m)) => Ok(Json(TurnResult {
-                task_id: String::new(),
-                state: "MESSAGE".into(),
-                texts: m
-                    .parts
-                    .iter()
-                    .filter_map(|p| p.as_text().map(str::to_owned))
-                    .collect(),
-                message: None,
-            })),
+            Ok(SendMessageResponse::Task(t)) => Ok(Json(super::task_result(
+                &crate::call::Outcome::Task(Box::new(t)),
+                None,
+                full,
+            ))),
+            Ok(SendMessageResponse::Message(m)) => Ok(Json(super::task_result(
+                &crate::call::Outcome::Message(Box::new(m)),
+                None,
+                full,
+            ))),
             Err(e) => Err(format!("the agent refused the message: {e}")),
         }
     }
@@ -483,6 +465,20 @@ mod tests {
             Some("http://[::1]:80")
         );
         assert_eq!(origin_of("not a url"), None);
+    }
+
+    /// The hosted tools' descriptions are one paragraph each (schemars joins `///` lines with
+    /// line breaks): the `task_id` of `send_message` was two lines.
+    #[test]
+    fn tool_descriptions_are_one_paragraph() {
+        let tools = [
+            EchoTools::tool_router().list_all(),
+            TurnTools::tool_router().list_all(),
+        ];
+        for t in tools.iter().flatten() {
+            let listed = serde_json::to_string(t).unwrap();
+            assert!(!listed.contains("\\n"), "{listed}");
+        }
     }
 
     #[test]

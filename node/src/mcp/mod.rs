@@ -12,11 +12,11 @@
 //! Nothing here publishes, reads key material or signs anything but the A2A requests of
 //! `send_message`, `get_task` and `cancel_task`.
 //!
-//! Text from cards and DID documents reaches the host's model: every character a reader does
-//! not see or that reorders what is shown (controls, bidi overrides, zero-width and tag
-//! characters, `agentnet_did::text::is_hidden`) is written as a visible `\u{..}` escape by
-//! `agentnet_did::text::sanitize`, as the CLI prints it, with a `note` saying how many
-//! ([`escape_value`]).
+//! Text from cards, DID documents and agents' answers reaches the host's model: every
+//! character a reader does not see or that reorders what is shown (controls, bidi overrides,
+//! zero-width and tag characters, `agentnet_did::text::is_hidden`) is written as a visible
+//! `\u{..}` escape by `agentnet_did::text::sanitize`, as the CLI prints it, with a `note`
+//! saying how many ([`escape_value`]).
 
 pub mod client;
 pub mod hosted;
@@ -59,6 +59,10 @@ pub const DEFAULT_WAIT_SECS: u64 = 30;
 pub const MAX_WAIT_SECS: u64 = 60;
 /// Longest description of an agent or skill returned by `discover_agents`, characters.
 const MAX_SUMMARY: usize = 500;
+/// Largest `tools/list` result, bytes: 13 316 before descriptions were one paragraph each and
+/// shorter, 12 812 after (with `full` and `agent` added; docs/MCP.md, "Sizes"). Most of the
+/// rest is the schemas' structure, which rmcp generates. Tests keep the list under this.
+pub const TOOLS_LIST_BUDGET: usize = 13_000;
 /// Largest `/mcp` request body.
 pub const MAX_BODY: usize = 512 * 1024;
 
@@ -107,8 +111,7 @@ impl std::fmt::Debug for Server {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiscoverArgs {
-    /// Skill tags the agents must all have, such as ["translation"] (1 to 8 tags, each 1 to 64
-    /// bytes).
+    /// Skill tags the agents must all have, such as ["translation"]; 1 to 8, of 1 to 64 bytes.
     #[schemars(length(min = 1, max = 8))]
     pub tags: Vec<String>,
     /// How many agents to return at most (1 to 50, default 10).
@@ -133,25 +136,25 @@ pub struct SendArgs {
     /// The message for the agent (1 to 65536 bytes).
     #[schemars(length(min = 1, max = 65536))]
     pub text: String,
-    /// The agent's DID (from discover_agents). With `tags`: only this agent.
+    /// The agent's DID (from discover_agents); with tags, only this agent.
     #[serde(default)]
     #[schemars(length(min = 1, max = 2048))]
     pub did: Option<String>,
-    /// Instead of a DID: skill tags; the first agent found with all of them whose card
-    /// verifies gets the message.
+    /// Instead of a DID: the first agent with all these skill tags whose card verifies.
     #[serde(default)]
     #[schemars(length(min = 1, max = 8))]
     pub tags: Option<Vec<String>>,
-    /// Continue this task of the agent (it must be waiting for input, state
-    /// TASK_STATE_INPUT_REQUIRED); needs `did`.
+    /// Answer this task of the agent (state input-required); needs did.
     #[serde(default)]
     #[schemars(length(min = 1, max = 256))]
     pub task_id: Option<String>,
-    /// Seconds to wait for the task to finish or ask for input (0 to 60, default 30); 0
-    /// returns as soon as the agent accepted the message.
+    /// Seconds to wait for the task to finish or ask (0 to 60, default 30); 0: once accepted.
     #[serde(default)]
     #[schemars(range(min = 0, max = 60))]
     pub wait_secs: Option<u64>,
+    /// Also return the raw A2A task (large).
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// A task of an agent.
@@ -164,6 +167,9 @@ pub struct TaskArgs {
     /// The task id (from send_message).
     #[schemars(length(min = 1, max = 256))]
     pub task_id: String,
+    /// Also return the raw A2A task (large).
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// No arguments.
@@ -180,20 +186,20 @@ pub struct SkillSummary {
     pub id: Option<String>,
     /// Its name.
     pub name: Option<String>,
-    /// What it does (shortened to 500 characters).
+    /// What it does (at most 500 characters).
     pub description: Option<String>,
     /// Its tags.
     pub tags: Vec<String>,
 }
 
-/// A discovered agent. Its card is not verified yet: get_agent_card does it.
+/// A discovered agent (its card not verified yet).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct AgentSummary {
-    /// The agent's DID: what the other tools take.
+    /// Its DID, for the other tools.
     pub did: String,
     /// Its name, from its card.
     pub name: Option<String>,
-    /// What it does, from its card (shortened to 500 characters).
+    /// What it does (at most 500 characters).
     pub description: Option<String>,
     /// Its skill tags.
     pub tags: Vec<String>,
@@ -201,7 +207,7 @@ pub struct AgentSummary {
     pub skills: Vec<SkillSummary>,
     /// False for a did:wba `e1_` DID, whose domain never vouched for its key.
     pub domain_verified: bool,
-    /// When its advertisement expires, Unix seconds.
+    /// When its advertisement expires (Unix seconds).
     pub expires_at: u64,
     /// The libp2p peer that published it.
     pub peer_id: String,
@@ -212,7 +218,7 @@ pub struct AgentSummary {
 pub struct Discovered {
     /// The agents found, best first; empty if none.
     pub agents: Vec<AgentSummary>,
-    /// Set when hidden characters in the agents' cards were escaped.
+    /// Set when hidden characters in the agents' cards were escaped, or the node has no peers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -231,7 +237,7 @@ pub struct Interface {
 pub struct VerifiedCard {
     /// The agent's DID.
     pub did: String,
-    /// Every signature on the card verifies against its signer's DID document.
+    /// Every signature verifies against its signer's DID document.
     pub verified: bool,
     /// The key ids (DID URLs) that signed the card.
     pub signers: Vec<String>,
@@ -241,7 +247,7 @@ pub struct VerifiedCard {
     pub domain_verified: bool,
     /// The interface send_message would use.
     pub interface: Interface,
-    /// The signed A2A Agent Card (hidden characters in its text escaped: see `note`).
+    /// The signed A2A Agent Card, hidden characters escaped.
     pub card: Value,
     /// Set when hidden characters in the card were escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -253,7 +259,7 @@ pub struct VerifiedCard {
 pub struct Resolved {
     /// The DID.
     pub did: String,
-    /// Its DID document (hidden characters in its text escaped: see `note`).
+    /// Its DID document, hidden characters escaped.
     pub document: Value,
     /// Set when hidden characters in the document were escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -325,31 +331,42 @@ fn escaped_note(n: usize, what: &str) -> Option<String> {
     })
 }
 
-/// A task or message from an agent (`send_message`, `get_task`, `cancel_task`).
+/// The agent that answered.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AgentRef {
+    /// Its DID.
+    pub did: String,
+    /// Its name.
+    pub name: Option<String>,
+}
+
+/// A task or message from an agent (`send_message`, `get_task`, `cancel_task`, and the
+/// hosted agents' `send_message`): what a model needs, the raw A2A task only on request.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct TaskResult {
-    /// The agent's DID.
-    pub did: String,
-    /// "task" or "message" (an agent may answer with a message and no task).
-    pub kind: String,
-    /// The task id, for get_task, cancel_task and send_message's task_id.
+    /// For get_task, cancel_task, and send_message to answer a question.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
-    /// The task's context id.
+    /// The task's context.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
-    /// The task's state, such as TASK_STATE_COMPLETED, TASK_STATE_WORKING,
-    /// TASK_STATE_INPUT_REQUIRED, TASK_STATE_FAILED, TASK_STATE_CANCELED.
-    pub state: Option<String>,
-    /// Done, or waiting for input: nothing more happens without the caller. False: still
-    /// working; read it again later with get_task.
-    pub settled: bool,
-    /// The text of the task's artifacts, or of the message.
+    #[doc = "completed, input-required, auth-required, working, submitted, failed, canceled, \
+             rejected, or message (an answer without a task)."]
+    pub state: String,
+    /// The agent's text: status message, then artifacts.
     pub texts: Vec<String>,
-    /// What a task waiting for input asks.
+    /// What the agent asks (state input-required).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub question: Option<String>,
-    /// The A2A Task, as the agent returned it.
+    /// The agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRef>,
+    /// Set when hidden characters in the answer were escaped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// With full: the raw A2A Task (or Message), hidden characters escaped.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<Value>,
-    /// The A2A Message, if the agent answered with one.
-    pub message: Option<Value>,
 }
 
 /// A connected peer.
@@ -539,41 +556,95 @@ pub(crate) fn summary(f: Found) -> AgentSummary {
     }
 }
 
-fn task_result(did: &str, outcome: &Outcome) -> TaskResult {
-    let texts = call::texts(outcome);
-    match outcome {
-        Outcome::Task(t) => TaskResult {
-            did: did.to_owned(),
-            kind: "task".into(),
-            task_id: Some(t.id.clone()),
-            context_id: Some(t.context_id.clone()),
-            state: Some(call::state_name(&t.status.state)),
-            settled: call::is_settled(&t.status.state),
-            texts,
-            question: matches!(
+/// The short name of an A2A task state: `TASK_STATE_INPUT_REQUIRED` is `input-required`.
+pub fn short_state(s: &agentnet_a2a::types::TaskState) -> String {
+    let name = call::state_name(s);
+    name.strip_prefix("TASK_STATE_")
+        .unwrap_or(&name)
+        .to_ascii_lowercase()
+        .replace('_', "-")
+}
+
+/// The result of `outcome` as the model reads it: the state, the agent's texts (its status
+/// message, unless that is the `question`, then its artifacts), the raw task or message only
+/// when `full`. Every text from the agent is escaped ([`escape_str`], [`escape_value`]): an
+/// answer is the agent's data, as its card is. A 20-byte echo was 2 810 bytes with the raw task
+/// (the `CallToolResult`, its text block included), 680 now (docs/MCP.md, "Sizes").
+pub(crate) fn task_result(outcome: &Outcome, agent: Option<AgentRef>, full: bool) -> TaskResult {
+    use agentnet_a2a::types::TaskState;
+    let mut r = match outcome {
+        Outcome::Task(t) => {
+            let status: Vec<String> = t
+                .status
+                .message
+                .iter()
+                .flat_map(|m| m.parts.iter())
+                .filter_map(|p| p.as_text().filter(|t| !t.is_empty()).map(str::to_owned))
+                .collect();
+            let asks = matches!(
                 t.status.state,
-                agentnet_a2a::types::TaskState::InputRequired
-                    | agentnet_a2a::types::TaskState::AuthRequired
-            )
-            .then(|| call::status_text(t))
-            .flatten(),
-            task: serde_json::to_value(t).ok(),
-            message: None,
-        },
+                TaskState::InputRequired | TaskState::AuthRequired
+            );
+            let (question, mut texts) = if asks && !status.is_empty() {
+                (Some(status.join("\n")), Vec::new())
+            } else {
+                (None, status)
+            };
+            texts.extend(call::texts(outcome));
+            TaskResult {
+                task_id: Some(t.id.clone()),
+                context_id: Some(t.context_id.clone()),
+                state: short_state(&t.status.state),
+                texts,
+                question,
+                agent,
+                note: None,
+                task: if full {
+                    serde_json::to_value(t).ok()
+                } else {
+                    None
+                },
+            }
+        }
         Outcome::Message(m) => TaskResult {
-            did: did.to_owned(),
-            kind: "message".into(),
             task_id: None,
             context_id: m.context_id.clone(),
-            state: None,
-            settled: true,
-            texts,
+            state: "message".into(),
+            texts: call::texts(outcome),
             question: None,
-            task: None,
-            message: serde_json::to_value(m).ok(),
+            agent,
+            note: None,
+            task: if full {
+                serde_json::to_value(m).ok()
+            } else {
+                None
+            },
         },
+    };
+    let in_texts = r.texts.iter_mut().map(escape_str).sum::<usize>()
+        + r.question.as_mut().map_or(0, escape_str);
+    // The raw task holds the same texts (and the history): count them once.
+    let in_task = r.task.as_mut().map_or(0, escape_value);
+    let in_name = r
+        .agent
+        .as_mut()
+        .and_then(|a| a.name.as_mut())
+        .map_or(0, escape_str);
+    r.note = escaped_note(in_texts.max(in_task) + in_name, "the agent's answer");
+    r
+}
+
+/// The agent of a result: its DID and the name on its verified card.
+fn agent_ref(agent: &Agent) -> AgentRef {
+    AgentRef {
+        did: agent.did.to_string(),
+        name: text_of(&agent.card, "name"),
     }
 }
+
+/// What the model reads when nothing was found on a node without peers.
+const NO_PEERS: &str = "this node has no peers: it is not connected to the agent network; \
+                        start it with --bootstrap <multiaddr> of a known node";
 
 /// What the model reads when a call failed.
 fn explain(e: &CallError) -> String {
@@ -614,17 +685,33 @@ impl Server {
         }
     }
 
+    /// Whether the node has no peers (`false` when it cannot tell): then it finds no agent
+    /// but those it hosts, and the model should say so rather than search again.
+    async fn has_no_peers(&self) -> bool {
+        matches!(self.inner.directory.peers().await, Ok(p) if p.peers.is_empty())
+    }
+
     async fn find(&self, target: Target) -> Result<Agent, String> {
         let mut quiet = |_: call::Progress| {};
-        match (self.inner.caller.find(&target, &mut quiet).await, &target) {
-            (Ok(a), _) => Ok(a),
-            (Err(CallError::NotFound(_)), Target::Did(did)) => Err(format!(
-                "the node knows no live advertisement of {}. Use discover_agents to find \
-                 agents by skill.",
+        let e = match self.inner.caller.find(&target, &mut quiet).await {
+            Ok(a) => return Ok(a),
+            Err(e) => e,
+        };
+        let CallError::NotFound(_) = e else {
+            return Err(explain(&e));
+        };
+        let missing = match &target {
+            Target::Did(did) => format!(
+                "the node knows no live advertisement of {}",
                 shorten(did, 200)
-            )),
-            (Err(e), _) => Err(explain(&e)),
-        }
+            ),
+            _ => e.to_string(),
+        };
+        Err(if self.has_no_peers().await {
+            format!("{missing}: {NO_PEERS}.")
+        } else {
+            format!("{missing}. Use discover_agents to find agents by skill.")
+        })
     }
 
     /// `get_task`, or `cancel_task` when `cancel`.
@@ -640,16 +727,16 @@ impl Server {
         }
         .map_err(|e| explain(&e))?;
         Ok(Json(task_result(
-            agent.did.as_str(),
             &Outcome::Task(Box::new(t)),
+            Some(agent_ref(&agent)),
+            args.full,
         )))
     }
 
     #[tool(
-        description = "Find agents of the open agent network that have all the given skill tags \
-        (the node's index first, then the network). Returns each agent's DID, name, description \
-        and skills. The cards are not verified here: call get_agent_card to check an agent's \
-        identity, or send_message, which verifies before sending.",
+        description = "Find agents of the open agent network with all the given skill tags (the \
+        node's index, then the network): their DIDs, names, descriptions and skills. Cards are \
+        not verified here; get_agent_card and send_message verify them.",
         annotations(read_only_hint = true, open_world_hint = true)
     )]
     async fn discover_agents(
@@ -670,17 +757,17 @@ impl Server {
             .map_err(|e| format!("discovering agents: {e}"))?;
         agents.truncate(limit);
         let hidden = agents.iter_mut().map(escape_summary).sum();
-        Ok(Json(Discovered {
-            agents,
-            note: escaped_note(hidden, "these agents' cards"),
-        }))
+        let mut note = escaped_note(hidden, "these agents' cards");
+        if agents.is_empty() && self.has_no_peers().await {
+            note = Some(format!("No agent found: {NO_PEERS}."));
+        }
+        Ok(Json(Discovered { agents, note }))
     }
 
     #[tool(
-        description = "Get an agent's signed A2A Agent Card by its DID, verified: every \
-        signature must check out against its signer's DID document and one signer must be the \
-        agent's own DID. Fails (isError) if the node knows no such agent or the card does not \
-        verify; such an agent must not be trusted.",
+        description = "Get an agent's A2A Agent Card by its DID, verified: every signature \
+        checks out against its signer's DID document, one signer is the agent's own DID. An \
+        error means no such agent or a card that does not verify: do not trust that agent.",
         annotations(read_only_hint = true, open_world_hint = true)
     )]
     async fn get_agent_card(
@@ -731,12 +818,10 @@ impl Server {
     }
 
     #[tool(
-        description = "Send a text message to an agent, by DID or by skill tags (the first \
-        agent with all the tags whose card verifies), signed with this node's DID. Waits up to \
-        wait_secs for the task to finish or to ask for input, and returns the task (its state, \
-        the text of its artifacts, its question if it waits for input) or the agent's message. \
-        A task still working (settled: false) can be read later with get_task. To answer a \
-        task waiting for input, call again with its did and task_id.",
+        description = "Send a text message to an agent, by DID or by skill tags, signed with \
+        this node's DID; wait up to wait_secs for the answer: its state, texts and task_id. \
+        State input-required comes with a question: answer by calling again with did and \
+        task_id. State working: read the task later with get_task.",
         annotations(
             read_only_hint = false,
             destructive_hint = false,
@@ -772,7 +857,6 @@ impl Server {
             (None, None) => return Err("give the agent's `did` or skill `tags`".into()),
         };
         let agent = self.find(target).await?;
-        let did = agent.did.to_string();
         let caller = &self.inner.caller;
         // The agent answers once it accepted the message (returnImmediately), then the task is
         // read until `wait_secs` is over: every call to the agent within the wait is bounded
@@ -801,12 +885,16 @@ impl Server {
             }
             o => o,
         };
-        Ok(Json(task_result(&did, &outcome)))
+        Ok(Json(task_result(
+            &outcome,
+            Some(agent_ref(&agent)),
+            args.full,
+        )))
     }
 
     #[tool(
-        description = "Read a task of an agent (by the agent's DID and the task id that \
-        send_message returned): its state and the text of its artifacts.",
+        description = "Read a task of an agent by the agent's DID and the task_id from \
+        send_message: its state and texts.",
         annotations(read_only_hint = true, open_world_hint = true)
     )]
     async fn get_task(
@@ -817,8 +905,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Cancel a task of an agent that is not finished (working, or waiting \
-        for input). Returns the task in its new state.",
+        description = "Cancel an unfinished task of an agent (working, or waiting for input).",
         annotations(
             read_only_hint = false,
             destructive_hint = true,
@@ -833,8 +920,7 @@ impl Server {
     }
 
     #[tool(
-        description = "List the peers this node is connected to in the agent network, and its \
-        gossip counters.",
+        description = "List this node's peers in the agent network, and its gossip counters.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn list_peers(
@@ -986,9 +1072,232 @@ mod tests {
         }
     }
 
+    /// A directory that knows no agent, on a node with `peers` peers.
+    struct Nobody {
+        peers: usize,
+    }
+
+    impl Directory for Nobody {
+        fn discover<'a>(
+            &'a self,
+            _: &'a [String],
+            _: usize,
+        ) -> crate::admin::BoxFuture<'a, Result<Vec<Found>, crate::admin::ClientError>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn advert<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> crate::admin::BoxFuture<'a, Result<Option<Value>, crate::admin::ClientError>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn peers(
+            &self,
+        ) -> crate::admin::BoxFuture<'_, Result<crate::admin::Peers, crate::admin::ClientError>>
+        {
+            let peers = (0..self.peers)
+                .map(|i| serde_json::json!({"peer_id": format!("12D3KooW{i}"), "addrs": []}))
+                .collect::<Vec<_>>();
+            let p = serde_json::from_value(serde_json::json!({
+                "peer_id": "12D3KooWme", "listen": [], "peers": peers,
+                "stats": {"accepted": 0, "ignored": 0, "rejected_by_reason": {}, "throttled": 0}
+            }));
+            Box::pin(
+                async move { p.map_err(|e| crate::admin::ClientError::NotRunning(e.to_string())) },
+            )
+        }
+    }
+
+    fn server(directory: Arc<dyn Directory>) -> Server {
+        Server::new(
+            directory,
+            Config {
+                resolver: Resolver::new(Default::default()).unwrap(),
+                signer: None,
+                allow_private: true,
+            },
+        )
+    }
+
+    /// A node with no peers finds nothing but what it hosts: `discover_agents`, `send_message`
+    /// by skill and `get_agent_card` say the node is not connected and how to connect it, not
+    /// "use discover_agents" (the model searched again, or told the user no such agent
+    /// exists). With a peer, the old hint stays. Before: an empty list without a word, and the
+    /// hint.
+    #[tokio::test]
+    async fn a_node_without_peers_says_so() {
+        let lonely = server(Arc::new(Nobody { peers: 0 }));
+        let found = lonely
+            .discover_agents(Parameters(DiscoverArgs {
+                tags: vec!["translation".into()],
+                limit: None,
+            }))
+            .await
+            .unwrap()
+            .0;
+        assert!(found.agents.is_empty());
+        let note = found.note.unwrap_or_default();
+        assert!(
+            note.contains("no peers") && note.contains("--bootstrap <multiaddr>"),
+            "{note}"
+        );
+        let send = |did: Option<&str>| SendArgs {
+            text: "hi".into(),
+            did: did.map(str::to_owned),
+            tags: did.is_none().then(|| vec!["translation".to_string()]),
+            task_id: None,
+            wait_secs: Some(0),
+            full: false,
+        };
+        let e = failure(lonely.send_message(Parameters(send(None))).await);
+        assert!(e.contains("no agent found with skill translation"), "{e}");
+        assert!(
+            e.contains(NO_PEERS) && !e.contains("Use discover_agents"),
+            "{e}"
+        );
+        let did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
+        let e = failure(lonely.send_message(Parameters(send(Some(did)))).await);
+        assert!(
+            e.contains("no live advertisement") && e.contains(NO_PEERS),
+            "{e}"
+        );
+        let e = failure(
+            lonely
+                .get_agent_card(Parameters(DidArgs { did: did.into() }))
+                .await,
+        );
+        assert!(e.contains(NO_PEERS), "{e}");
+
+        let connected = server(Arc::new(Nobody { peers: 1 }));
+        let found = connected
+            .discover_agents(Parameters(DiscoverArgs {
+                tags: vec!["translation".into()],
+                limit: None,
+            }))
+            .await
+            .unwrap()
+            .0;
+        assert_eq!(found.note, None);
+        let e = failure(connected.send_message(Parameters(send(None))).await);
+        assert!(
+            e.contains("Use discover_agents") && !e.contains("no peers"),
+            "{e}"
+        );
+        // A node that cannot tell (its peers unreadable) does not claim to have none.
+        let unknown = server(Arc::new(OneAgent(Value::Null)));
+        let e = failure(unknown.send_message(Parameters(send(Some(did)))).await);
+        assert!(!e.contains("no peers"), "{e}");
+    }
+
+    fn failure<T>(r: Result<T, String>) -> String {
+        match r {
+            Ok(_) => panic!("the tool should have failed"),
+            Err(e) => e,
+        }
+    }
+
+    fn task(v: Value) -> Outcome {
+        Outcome::Task(Box::new(serde_json::from_value(v).unwrap()))
+    }
+
+    fn agent_message(text: &str) -> Value {
+        serde_json::json!({"role": "ROLE_AGENT", "messageId": "m1", "parts": [{"text": text}]})
+    }
+
+    /// The result of a task is what a model needs: a short state, the agent's texts (status
+    /// message, then artifacts), the question apart, the raw task only with `full`; an answer
+    /// that hides characters gets them escaped, with a note. Before: `TASK_STATE_COMPLETED`,
+    /// the whole task always, and the agent's text raw (an answer is attacker text as much as
+    /// a card is).
+    #[test]
+    fn task_results_are_compact_and_escape_the_agents_text() {
+        let echo = task(serde_json::json!({"id": "t1", "contextId": "c1",
+            "status": {"state": "TASK_STATE_COMPLETED", "message": agent_message("echoed")},
+            "artifacts": [{"artifactId": "a1", "parts": [{"text": "twenty bytes of text"}]}]}));
+        let who = || AgentRef {
+            did: "did:key:z6Mk".into(),
+            name: Some("Echo".into()),
+        };
+        let r = serde_json::to_value(task_result(&echo, Some(who()), false)).unwrap();
+        assert_eq!(
+            r,
+            serde_json::json!({"task_id": "t1", "context_id": "c1", "state": "completed",
+                "texts": ["echoed", "twenty bytes of text"],
+                "agent": {"did": "did:key:z6Mk", "name": "Echo"}})
+        );
+        let r = task_result(&echo, None, true);
+        assert_eq!(r.task.unwrap()["status"]["state"], "TASK_STATE_COMPLETED");
+
+        let asks = task(serde_json::json!({"id": "t2", "contextId": "c2",
+            "status": {"state": "TASK_STATE_INPUT_REQUIRED",
+                "message": agent_message("What is your name?")}}));
+        let r = task_result(&asks, None, false);
+        assert_eq!(r.state, "input-required");
+        assert_eq!(r.question.as_deref(), Some("What is your name?"));
+        assert!(r.texts.is_empty(), "the question once: {:?}", r.texts);
+
+        let hidden = "Done.\u{e0001}\u{e0049}\u{202e}";
+        let sly = task(serde_json::json!({"id": "t3", "contextId": "c3",
+            "status": {"state": "TASK_STATE_FAILED", "message": agent_message(hidden)}}));
+        for full in [false, true] {
+            let r = task_result(&sly, None, full);
+            assert_eq!(r.state, "failed");
+            assert_eq!(r.texts, ["Done.\\u{e0001}\\u{e0049}\\u{202e}"]);
+            let shown = serde_json::to_string(&r).unwrap();
+            assert!(!shown.chars().any(agentnet_did::text::is_hidden), "{shown}");
+            assert!(
+                r.note
+                    .as_deref()
+                    .unwrap()
+                    .starts_with("3 hidden characters"),
+                "{:?}",
+                r.note
+            );
+        }
+        let m = Outcome::Message(Box::new(
+            serde_json::from_value(agent_message("hello")).unwrap(),
+        ));
+        let r = task_result(&m, None, false);
+        assert_eq!(
+            (r.state.as_str(), r.task_id, r.texts),
+            ("message", None, vec!["hello".to_string()])
+        );
+    }
+
+    /// Every string of `v` (member names too) holding a line break, with where it is.
+    fn line_breaks(v: &Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) if s.contains('\n') => out.push(format!("{at}: {s:?}")),
+            Value::Array(a) => a.iter().for_each(|v| line_breaks(v, at, out)),
+            Value::Object(m) => {
+                for (k, v) in m {
+                    if k.contains('\n') {
+                        out.push(format!("{at}: {k:?}"));
+                    }
+                    line_breaks(v, &format!("{at}.{k}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `tools/list` is what every host puts in its model's context: each description one
+    /// paragraph (schemars joins `///` lines with line breaks), the whole under
+    /// [`TOOLS_LIST_BUDGET`]. Before: 13 316 bytes (over), 17 descriptions hard-wrapped.
+    #[test]
+    fn tools_list_is_small_and_one_paragraph_per_description() {
+        let tools = Server::tool_router().list_all();
+        let listed = serde_json::to_value(serde_json::json!({ "tools": tools })).unwrap();
+        let size = listed.to_string().len();
+        let mut breaks = Vec::new();
+        line_breaks(&listed, "tools", &mut breaks);
+        assert!(breaks.is_empty(), "line breaks: {breaks:#?}");
+        assert!(size <= TOOLS_LIST_BUDGET, "tools/list is {size} bytes");
+    }
+
     /// The attacker: an agent (axum on 127.0.0.1) accepts the message as a WORKING task and
     /// then never answers `GetTask`. `send_message` with `wait_secs = 1` answers after about a
-    /// second with the task as accepted (settled: false). Before, the `GetTask` had no bound
+    /// second with the task as accepted (state working). Before, the `GetTask` had no bound
     /// but the node's 60 s call deadline (the admin listener's 90 s over HTTP; over stdio only
     /// that): the outer bound of 20 s below failed.
     #[tokio::test]
@@ -1039,6 +1348,7 @@ mod tests {
             tags: None,
             task_id: None,
             wait_secs: Some(1),
+            full: false,
         };
         let sent = tokio::time::timeout(
             Duration::from_secs(20),
@@ -1049,8 +1359,7 @@ mod tests {
         .unwrap()
         .0;
         assert_eq!(sent.task_id.as_deref(), Some("t1"));
-        assert_eq!(sent.state.as_deref(), Some("TASK_STATE_WORKING"));
-        assert!(!sent.settled);
+        assert_eq!(sent.state, "working");
         assert!(
             gets.load(std::sync::atomic::Ordering::SeqCst) >= 1,
             "GetTask was tried"
