@@ -179,7 +179,8 @@
       const pub = document.createElement("div");
       pub.appendChild(code(short(d.peer_id)));
       if (d.own) { pub.appendChild(document.createTextNode(" ")); pub.appendChild(badge("this node", "info")); }
-      return row([stack(name, desc), code(d.did), v, tags, pub, "in " + duration(d.expires_at - now)]);
+      return row([stack(name, desc), code(d.did), v, tags, pub,
+        el("span", "in " + duration(d.expires_at - now), "nowrap")]);
     }), 6, "no live advertisements in the index");
 
     $("peers-count").textContent = r.connected;
@@ -196,7 +197,7 @@
       const kind = /completed/.test(state) ? "ok" : /failed|rejected/.test(state) ? "bad"
         : x.running ? "info" : "warn";
       return row([
-        new Date(x.updated_micros / 1000).toLocaleString(),
+        el("span", new Date(x.updated_micros / 1000).toLocaleString(), "nowrap"),
         code(x.agent),
         badge(state, kind),
         code(short(x.owner)),
@@ -234,7 +235,11 @@
       label.appendChild(el("span", name));
       c.appendChild(label);
       const v = el("div", last.toLocaleString(), "value");
-      if (cumulative) v.appendChild(el("span", "+" + (last - prev).toLocaleString(), "delta"));
+      if (cumulative) {
+        const d = el("span", "+" + (last - prev).toLocaleString(), "delta");
+        d.title = "since the previous sample";
+        v.appendChild(d);
+      }
       c.appendChild(v);
       c.appendChild(sparkline(values));
       box.appendChild(c);
@@ -248,7 +253,8 @@
     svg.setAttribute("preserveAspectRatio", "none");
     svg.setAttribute("role", "img");
     const min = Math.min.apply(null, values.concat([0]));
-    const max = Math.max.apply(null, values.concat([1]));
+    // Headroom above the largest value: a steady counter draws as a line, not a filled box.
+    const max = Math.max.apply(null, values.concat([1])) * 1.25;
     const n = Math.max(values.length, 2);
     const pts = (values.length ? values : [0]).map((v, i) => {
       const x = values.length > 1 ? P + (i * (W - 2 * P)) / (n - 1) : W - P;
