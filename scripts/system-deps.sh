@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# System packages the build needs, installed when missing (Debian, as root or with sudo):
-# libclang for bindgen in librocksdb-sys.
+# System packages the build and the tests need, installed when missing (Debian, as root or with
+# sudo): libclang for bindgen in librocksdb-sys; chromium (headless) for the status page test
+# (tests/status_page.rs).
 #
 # What counts as libclang is what clang-sys (bindgen's loader) can open: `libclang.so*` or
 # `libclang-<version>.so*`. A fresh Debian image ships `libclang-cpp.so.*` (the C++ API, from
@@ -24,15 +25,26 @@ have_libclang() {
   return 1
 }
 
-if have_libclang; then
+have_chromium() {
+  command -v chromium >/dev/null 2>&1
+}
+
+missing=()
+have_libclang || missing+=(libclang-dev)
+have_chromium || missing+=(chromium)
+if [ "${#missing[@]}" -eq 0 ]; then
   exit 0
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "scripts/system-deps.sh: installing libclang-dev (needed to build RocksDB bindings)" >&2
+echo "scripts/system-deps.sh: installing ${missing[*]} (libclang-dev: RocksDB bindings; chromium: the status page test)" >&2
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libclang-dev >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 if ! have_libclang; then
   echo "scripts/system-deps.sh: libclang-dev installed but no libclang.so found" >&2
+  exit 1
+fi
+if ! have_chromium; then
+  echo "scripts/system-deps.sh: chromium installed but no \`chromium\` on PATH" >&2
   exit 1
 fi

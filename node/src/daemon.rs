@@ -531,11 +531,20 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             allow_private: opts.hosted.mcp.allow_private.unwrap_or(false),
         },
     );
-    let admin_router = crate::admin::router_with(
+    let status = crate::status_page::Status::new(
+        admin.clone(),
+        task_db.clone(),
+        did.as_str(),
+        &public_base,
+        &hosted,
+    );
+    // The page first: the admin router's guarded fallback stays that of unknown paths.
+    let admin_router = crate::status_page::page().merge(crate::admin::router_with(
         admin.clone(),
         Guard::new(token.clone(), admin_addr),
-        crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token()),
-    );
+        crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token())
+            .merge(crate::status_page::api(status, http_stop.child_token())),
+    ));
     let admin_task = tokio::spawn(server::serve(
         admin_listener,
         admin_router,

@@ -20,6 +20,7 @@
 //! - [`admin`]: the admin API (its own loopback listener, bearer token) and its client.
 //! - [`auth`]: the admin token in the data directory.
 //! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
+//! - [`status_page`]: the status page on the admin listener (`/status`, `/admin/v1/status`).
 //! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
 //! - [`data_dir`]: where the node keeps its key, the agents' keys and its state.
 //! - [`mcp`]: the MCP server (`agentnet mcp` on stdio, `/mcp` on the admin listener).
@@ -39,5 +40,6 @@ pub mod identity;
 pub mod mcp;
 pub mod publisher;
 pub mod server;
+pub mod status_page;
 pub mod tasks;
 pub mod testnet;

@@ -977,6 +977,83 @@ impl TaskDb {
         }
         Ok(deleted)
     }
+
+    /// The `limit` tasks of every agent and owner whose status changed last, newest first
+    /// (the admin status page). Read from the accounting entries (`b`) and the list index,
+    /// never the task records: at most [`MAX_SCAN`] entries are read, and when there are more
+    /// tasks than that the answer is the newest of the first [`MAX_SCAN`] in key order
+    /// ([`Recent::complete`] is then false).
+    pub fn recent(&self, limit: usize) -> Result<Recent, StoreError> {
+        let mut newest: std::collections::BinaryHeap<std::cmp::Reverse<(u64, Vec<u8>, bool)>> =
+            Default::default();
+        let mut seen = 0;
+        self.index
+            .scan(b"b", b"c", MAX_SCAN + 1, |k, v| {
+                seen += 1;
+                if seen > MAX_SCAN {
+                    return false;
+                }
+                if let Some(a) = Acct::decode(v) {
+                    newest.push(std::cmp::Reverse((a.t, k[1..].to_vec(), a.running)));
+                    if newest.len() > limit {
+                        newest.pop();
+                    }
+                }
+                true
+            })
+            .map_err(backend)?;
+        let mut tasks = Vec::with_capacity(newest.len());
+        for std::cmp::Reverse((t, tail, running)) in newest.into_sorted_vec() {
+            let Some((scope, id)) = Scope::split(&tail) else {
+                continue;
+            };
+            let entry = self.index.get(&scope.list_key(t, &id)).map_err(backend)?;
+            let state = entry
+                .as_deref()
+                .and_then(|e| e.split(|b| *b == 0).next())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .unwrap_or_default();
+            let (agent, owner) = scope.describe();
+            tasks.push(RecentTask {
+                agent,
+                owner,
+                id,
+                state,
+                updated_micros: t,
+                running,
+            });
+        }
+        Ok(Recent {
+            tasks,
+            complete: seen <= MAX_SCAN,
+        })
+    }
+}
+
+/// [`TaskDb::recent`]'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Recent {
+    /// Newest status first.
+    pub tasks: Vec<RecentTask>,
+    /// Whether every task was looked at (at most [`MAX_SCAN`] are).
+    pub complete: bool,
+}
+
+/// One task as [`TaskDb::recent`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecentTask {
+    /// The hosted agent's id.
+    pub agent: String,
+    /// Its owner's key ([`Owner::key`]: `c:<caller>` or `a:<network block>`).
+    pub owner: String,
+    /// The task id.
+    pub id: String,
+    /// Its state as A2A names it (`TASK_STATE_COMPLETED`, …).
+    pub state: String,
+    /// Its status time, microseconds since the Unix epoch.
+    pub updated_micros: u64,
+    /// `SUBMITTED` or `WORKING`.
+    pub running: bool,
 }
 
 /// Parse a task record cut as `q` says: the top-level fields as raw JSON, then only what is
@@ -1236,6 +1313,67 @@ mod tests {
         let s = Store::open_with_families(dir, Limits::default(), &FAMILIES).unwrap();
         let db = TaskDb::open(&s, r).unwrap();
         (s, db)
+    }
+
+    #[test]
+    fn recent_lists_newest_of_every_agent_and_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(dir.path(), Retention::default());
+        assert_eq!(
+            db.recent(5).unwrap(),
+            Recent {
+                tasks: vec![],
+                complete: true
+            }
+        );
+        let alice = Owner::Caller("did:key:alice".into());
+        let bob = Owner::Anonymous(agentnet_a2a::auth::Source::Local);
+        for i in 0..4 {
+            db.agent("echo")
+                .put(
+                    &alice,
+                    &task(&format!("a{i}"), 1000 + i, TaskState::Completed),
+                )
+                .unwrap();
+        }
+        db.agent("ask")
+            .put(&bob, &task("b0", 5000, TaskState::Working))
+            .unwrap();
+        // An update moves the task to the front with its new state.
+        db.agent("echo")
+            .put(&alice, &task("a0", 9000, TaskState::Failed))
+            .unwrap();
+        let r = db.recent(3).unwrap();
+        assert!(r.complete);
+        let got: Vec<_> = r
+            .tasks
+            .iter()
+            .map(|t| {
+                (
+                    t.agent.as_str(),
+                    t.owner.as_str(),
+                    t.id.as_str(),
+                    t.state.as_str(),
+                    t.running,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("echo", "c:did:key:alice", "a0", "TASK_STATE_FAILED", false),
+                ("ask", "a:local", "b0", "TASK_STATE_WORKING", true),
+                (
+                    "echo",
+                    "c:did:key:alice",
+                    "a3",
+                    "TASK_STATE_COMPLETED",
+                    false
+                ),
+            ]
+        );
+        assert_eq!(r.tasks[0].updated_micros, 9000);
+        assert_eq!(db.recent(0).unwrap().tasks, vec![]);
     }
 
     #[test]

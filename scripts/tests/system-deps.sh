@@ -3,6 +3,9 @@
 # every libclang the machine has is hidden by an overlay (whiteouts) while libclang-cpp stays,
 # and `apt-get` is a fake that records its arguments. The script must ask for libclang-dev.
 # A second case adds a libclang.so.1 to the overlay: then it must not call apt-get at all.
+# `chromium` is hidden the same way (a whiteout in each PATH directory that has it) or given
+# as a fake on PATH: hidden, the script must ask for chromium, and for it alone when libclang
+# is there.
 # Needs root (mount namespaces and overlayfs); prints "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,16 +38,36 @@ done
 MULTIARCH="$(ls -d /usr/lib/*-linux-gnu | head -n1)"
 case " ${DIRS[*]} " in *" $MULTIARCH "*) ;; *) DIRS+=("$MULTIARCH") ;; esac
 
-# run_case NAME ADD_FAKE_LIBCLANG: runs system-deps.sh in a namespace and leaves the apt log.
+# run_case NAME ADD_FAKE_LIBCLANG CHROMIUM: runs system-deps.sh in a namespace and leaves the
+# apt log; CHROMIUM is `hidden` (every chromium on PATH whited out) or `fake` (one on PATH).
 run_case() {
-  local name="$1" add_fake="$2"
+  local name="$1" add_fake="$2" chromium="$3"
   local dir="$WORK/$name"
-  mkdir -p "$dir"
+  mkdir -p "$dir/fakebin"
   : >"$dir/apt.log"
+  if [ "$chromium" = fake ]; then
+    printf '#!/bin/sh\nexit 0\n' >"$dir/fakebin/chromium"
+    chmod +x "$dir/fakebin/chromium"
+  fi
   # The inner script runs as root in its own mount namespace: nothing it mounts is seen outside.
-  APT_LOG="$dir/apt.log" MULTIARCH="$MULTIARCH" PATH="$WORK/bin:$PATH" ADD_FAKE="$add_fake" CASE_DIR="$dir" \
+  APT_LOG="$dir/apt.log" MULTIARCH="$MULTIARCH" PATH="$dir/fakebin:$WORK/bin:$PATH" ADD_FAKE="$add_fake" \
+    CHROMIUM="$chromium" CASE_DIR="$dir" \
     unshare --mount --propagation private bash -euo pipefail -c '
       i=0
+      if [ "$CHROMIUM" = hidden ]; then
+        seen=" "
+        IFS=: read -ra path_dirs <<<"$PATH"
+        for d in "${path_dirs[@]}"; do
+          [ -e "$d/chromium" ] || continue
+          real="$(realpath "$d")"
+          case "$seen" in *" $real "*) continue ;; esac
+          seen="$seen$real "
+          i=$((i+1)); up="$CASE_DIR/up$i"; wk="$CASE_DIR/wk$i"; mkdir -p "$up" "$wk"
+          mknod "$up/chromium" c 0 0
+          mount -t overlay overlay -o "lowerdir=$real,upperdir=$up,workdir=$wk" "$real"
+        done
+        ! command -v chromium >/dev/null
+      fi
       for d in "$@"; do
         i=$((i+1)); up="$CASE_DIR/up$i"; wk="$CASE_DIR/wk$i"; mkdir -p "$up" "$wk"
         for f in "$d"/libclang.so* "$d"/libclang-[0-9]*.so*; do
@@ -65,23 +88,34 @@ passed=0; failed=0
 check() { if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); fi; }
 
 case_hidden() {
-  run_case hidden 0 >/dev/null || true   # the fake apt-get installs nothing, so it exits 1
-  if grep -q 'install.*libclang-dev' "$WORK/hidden/apt.log"; then
-    echo "ok: only libclang-cpp present -> apt-get install libclang-dev"
+  run_case hidden 0 hidden >/dev/null || true   # the fake apt-get installs nothing, so it exits 1
+  if grep -q 'install.*libclang-dev' "$WORK/hidden/apt.log" && grep -q 'install.*chromium' "$WORK/hidden/apt.log"; then
+    echo "ok: only libclang-cpp present, no chromium -> apt-get install libclang-dev chromium"
   else
-    echo "FAIL: only libclang-cpp present, but apt-get was not asked for libclang-dev:"
+    echo "FAIL: only libclang-cpp present and no chromium, but apt-get was not asked for both:"
     cat "$WORK/hidden/apt.log" "$WORK/hidden/out.txt"; return 1
   fi
 }
 case_present() {
-  if run_case present 1 && [ ! -s "$WORK/present/apt.log" ] && ! grep -q 'installing' "$WORK/present/out.txt"; then
-    echo "ok: libclang.so.1 present -> no install"
+  if run_case present 1 fake && [ ! -s "$WORK/present/apt.log" ] && ! grep -q 'installing' "$WORK/present/out.txt"; then
+    echo "ok: libclang.so.1 and chromium present -> no install"
   else
-    echo "FAIL: libclang present, but system-deps.sh tried to install:"
+    echo "FAIL: libclang and chromium present, but system-deps.sh tried to install:"
     cat "$WORK/present/apt.log" "$WORK/present/out.txt"; return 1
+  fi
+}
+case_chromium_only() {
+  run_case chromium-only 1 hidden >/dev/null || true
+  local log="$WORK/chromium-only/apt.log"
+  if grep -q 'install.*chromium' "$log" && ! grep -q 'libclang-dev' "$log"; then
+    echo "ok: libclang present, no chromium -> apt-get install chromium only"
+  else
+    echo "FAIL: libclang present and no chromium, but apt-get was not asked for chromium alone:"
+    cat "$log" "$WORK/chromium-only/out.txt"; return 1
   fi
 }
 check case_hidden
 check case_present
+check case_chromium_only
 echo "system-deps: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
