@@ -62,7 +62,10 @@ fn token(node: &UpNode) -> String {
 
 /// `GET url` with an optional bearer token: status, headers, body.
 async fn get(url: &str, bearer: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let client = agentnet_did::http::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     let mut req = client.get(url);
     if let Some(t) = bearer {
         req = req.bearer_auth(t);
@@ -78,7 +81,7 @@ async fn send_echo(node: &UpNode) {
     let url = format!("http://{}/a2a/echo", addr(node, "http"));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"role": "ROLE_USER", "messageId": "m-1", "parts": [{"text": "hello page"}]}}});
-    let r = reqwest::Client::builder()
+    let r = agentnet_did::http::client_builder()
         .no_proxy()
         .build()
         .unwrap()
