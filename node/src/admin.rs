@@ -31,14 +31,12 @@
 //! `too_many` (429), `internal` (500: the node's own failure) or `unavailable` (503: the network
 //! is stopped or unreachable).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentnet_did::SecretKey;
-use agentnet_discovery::advert::Advertisement;
 use agentnet_discovery::net::{self, unix_now};
 use agentnet_discovery::store::{StoreError, StoredAdvert};
 use axum::body::Bytes;
@@ -51,16 +49,17 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::auth::{Token, TokenError};
+use crate::auth::Token;
 use crate::data_dir::{AgentKeyError, AgentKeys};
+use crate::directory::{
+    self, check_tags, AgentSummary, BoxFuture, Directory, Peer, Stats, TagError,
+};
 use crate::publisher::{PublishError, Published, Publisher};
+
+pub use crate::directory::{Error as ClientError, Found, Peers, DEFAULT_LIMIT, MAX_LIMIT};
 
 /// Default lifetime of a publication, seconds.
 pub const DEFAULT_TTL: u64 = 3600;
-/// Default and largest `limit` of a discovery.
-pub const DEFAULT_LIMIT: usize = 20;
-/// Largest `limit` of a discovery.
-pub const MAX_LIMIT: usize = 100;
 /// Largest admin request body.
 pub const MAX_BODY: usize = 256 * 1024;
 /// Largest admin response the client reads.
@@ -83,68 +82,6 @@ pub struct PublishRequest {
 
 fn default_ttl() -> u64 {
     DEFAULT_TTL
-}
-
-/// One discovered agent.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Found {
-    /// The agent's DID.
-    pub did: String,
-    /// Sequence number of the advertisement.
-    pub seq: u64,
-    /// Its skill tags.
-    pub tags: Vec<String>,
-    /// The node that published it.
-    pub peer_id: String,
-    /// Whether the DID's domain vouched for the key: false for a did:wba `e1_` DID, whose key
-    /// is bound by its fingerprint alone and whose domain was never asked (anyone can name any
-    /// domain that way); true for did:key (no domain) and did:web.
-    pub domain_verified: bool,
-    /// Unix seconds.
-    pub expires_at: u64,
-    /// The signed Agent Card.
-    pub card: Value,
-}
-
-/// Counters of the network layer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Stats {
-    /// Advertisements accepted.
-    pub accepted: u64,
-    /// Duplicates and stale ones.
-    pub ignored: u64,
-    /// Refused, by reason.
-    pub rejected_by_reason: BTreeMap<String, u64>,
-    /// Dropped by rate limits.
-    pub throttled: u64,
-    /// Gossip copies and bytes since the node started.
-    #[serde(default)]
-    pub traffic: net::Traffic,
-    /// Connections closed by the connection manager.
-    #[serde(default)]
-    pub connections_trimmed: u64,
-}
-
-/// A connected peer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Peer {
-    /// Its PeerId.
-    pub peer_id: String,
-    /// Addresses it listens on, as it told us.
-    pub addrs: Vec<String>,
-}
-
-/// `GET /admin/v1/peers`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Peers {
-    /// This node.
-    pub peer_id: String,
-    /// Where it listens.
-    pub listen: Vec<String>,
-    /// Connected peers.
-    pub peers: Vec<Peer>,
-    /// Counters.
-    pub stats: Stats,
 }
 
 /// An error answer.
@@ -231,6 +168,12 @@ impl From<PublishError> for ApiError {
             PublishError::Net { source, .. } => from_net_kind(source, e.to_string()),
             _ => Self::internal(&e),
         }
+    }
+}
+
+impl From<TagError> for ApiError {
+    fn from(e: TagError) -> Self {
+        Self::bad_request(e.to_string())
     }
 }
 
@@ -433,21 +376,7 @@ fn parse_discover_query(query: &str) -> Result<(Vec<String>, usize), ApiError> {
     let mut limit = DEFAULT_LIMIT;
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
         match &*k {
-            "skill" => {
-                if skills.len() >= agentnet_discovery::tags::MAX_TAGS {
-                    return Err(ApiError::bad_request("too many skills"));
-                }
-                // The network would drop an unusable tag and search for the others only: a
-                // broader search than asked for. Refuse it instead.
-                if agentnet_discovery::tags::normalize(&v).is_none() {
-                    let shown: String = v.chars().take(80).collect();
-                    return Err(ApiError::bad_request(format!(
-                        "skill {shown:?} is not a usable tag (1 to {} bytes, no control characters)",
-                        agentnet_discovery::tags::MAX_TAG_LEN
-                    )));
-                }
-                skills.push(v.into_owned());
-            }
+            "skill" => skills.push(v.into_owned()),
             "limit" => {
                 limit = v
                     .parse::<usize>()
@@ -464,25 +393,8 @@ fn parse_discover_query(query: &str) -> Result<(Vec<String>, usize), ApiError> {
             }
         }
     }
-    if skills.is_empty() {
-        return Err(ApiError::bad_request("give at least one skill"));
-    }
+    check_tags(&skills, directory::MAX_TAGS)?;
     Ok((skills, limit))
-}
-
-pub(crate) fn found(a: StoredAdvert) -> Found {
-    let card = serde_json::from_slice::<Advertisement>(&a.bytes)
-        .map(|ad| ad.card)
-        .unwrap_or(Value::Null);
-    Found {
-        domain_verified: agentnet_discovery::advert::domain_verified(&a.did),
-        did: a.did,
-        seq: a.seq,
-        tags: a.tags,
-        peer_id: a.peer_id,
-        expires_at: a.expires_at,
-        card,
-    }
 }
 
 async fn discover(
@@ -499,13 +411,13 @@ async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError>
 
 impl AdminState {
     /// What `GET /admin/v1/discover` answers, for `skills` already checked
-    /// ([`check_skills`]).
+    /// ([`check_tags`]).
     pub async fn discover(&self, skills: &[String], limit: usize) -> Result<Vec<Found>, ApiError> {
         Ok(self
             .stored(skills, limit)
             .await?
             .into_iter()
-            .map(found)
+            .map(directory::found)
             .collect())
     }
 
@@ -564,29 +476,6 @@ impl AdminState {
     }
 }
 
-/// Refuse skill tags the network would not search for as given: too many, or one that is not
-/// a usable tag (the network would drop it and search for the others only: a broader search
-/// than asked for).
-pub fn check_skills<S: AsRef<str>>(skills: &[S]) -> Result<(), ApiError> {
-    if skills.is_empty() {
-        return Err(ApiError::bad_request("give at least one skill"));
-    }
-    if skills.len() > agentnet_discovery::tags::MAX_TAGS {
-        return Err(ApiError::bad_request("too many skills"));
-    }
-    for v in skills {
-        let v = v.as_ref();
-        if agentnet_discovery::tags::normalize(v).is_none() {
-            let shown: String = v.chars().take(80).collect();
-            return Err(ApiError::bad_request(format!(
-                "skill {shown:?} is not a usable tag (1 to {} bytes, no control characters)",
-                agentnet_discovery::tags::MAX_TAG_LEN
-            )));
-        }
-    }
-    Ok(())
-}
-
 async fn metrics(State(state): State<AdminState>) -> Response {
     (
         [(
@@ -638,40 +527,6 @@ impl From<ApiError> for ClientError {
     }
 }
 
-/// The read-only part of the node that finding agents needs: its index (and the network
-/// behind it) and its peers. Two ways in, one trait: a running node's admin API over HTTP
-/// ([`Client`], for `agentnet call` and an `agentnet mcp` beside a running node) and the
-/// daemon's own state ([`AdminState`], for `/mcp`, with no loopback HTTP hop). Nothing here
-/// publishes or signs.
-pub trait Directory: Send + Sync {
-    /// Agents with all of `skills` (checked with [`check_skills`] first), at most `limit`
-    /// (1 to [`MAX_LIMIT`]).
-    fn discover<'a>(
-        &'a self,
-        skills: &'a [String],
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>>;
-    /// [`Directory::discover`]'s agents as MCP `discover_agents` shows them. The default
-    /// summarizes the cards `discover` returns.
-    fn summaries<'a>(
-        &'a self,
-        skills: &'a [String],
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::mcp::AgentSummary>, ClientError>> {
-        Box::pin(async move {
-            let found = self.discover(skills, limit).await?;
-            Ok(found.into_iter().map(crate::mcp::summary).collect())
-        })
-    }
-    /// The node's live advertisement of `did` (JSON, as received), or `None`.
-    fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>>;
-    /// The node's peers and counters.
-    fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>>;
-}
-
-/// A boxed future, as [`Directory`] returns them.
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
-
 impl Directory for Client {
     fn discover<'a>(
         &'a self,
@@ -695,21 +550,21 @@ impl Directory for AdminState {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>> {
         Box::pin(async move {
-            check_skills(skills)?;
+            check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
             Ok(AdminState::discover(self, skills, limit).await?)
         })
     }
     /// Summarized from the stored advertisements' bytes, without building their cards as
-    /// JSON values ([`crate::mcp::summarize`]).
+    /// JSON values ([`directory::summarize`]).
     fn summaries<'a>(
         &'a self,
         skills: &'a [String],
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::mcp::AgentSummary>, ClientError>> {
+    ) -> BoxFuture<'a, Result<Vec<AgentSummary>, ClientError>> {
         Box::pin(async move {
-            check_skills(skills)?;
+            check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
             let stored = self.stored(skills, limit).await?;
-            Ok(stored.into_iter().map(crate::mcp::summarize).collect())
+            Ok(stored.into_iter().map(directory::summarize).collect())
         })
     }
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {
@@ -729,68 +584,6 @@ impl Directory for AdminState {
     }
     fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>> {
         Box::pin(async move { Ok(AdminState::peers(self).await?) })
-    }
-}
-
-/// Why an admin call failed, as the commands report it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// Nothing answers where the node should be.
-    #[error("no running node found at {0}: start one with `agentnet up`")]
-    NotRunning(String),
-    /// The credential could not be read from the data directory.
-    #[error("{0} (is a node running with this data directory? `agentnet up` writes it)")]
-    Token(#[from] TokenError),
-    /// The node URL is not usable.
-    #[error("the node URL {url:?} {reason}")]
-    BadUrl {
-        /// The URL given.
-        url: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The node answered with an error.
-    #[error("{error}")]
-    Refused {
-        /// HTTP status.
-        status: u16,
-        /// The node's short reason.
-        reason: String,
-        /// The node's message.
-        error: String,
-    },
-    /// Transport trouble other than "nothing listens".
-    #[error("talking to the node at {url}: {source}")]
-    Transport {
-        /// The node's URL.
-        url: String,
-        /// What happened.
-        source: reqwest::Error,
-    },
-    /// The answer is larger than [`MAX_RESPONSE`].
-    #[error("the node at {url} answered more than {MAX_RESPONSE} bytes")]
-    TooLarge {
-        /// The node's URL.
-        url: String,
-    },
-    /// The answer is not what the API documents.
-    #[error("unreadable answer from the node at {url}: {source}")]
-    Unreadable {
-        /// The node's URL.
-        url: String,
-        /// Why.
-        source: serde_json::Error,
-    },
-}
-
-impl ClientError {
-    /// The HTTP status of a refusal.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            ClientError::Refused { status, .. } => Some(*status),
-            _ => None,
-        }
     }
 }
 
@@ -864,7 +657,10 @@ impl Client {
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(transport)? {
             if body.len() + chunk.len() > MAX_RESPONSE {
-                return Err(ClientError::TooLarge { url });
+                return Err(ClientError::TooLarge {
+                    url,
+                    limit: MAX_RESPONSE,
+                });
             }
             body.extend_from_slice(&chunk);
         }

@@ -47,7 +47,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::admin;
+use crate::directory::{self, Directory, Found};
 use crate::identity::Identity;
 
 /// Most discovered cards tried for one `--skill` call.
@@ -380,7 +380,7 @@ pub enum Outcome {
 pub enum CallError {
     /// The node's admin API failed.
     #[error(transparent)]
-    Admin(#[from] admin::ClientError),
+    Admin(#[from] directory::Error),
     /// No admin API to look the agent up in.
     #[error("finding an agent needs a running node (or give its card)")]
     NoNode,
@@ -470,7 +470,7 @@ pub fn is_settled(s: &TaskState) -> bool {
 
 /// Calls agents: finds and verifies them, then sends, follows and checks.
 pub struct Caller {
-    admin: Option<Arc<dyn admin::Directory>>,
+    admin: Option<Arc<dyn Directory>>,
     resolver: Resolver,
     signer: Option<Arc<dyn Signer>>,
     opts: CallOptions,
@@ -491,7 +491,7 @@ impl Caller {
     /// own state; optional when cards are given), verifying cards with `resolver`, signing with
     /// `signer` (none: anonymous).
     pub fn new(
-        admin: Option<Arc<dyn admin::Directory>>,
+        admin: Option<Arc<dyn Directory>>,
         resolver: Resolver,
         signer: Option<Arc<dyn Signer>>,
         opts: CallOptions,
@@ -570,7 +570,7 @@ impl Caller {
 
     /// Agents with all of `tags` (the node's index, then the network), at most
     /// [`MAX_CANDIDATES`]; their cards are not verified yet.
-    pub async fn candidates(&self, tags: &[String]) -> Result<Vec<admin::Found>, CallError> {
+    pub async fn candidates(&self, tags: &[String]) -> Result<Vec<Found>, CallError> {
         let admin = self.admin.as_ref().ok_or(CallError::NoNode)?;
         Ok(admin.discover(tags, MAX_CANDIDATES).await?)
     }

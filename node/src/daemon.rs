@@ -621,7 +621,7 @@ impl Running {
         &self.hosted
     }
 
-    /// What the admin API (and `/mcp`) work with: the in-process [`crate::admin::Directory`].
+    /// What the admin API (and `/mcp`) work with: the in-process [`crate::directory::Directory`].
     pub fn admin_state(&self) -> &AdminState {
         &self.admin
     }

@@ -33,6 +33,7 @@ pub mod call;
 pub mod cli;
 pub mod daemon;
 pub mod data_dir;
+pub mod directory;
 pub mod hosted;
 pub mod http;
 pub mod identity;

@@ -14,10 +14,11 @@ use anyhow::Context as _;
 use rmcp::ServiceExt as _;
 
 use super::{Config, Server};
-use crate::admin::{self, Directory};
+use crate::admin;
 use crate::call::DidSigner;
 use crate::daemon;
 use crate::data_dir::{self, AgentKeys};
+use crate::directory::Directory;
 use crate::identity::Identity;
 
 /// How long the admin API of a running node may take per request (a discovery may wait for
