@@ -239,15 +239,10 @@ impl Guard {
     }
 }
 
-/// The `/admin/v1` routes, behind [`Guard`].
+/// The `/admin/v1` routes, behind [`Guard`]. Other routers merged beside it (`/mcp`,
+/// [`crate::mcp::http::router`]) guard themselves; paths no router has are refused by this
+/// guard the same way, so that an unauthenticated caller learns nothing about the routes.
 pub fn router(state: AdminState, guard: Guard) -> Router {
-    router_with(state, guard, Router::new())
-}
-
-/// The `/admin/v1` routes behind [`Guard`], and `mcp` (`/mcp`, [`crate::mcp::http`]) behind
-/// the guard's first check only (a loopback peer): `/mcp` has its own Host, Origin and
-/// credential checks, those the MCP specification asks for.
-pub fn router_with(state: AdminState, guard: Guard, mcp: Router) -> Router {
     Router::new()
         .route("/admin/v1/publish", post(publish))
         .route("/admin/v1/discover", get(discover))
@@ -256,10 +251,10 @@ pub fn router_with(state: AdminState, guard: Guard, mcp: Router) -> Router {
         .route("/admin/v1/adverts/{did}", get(advert))
         .route("/admin/v1/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        // A fallback of its own (axum's answer, a bare 404), so that it stays behind the guard
+        // whatever is merged beside it.
+        .fallback(|| async { StatusCode::NOT_FOUND })
         .with_state(state)
-        .merge(mcp)
-        // Outside the routes: unknown paths and methods are refused the same way, so that an
-        // unauthenticated caller learns nothing about the routes.
         .layer(middleware::from_fn_with_state(guard, check))
 }
 
@@ -283,9 +278,6 @@ impl Guard {
             return Err(ApiError::forbidden(
                 "the admin API answers loopback clients only",
             ));
-        }
-        if req.uri().path() == crate::mcp::http::PATH {
-            return Ok(());
         }
         let headers = req.headers();
         let host_ok = headers
@@ -623,7 +615,7 @@ impl Client {
     /// `<data-dir>/admin.token`.
     pub fn from_data_dir(dir: &Path, timeout: Duration) -> Result<Self, ClientError> {
         let not_running = || ClientError::NotRunning(dir.display().to_string());
-        let info = crate::daemon::NodeFile::read(dir).map_err(|_| not_running())?;
+        let info = crate::data_dir::NodeFile::read(dir).map_err(|_| not_running())?;
         let token = Token::read(dir)?;
         Self::new(&format!("http://{}", info.admin), token, timeout)
     }

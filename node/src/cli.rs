@@ -16,6 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::admin::{self, PublishRequest};
+use crate::directory::Directory;
 use crate::{call, daemon, data_dir, identity, testnet};
 use agentnet_discovery::store::Limits as StoreLimits;
 
@@ -527,17 +528,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => discover(&skills, limit, &node, json).await,
         Command::Peers { node, json } => peers(&node, json).await,
-        Command::Mcp(args) => {
-            crate::mcp::stdio::run(crate::mcp::stdio::Options {
-                data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
-                as_did: args.as_did,
-                allow_private: args.allow_private,
-                resolver: resolver_options(&args.net)?,
-                bootstrap: parse_multiaddrs("bootstrap", &args.bootstrap)?,
-            })
-            .await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Mcp(args) => mcp_stdio(args).await,
         Command::Testnet {
             nodes,
             data_dir,
@@ -632,6 +623,56 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     };
     daemon::run(opts).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `agentnet mcp`: MCP on stdio, reading the node running on the data directory if its admin
+/// API answers, else one started here (quiet, stopped when standard input ends, so that
+/// `node.json` does not outlive it).
+async fn mcp_stdio(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let opts = crate::mcp::stdio::Options {
+        data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
+        as_did: args.as_did,
+        allow_private: args.allow_private,
+        resolver: resolver_options(&args.net)?,
+    };
+    let bootstrap = parse_multiaddrs("bootstrap", &args.bootstrap)?;
+    let dir = &opts.data_dir;
+    let (directory, node): (Arc<dyn Directory>, Option<daemon::Running>) = match running(dir).await
+    {
+        Some(c) => {
+            tracing::info!(node = %c.base(), "using the running node");
+            (Arc::new(c), None)
+        }
+        None => {
+            let mut o = daemon::Options::local(dir.clone());
+            o.listen = vec![];
+            o.bootstrap = bootstrap;
+            o.mdns = true;
+            o.max_memory = Some(daemon::DEFAULT_MAX_MEMORY_MIB as usize * 1024 * 1024);
+            let node = daemon::start(o).await?;
+            tracing::info!(admin = %node.info.admin, "started a node in this process");
+            (Arc::new(node.admin_state().clone()), Some(node))
+        }
+    };
+    let result = crate::mcp::stdio::run(directory, &opts).await;
+    // The node started here stops whatever happened, so that node.json does not outlive it.
+    if let Some(node) = node {
+        node.shutdown().await;
+    }
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The running node's admin API, if one answers on `dir`.
+async fn running(dir: &Path) -> Option<admin::Client> {
+    let c = admin::Client::from_data_dir(dir, ADMIN_TIMEOUT).ok()?;
+    match c.peers().await {
+        Ok(_) => Some(c),
+        Err(error) => {
+            tracing::info!(%error, "no usable running node; starting one in this process");
+            None
+        }
+    }
 }
 
 /// Time the admin commands give the node: a discovery may wait for DHT queries.

@@ -7,7 +7,7 @@
 //! credential, written anew at every start ([`crate::auth`]).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,14 +18,15 @@ use agentnet_discovery::net::{self, TransportKind};
 use agentnet_discovery::store::{Limits as StoreLimits, Store};
 use libp2p::multiaddr::Protocol;
 use libp2p::Multiaddr;
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::a2a_auth::{DidAuthConfig, DidAuthenticator};
 use crate::admin::{AdminState, Guard};
 use crate::auth::{Token, TokenError};
-use crate::data_dir::AgentKeys;
+use crate::data_dir::{AgentKeys, NodeFileError};
+
+pub use crate::data_dir::{NodeFile, NODE_FILE};
 use crate::hosted::{self, FileConfig, Hosted};
 use crate::http::{self, WellKnown};
 use crate::identity::Identity;
@@ -33,8 +34,6 @@ use crate::publisher::Publisher;
 use crate::server::{self, Limits as HttpLimits};
 use crate::tasks::{self, Retention, TaskDb};
 
-/// File the running daemon writes into its data directory so that other commands find it.
-pub const NODE_FILE: &str = "node.json";
 /// Store directory inside the data directory.
 pub const STORE_DIR: &str = "store";
 /// Default address of the public HTTP listener.
@@ -117,63 +116,6 @@ impl Options {
     }
 }
 
-/// `<data-dir>/node.json`: how to reach the running node.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeFile {
-    /// The daemon's process id.
-    pub pid: u32,
-    /// The public HTTP listener's bound address.
-    pub http: SocketAddr,
-    /// The admin listener's bound address (loopback).
-    pub admin: SocketAddr,
-    /// The libp2p PeerId.
-    pub peer_id: String,
-    /// The node's did:key.
-    pub did: String,
-    /// libp2p listen addresses, each ending in `/p2p/<peer id>`.
-    pub listen: Vec<String>,
-}
-
-impl NodeFile {
-    /// The node file path in `dir`.
-    pub fn path(dir: &Path) -> PathBuf {
-        dir.join(NODE_FILE)
-    }
-
-    /// Read `<dir>/node.json`.
-    pub fn read(dir: &Path) -> Result<Self, Error> {
-        let path = Self::path(dir);
-        let io = |source| Error::NodeFile {
-            path: path.clone(),
-            source,
-        };
-        let bytes = std::fs::read(&path).map_err(io)?;
-        serde_json::from_slice(&bytes).map_err(|e| io(std::io::Error::other(e)))
-    }
-
-    /// Write it atomically (temporary file, then rename).
-    fn write(&self, dir: &Path) -> Result<(), Error> {
-        let path = Self::path(dir);
-        let tmp = dir.join(format!(".{NODE_FILE}.{}", self.pid));
-        let io = |source| Error::NodeFile {
-            path: path.clone(),
-            source,
-        };
-        let bytes = serde_json::to_vec_pretty(self).expect("a NodeFile always serializes");
-        std::fs::write(&tmp, bytes).map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)
-    }
-
-    /// Remove it if it is still ours (a newer daemon may have replaced it).
-    fn remove_if_ours(dir: &Path, pid: u32) {
-        if Self::read(dir).is_ok_and(|f| f.pid == pid) {
-            if let Err(error) = std::fs::remove_file(Self::path(dir)) {
-                tracing::warn!(%error, "removing {NODE_FILE}");
-            }
-        }
-    }
-}
-
 /// Why the daemon could not start or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -243,6 +185,15 @@ pub enum Error {
     /// `--public-url` is not an `http(s)://host[:port]` URL.
     #[error("public URL {0:?} must be http(s)://host[:port] without a path")]
     PublicUrl(String),
+}
+
+impl From<NodeFileError> for Error {
+    fn from(e: NodeFileError) -> Self {
+        Error::NodeFile {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 /// How often expired tasks are swept.
@@ -519,8 +470,8 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         opts.http_limits,
         http_stop.clone(),
     ));
-    // `/mcp` beside the admin API, outside its guard: it has checks of its own
-    // (`mcp::http`), and signs A2A requests as the node's did:key, nothing else.
+    // `/mcp` beside the admin API, each behind its own guard (`admin::Guard`, `mcp::http`);
+    // `/mcp` signs A2A requests as the node's did:key, nothing else.
     let mcp = crate::mcp::Server::new(
         Arc::new(admin.clone()),
         crate::mcp::Config {
@@ -531,11 +482,10 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             allow_private: opts.hosted.mcp.allow_private.unwrap_or(false),
         },
     );
-    let admin_router = crate::admin::router_with(
-        admin.clone(),
-        Guard::new(token.clone(), admin_addr),
-        crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token()),
-    );
+    let admin_router =
+        crate::admin::router(admin.clone(), Guard::new(token.clone(), admin_addr)).merge(
+            crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token()),
+        );
     let admin_task = tokio::spawn(server::serve(
         admin_listener,
         admin_router,

@@ -741,30 +741,13 @@ pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> 
 
 fn text_artifact(name: &str, text: String) -> Artifact {
     Artifact {
-        artifact_id: uuid_v4(),
+        artifact_id: uuid::Uuid::new_v4().to_string(),
         name: Some(name.to_string()),
         description: None,
         parts: vec![Part::text(text)],
         metadata: None,
         extensions: None,
     }
-}
-
-/// A random (version 4) UUID.
-pub(crate) fn uuid_v4() -> String {
-    let mut b = [0u8; 16];
-    rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
 }
 
 /// Runs a local command per turn.
@@ -1059,7 +1042,7 @@ impl Handler for ProxyAgent {
                     return Ok(Outcome::Completed {
                         message: None,
                         artifacts: vec![Artifact {
-                            artifact_id: uuid_v4(),
+                            artifact_id: uuid::Uuid::new_v4().to_string(),
                             name: Some("reply".into()),
                             description: None,
                             parts: m.parts,

@@ -381,7 +381,7 @@ impl TurnTools {
         };
         let owner = Caller::new(owner, source);
         let mut message = Message::new(Role::User, vec![Part::text(args.text)]);
-        message.message_id = crate::hosted::uuid_v4();
+        message.message_id = uuid::Uuid::new_v4().to_string();
         message.task_id = args.task_id;
         let req = SendMessageRequest {
             message,
