@@ -16,6 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::admin::{self, PublishRequest};
+use crate::config::{self, FileConfig, Overrides};
 use crate::directory::Directory;
 use crate::{call, daemon, data_dir, identity, testnet};
 use agentnet_discovery::store::Limits as StoreLimits;
@@ -546,22 +547,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn parse_multiaddrs(flag: &str, addrs: &[String]) -> anyhow::Result<Vec<libp2p::Multiaddr>> {
-    addrs
-        .iter()
-        .map(|a| {
-            a.parse()
-                .map_err(|e| anyhow::anyhow!("--{flag} {a:?} is not a multiaddr: {e}"))
-        })
-        .collect()
-}
-
-fn parse_addr(flag: &str, value: &str) -> anyhow::Result<std::net::SocketAddr> {
-    value.parse().map_err(|e| {
-        anyhow::anyhow!("--{flag} {value:?} is not an address such as 127.0.0.1:7878: {e}")
-    })
-}
-
 /// `n` MiB in bytes, refused when it overflows.
 fn mib(flag: &str, n: u64) -> anyhow::Result<u64> {
     n.checked_mul(1 << 20)
@@ -570,39 +555,25 @@ fn mib(flag: &str, n: u64) -> anyhow::Result<u64> {
 
 async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let cfg = match &args.config {
-        Some(p) => crate::hosted::FileConfig::read(p)?,
+        Some(p) => FileConfig::read(p)?,
         None => Default::default(),
     };
-    let n = &cfg.node;
-    // A flag wins over the file; the file over the default.
-    let data_dir = data_dir::resolve(args.dir.data_dir.as_deref().or(n.data_dir.as_deref()))?;
-    let listen = if args.listen.is_empty() {
-        n.listen.clone().unwrap_or_default()
-    } else {
-        args.listen.clone()
-    };
-    let bootstrap = if args.bootstrap.is_empty() {
-        n.bootstrap.clone().unwrap_or_default()
-    } else {
-        args.bootstrap.clone()
-    };
-    let http = args
-        .http
-        .clone()
-        .or_else(|| n.http.clone())
-        .unwrap_or_else(|| daemon::DEFAULT_HTTP.into());
-    let admin = args
-        .admin
-        .clone()
-        .or_else(|| n.admin.clone())
-        .unwrap_or_else(|| daemon::DEFAULT_ADMIN.into());
+    let node = cfg.node(&Overrides {
+        data_dir: args.dir.data_dir.clone(),
+        listen: args.listen.clone(),
+        bootstrap: args.bootstrap.clone(),
+        http: args.http.clone(),
+        admin: args.admin.clone(),
+        public_url: args.public_url.clone(),
+        no_mdns: args.no_mdns,
+    })?;
     let opts = daemon::Options {
-        data_dir,
-        listen: parse_multiaddrs("listen", &listen)?,
-        bootstrap: parse_multiaddrs("bootstrap", &bootstrap)?,
-        http: parse_addr("http", &http)?,
-        admin: parse_addr("admin", &admin)?,
-        public_url: args.public_url.clone().or_else(|| n.public_url.clone()),
+        data_dir: data_dir::resolve(node.data_dir.as_deref())?,
+        listen: node.listen,
+        bootstrap: node.bootstrap,
+        http: node.http,
+        admin: node.admin,
+        public_url: node.public_url,
         http_limits: crate::server::Limits::PUBLIC,
         admin_limits: crate::server::Limits::ADMIN,
         store_limits: StoreLimits {
@@ -615,7 +586,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             0 => None,
             n => Some(usize::try_from(mib("max-memory-mib", n)?)?),
         },
-        mdns: !args.no_mdns && n.mdns.unwrap_or(true),
+        mdns: node.mdns,
         json: args.json,
         quiet: false,
         hosted: cfg,
@@ -635,7 +606,7 @@ async fn mcp_stdio(args: McpArgs) -> anyhow::Result<ExitCode> {
         allow_private: args.allow_private,
         resolver: resolver_options(&args.net)?,
     };
-    let bootstrap = parse_multiaddrs("bootstrap", &args.bootstrap)?;
+    let bootstrap = config::parse_multiaddrs("bootstrap", &args.bootstrap)?;
     let dir = &opts.data_dir;
     let (directory, node): (Arc<dyn Directory>, Option<daemon::Running>) = match running(dir).await
     {

@@ -26,8 +26,9 @@ use crate::admin::{AdminState, Guard};
 use crate::auth::{Token, TokenError};
 use crate::data_dir::{AgentKeys, NodeFileError};
 
+use crate::config::{self, ConfigError, FileConfig};
 pub use crate::data_dir::{NodeFile, NODE_FILE};
-use crate::hosted::{self, FileConfig, Hosted};
+use crate::hosted::{self, Hosted};
 use crate::http::{self, WellKnown};
 use crate::identity::Identity;
 use crate::publisher::Publisher;
@@ -36,11 +37,6 @@ use crate::tasks::{self, Retention, TaskDb};
 
 /// Store directory inside the data directory.
 pub const STORE_DIR: &str = "store";
-/// Default address of the public HTTP listener.
-pub const DEFAULT_HTTP: &str = "127.0.0.1:7878";
-/// Default address of the admin listener: loopback, a free port (the commands find it in
-/// `node.json`, so several nodes on one machine never collide).
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
 /// `agentnet up --max-memory-mib`: new peer connections are refused above 2 GiB resident. An
 /// idle node is about 25 MiB, a connection about 115 KiB (`conncost`, docs/BENCHMARKS.md):
 /// the bound is for what no other limit foresaw, not for normal operation.
@@ -145,9 +141,6 @@ pub enum Error {
     /// The network did not start.
     #[error(transparent)]
     Net(#[from] net::Error),
-    /// `--admin` is not a loopback address.
-    #[error("the admin API must listen on a loopback address (such as {DEFAULT_ADMIN}), not {0}")]
-    AdminNotLoopback(SocketAddr),
     /// The admin token could not be written.
     #[error(transparent)]
     Token(#[from] TokenError),
@@ -179,12 +172,9 @@ pub enum Error {
     /// The task store could not be opened or recovered.
     #[error("A2A task store: {0}")]
     Tasks(#[from] agentnet_a2a::store::StoreError),
-    /// The hosted agents' configuration cannot be used.
+    /// The configuration cannot be used (the file, a flag, a hosted agent).
     #[error(transparent)]
-    Hosted(#[from] hosted::ConfigError),
-    /// `--public-url` is not an `http(s)://host[:port]` URL.
-    #[error("public URL {0:?} must be http(s)://host[:port] without a path")]
-    PublicUrl(String),
+    Config(#[from] ConfigError),
 }
 
 impl From<NodeFileError> for Error {
@@ -279,9 +269,14 @@ impl std::fmt::Debug for Running {
 
 /// Start everything, write `node.json` and print the banner.
 pub async fn start(opts: Options) -> Result<Running, Error> {
-    if !opts.admin.ip().is_loopback() {
-        return Err(Error::AdminNotLoopback(opts.admin));
-    }
+    // Every check of what the user gave, before anything starts.
+    config::check_admin(opts.admin)?;
+    let public_url = opts
+        .public_url
+        .as_deref()
+        .map(config::check_public_url)
+        .transpose()?;
+    opts.hosted.check()?;
     std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::NodeFile {
         path: opts.data_dir.clone(),
         source,
@@ -387,20 +382,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let well_known = WellKnown::new(&key)?;
 
     // The hosted agents, on the public listener.
-    let public_base = match &opts.public_url {
-        Some(u) => {
-            let parsed = url::Url::parse(u).map_err(|_| Error::PublicUrl(u.clone()))?;
-            if !matches!(parsed.scheme(), "http" | "https")
-                || parsed.host_str().is_none()
-                || parsed.path() != "/"
-                || parsed.query().is_some()
-            {
-                return Err(Error::PublicUrl(u.clone()));
-            }
-            u.trim_end_matches('/').to_string()
-        }
-        None => format!("http://{http_addr}"),
-    };
+    let public_base = public_url.unwrap_or_else(|| format!("http://{http_addr}"));
     let a = &opts.hosted.auth;
     let mut auth_cfg = DidAuthConfig::new(public_base.clone());
     auth_cfg.per_did_nonces = a.per_did_nonces.unwrap_or(auth_cfg.per_did_nonces);

@@ -1,7 +1,7 @@
 //! Hosted agents: the A2A agents the node serves for others, from its configuration file.
 //!
-//! `agentnet up --config node.toml` reads a TOML file ([`FileConfig`], unknown keys refused);
-//! the command line's flags override its `[node]` values. Each `[[agent]]` becomes an A2A 1.0
+//! `agentnet up --config node.toml` reads a TOML file ([`crate::config`]). Each `[[agent]]`
+//! ([`AgentConfig`]) becomes an A2A 1.0
 //! server ([`agentnet_a2a::server::Server`]) mounted on the node's **public** listener at
 //! `/a2a/<id>` (JSON-RPC at `POST /a2a/<id>`, HTTP+JSON under `/a2a/<id>/…`, its card at
 //! `/a2a/<id>/.well-known/agent-card.json`), with its tasks in the node's RocksDB
@@ -44,13 +44,12 @@
 //! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
 //! `urn:agentnet:mcp:v1`.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentnet_a2a::auth::{Authenticator, BoxFuture, Policy};
+use agentnet_a2a::auth::{Authenticator, BoxFuture};
 use agentnet_a2a::client::{self, Client, ClientLimits};
 use agentnet_a2a::handler::{Handler, HandlerError, Outcome, Turn, Updates};
 use agentnet_a2a::samples::{self, agent_message, text_of};
@@ -60,11 +59,13 @@ use agentnet_a2a::types::{
     SendMessageResponse, Task, TaskState,
 };
 use agentnet_did::{card, SecretKey};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::config::{ConfigError, FileConfig};
 use crate::tasks::TaskDb;
+
+pub use crate::config::{AgentConfig, Kind, PolicyName};
 
 /// The extension URI a card declares when its agent accepts DID-signed requests
 /// (`docs/PROTOCOL.md`, "A2A: the DID security scheme").
@@ -73,10 +74,6 @@ pub const DID_AUTH_EXTENSION: &str = "urn:agentnet:a2a:did-auth:v1";
 pub const DID_SCHEME: &str = "agentnetDid";
 /// Where hosted agents are mounted on the public listener.
 pub const MOUNT: &str = "/a2a";
-/// Most hosted agents.
-pub const MAX_AGENTS: usize = 64;
-/// Longest configuration file read.
-const MAX_CONFIG: u64 = 1 << 20;
 /// `PATH` of a `command` agent whose `env` names none.
 pub const DEFAULT_PATH: &str = "/usr/bin:/bin";
 /// Most `command` processes running at once on the node, all agents together: each holds three
@@ -92,401 +89,8 @@ pub const MAX_PROCESSES_PER_CALLER: usize = 4;
 /// Command processes at once from one source (an IPv4 address, an IPv6 /64) at one agent,
 /// whatever DIDs it signs with: 8.
 pub const MAX_PROCESSES_PER_SOURCE: usize = 8;
-/// Most `env` entries of a `command` agent, and their longest name and value (bytes).
-const MAX_ENV: (usize, usize, usize) = (64, 256, 4096);
-
 /// Most standard error kept from a failed command.
 const MAX_STDERR: usize = 4096;
-
-/// Why the configuration could not be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// Reading the file failed.
-    #[error("reading {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is larger than we read.
-    #[error("{} is larger than {MAX_CONFIG} bytes", .0.display())]
-    TooLarge(PathBuf),
-    /// Not TOML of our shape (unknown keys included).
-    #[error("{}: {source}", path.display())]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: toml::de::Error,
-    },
-    /// A value that parses but cannot be used.
-    #[error("agent {agent:?}: {reason}")]
-    Invalid {
-        /// The agent id (or `node`).
-        agent: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// An agent key could not be loaded or created.
-    #[error("agent {agent:?} key {}: {source}", path.display())]
-    Key {
-        /// The agent.
-        agent: String,
-        /// The key file.
-        path: PathBuf,
-        /// Why.
-        source: agentnet_did::key::KeyError,
-    },
-    /// A `command` agent's working directory could not be created.
-    #[error("agent {agent:?} working directory {}: {source}", path.display())]
-    WorkDir {
-        /// The agent.
-        agent: String,
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The card could not be signed.
-    #[error("agent {agent:?} card: {source}")]
-    Card {
-        /// The agent.
-        agent: String,
-        /// Why.
-        source: card::CardSignatureError,
-    },
-}
-
-/// The configuration file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// Node settings; each has a flag of `agentnet up` that overrides it.
-    #[serde(default)]
-    pub node: NodeSection,
-    /// Task storage.
-    #[serde(default)]
-    pub tasks: TasksSection,
-    /// The DID verifier's bounds.
-    #[serde(default)]
-    pub auth: AuthSection,
-    /// The hosted agents.
-    #[serde(default)]
-    pub agent: Vec<AgentConfig>,
-    /// The MCP server on the admin listener (`/mcp`).
-    #[serde(default)]
-    pub mcp: McpSection,
-}
-
-/// `[mcp]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpSection {
-    /// Let `/mcp`'s tools call agents on loopback and private addresses over plain http
-    /// (local testnets); default false: https to public addresses only.
-    pub allow_private: Option<bool>,
-}
-
-/// `[node]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NodeSection {
-    /// `--data-dir`.
-    pub data_dir: Option<PathBuf>,
-    /// `--http`.
-    pub http: Option<String>,
-    /// `--admin`.
-    pub admin: Option<String>,
-    /// `--listen`.
-    pub listen: Option<Vec<String>>,
-    /// `--bootstrap`.
-    pub bootstrap: Option<Vec<String>>,
-    /// `--public-url`: how clients reach the public listener (`http://host:port`); default the
-    /// listener's bound address.
-    pub public_url: Option<String>,
-    /// mDNS (`--no-mdns` turns it off).
-    pub mdns: Option<bool>,
-}
-
-/// `[tasks]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TasksSection {
-    /// Keep tasks that are not running this many hours after their last status: 168.
-    pub retention_hours: Option<u64>,
-    /// Most tasks in all.
-    pub max_tasks: Option<u64>,
-    /// Most tasks per caller and agent.
-    pub max_per_owner: Option<u64>,
-    /// Most tasks created from one network block (IPv4 address, IPv6 /64), every agent together.
-    pub max_per_source: Option<u64>,
-    /// Most MiB of task records in all.
-    pub max_total_mib: Option<u64>,
-    /// Most MiB of one caller's tasks at one agent.
-    pub max_per_owner_mib: Option<u64>,
-    /// Most MiB of the tasks created from one network block.
-    pub max_per_source_mib: Option<u64>,
-    /// New tasks per second from one network block (bursts of ten seconds' worth); 0: no bound.
-    pub new_per_second_per_source: Option<u32>,
-}
-
-/// `[auth]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthSection {
-    /// Live nonces per DID.
-    pub per_did_nonces: Option<usize>,
-    /// Live nonces per source (IPv4 address, IPv6 /64); default `max_nonces / 32`.
-    pub per_source_nonces: Option<usize>,
-    /// Live nonces in all.
-    pub max_nonces: Option<usize>,
-    /// Uncached DID resolutions per source (IPv4 address, IPv6 /64), burst.
-    pub fetch_burst: Option<u32>,
-    /// And per minute.
-    pub fetches_per_minute: Option<u32>,
-    /// Lifetime of the access tokens given to verified callers, seconds; 0: none; at most
-    /// [`MAX_TOKEN_TTL_SECS`].
-    pub token_ttl_secs: Option<u64>,
-}
-
-/// What an agent does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Kind {
-    /// The built-in echo sample.
-    Echo,
-    /// The built-in sample that asks for the caller's name first.
-    Ask,
-    /// A local command.
-    Command,
-    /// An upstream A2A server.
-    Proxy,
-}
-
-/// Who may call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PolicyName {
-    /// Callers must sign with their DID.
-    #[default]
-    Did,
-    /// Anyone.
-    Open,
-}
-
-/// `[[agent]]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentConfig {
-    /// The path segment: `/a2a/<id>`; 1 to 64 of `a-z 0-9 - _`.
-    pub id: String,
-    /// What it does.
-    pub kind: Kind,
-    /// Who may call.
-    #[serde(default)]
-    pub policy: PolicyName,
-    /// The card's name; default the id.
-    pub name: Option<String>,
-    /// The card's description.
-    pub description: Option<String>,
-    /// The skill tags it is discovered by; default `[<kind>]`.
-    pub tags: Option<Vec<String>>,
-    /// Publish its card to the network: default true.
-    pub publish: Option<bool>,
-    /// Advert lifetime, seconds: default 3600.
-    pub ttl: Option<u64>,
-    /// A private Ed25519 JWK file to use as the agent's key instead of a generated one.
-    pub key: Option<PathBuf>,
-    /// `ask`: milliseconds each turn works.
-    pub work_ms: Option<u64>,
-    /// `command`: the argv.
-    pub command: Option<Vec<String>>,
-    /// `command`: seconds before the process is killed.
-    pub timeout_secs: Option<u64>,
-    /// `command`: most bytes of standard output.
-    pub max_output_bytes: Option<usize>,
-    /// `command`: its whole environment (`{ NAME = "value" }`); `PATH` is [`DEFAULT_PATH`]
-    /// unless named here.
-    pub env: Option<std::collections::BTreeMap<String, String>>,
-    /// `proxy`: the upstream agent's base URL.
-    pub upstream: Option<String>,
-    /// `proxy`: allow an upstream on plain `http`, on loopback or a private address (testnets);
-    /// default false.
-    pub allow_private: Option<bool>,
-    /// Serve an MCP endpoint at `/a2a/<id>/mcp` (tool `echo` for kind `echo`, `send_message`
-    /// for the others), under the agent's policy,
-    /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
-    pub mcp: Option<bool>,
-}
-
-impl FileConfig {
-    /// Read and check `path`.
-    pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
-        use std::io::Read as _;
-        let read = |source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        };
-        let f = std::fs::File::open(path).map_err(read)?;
-        let mut text = String::new();
-        f.take(MAX_CONFIG + 1)
-            .read_to_string(&mut text)
-            .map_err(read)?;
-        if text.len() as u64 > MAX_CONFIG {
-            return Err(ConfigError::TooLarge(path.to_owned()));
-        }
-        let cfg: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
-        cfg.check()?;
-        Ok(cfg)
-    }
-
-    /// The checks serde cannot make.
-    pub fn check(&self) -> Result<(), ConfigError> {
-        if self.agent.len() > MAX_AGENTS {
-            return Err(invalid("node", format!("more than {MAX_AGENTS} agents")));
-        }
-        if self
-            .auth
-            .token_ttl_secs
-            .is_some_and(|t| t > MAX_TOKEN_TTL_SECS)
-        {
-            return Err(invalid(
-                "auth",
-                format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
-            ));
-        }
-        let mut ids = HashSet::new();
-        for a in &self.agent {
-            a.check()?;
-            if !ids.insert(a.id.as_str()) {
-                return Err(invalid(&a.id, "id used twice".into()));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Longest access-token lifetime `[auth] token_ttl_secs` may set: one day.
-pub const MAX_TOKEN_TTL_SECS: u64 = 24 * 3600;
-
-fn invalid(agent: &str, reason: String) -> ConfigError {
-    ConfigError::Invalid {
-        agent: agent.chars().take(80).collect(),
-        reason,
-    }
-}
-
-impl AgentConfig {
-    fn check(&self) -> Result<(), ConfigError> {
-        let bad = |r: &str| Err(invalid(&self.id, r.to_string()));
-        if self.id.is_empty()
-            || self.id.len() > 64
-            || !self
-                .id
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        {
-            return bad("id must be 1 to 64 of a-z 0-9 - _");
-        }
-        let has = (
-            self.work_ms.is_some(),
-            self.command.is_some()
-                || self.timeout_secs.is_some()
-                || self.max_output_bytes.is_some()
-                || self.env.is_some(),
-            self.upstream.is_some() || self.allow_private.is_some(),
-        );
-        match self.kind {
-            Kind::Echo if has != (false, false, false) => {
-                return bad("echo takes no work_ms, command, env, upstream or allow_private")
-            }
-            Kind::Ask if has.1 || has.2 => return bad("ask takes only work_ms"),
-            Kind::Command if has.0 || has.2 => {
-                return bad("command takes command, env, timeout_secs, max_output_bytes")
-            }
-            Kind::Command
-                if self
-                    .command
-                    .as_ref()
-                    .is_none_or(|c| c.is_empty() || c[0].is_empty()) =>
-            {
-                return bad("command needs a non-empty command = [\"program\", \"arg\", …]")
-            }
-            Kind::Command
-                if self
-                    .command
-                    .as_ref()
-                    .is_some_and(|c| c[0].contains('/') && !Path::new(&c[0]).is_absolute()) =>
-            {
-                return bad(
-                    "command[0] must be a program name (looked up in PATH) or an absolute path: \
-                     the command runs in a working directory of its own",
-                )
-            }
-            Kind::Proxy if has.0 || has.1 => {
-                return bad("proxy takes only upstream and allow_private")
-            }
-            Kind::Proxy => {
-                let u = self.upstream.as_deref().unwrap_or_default();
-                match url::Url::parse(u) {
-                    Ok(u) if u.scheme() == "https" => {}
-                    Ok(u) if u.scheme() == "http" && self.allow_private == Some(true) => {}
-                    Ok(u) if u.scheme() == "http" => {
-                        return bad("proxy upstream on plain http needs allow_private = true \
-                             (testnets and loopback only; https otherwise)")
-                    }
-                    _ => return bad("proxy needs upstream = \"https://…\""),
-                }
-            }
-            _ => {}
-        }
-        if let Some(env) = &self.env {
-            let (n, name, value) = MAX_ENV;
-            if env.len() > n {
-                return bad("env: at most 64 variables");
-            }
-            for (k, v) in env {
-                if k.is_empty() || k.len() > name || k.contains(['=', '\0']) {
-                    return Err(invalid(
-                        &self.id,
-                        format!(
-                            "env: {k:?} is not a variable name (1 to {name} bytes, no = or NUL)"
-                        ),
-                    ));
-                }
-                if v.len() > value || v.contains('\0') {
-                    return Err(invalid(
-                        &self.id,
-                        format!("env: the value of {k} must be at most {value} bytes, no NUL"),
-                    ));
-                }
-            }
-        }
-        if self.work_ms.is_some_and(|w| w > 600_000) {
-            return bad("work_ms at most 600000");
-        }
-        if self.timeout_secs.is_some_and(|t| t == 0 || t > 3600) {
-            return bad("timeout_secs 1 to 3600");
-        }
-        if self.max_output_bytes.is_some_and(|m| m == 0 || m > 4 << 20) {
-            return bad("max_output_bytes 1 to 4194304");
-        }
-        Ok(())
-    }
-
-    fn policy(&self) -> Policy {
-        match self.policy {
-            PolicyName::Did => Policy::Did,
-            PolicyName::Open => Policy::Open,
-        }
-    }
-}
 
 /// A hosted agent, built and ready to mount.
 pub struct Hosted {
@@ -1088,55 +692,7 @@ impl Handler for ProxyAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(text: &str) -> Result<FileConfig, ConfigError> {
-        let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
-        cfg.check().map(|()| cfg)
-    }
-
-    #[test]
-    fn command_env_and_program_are_checked() {
-        let agent = |rest: &str| format!("[[agent]]\nid = \"c\"\nkind = \"command\"\n{rest}\n");
-        let ok = config(&agent(
-            "command = [\"tr\"]\nenv = { A = \"1\", PATH = \"/opt/bin\" }",
-        ));
-        assert_eq!(ok.unwrap().agent[0].env.as_ref().unwrap()["A"], "1");
-        assert!(config(&agent("command = [\"/usr/bin/tr\"]")).is_ok());
-        for (bad, says) in [
-            ("command = [\"./run.sh\"]", "absolute path"),
-            ("command = [\"bin/run\"]", "absolute path"),
-            (
-                "command = [\"tr\"]\nenv = { \"A=B\" = \"1\" }",
-                "variable name",
-            ),
-            (
-                "command = [\"tr\"]\nenv = { \"\" = \"1\" }",
-                "variable name",
-            ),
-            ("command = [\"tr\"]\nenv = { A = \"a\\u0000b\" }", "NUL"),
-        ] {
-            let e = config(&agent(bad)).unwrap_err().to_string();
-            assert!(e.contains(says), "{bad}: {e}");
-        }
-        let e =
-            config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nenv = { A = \"1\" }\n").unwrap_err();
-        assert!(e.to_string().contains("env"), "{e}");
-    }
-
-    #[test]
-    fn a_plain_http_proxy_upstream_needs_allow_private() {
-        let proxy = |rest: &str| format!("[[agent]]\nid = \"p\"\nkind = \"proxy\"\n{rest}\n");
-        assert!(config(&proxy("upstream = \"https://agents.example/a\"")).is_ok());
-        let e = config(&proxy("upstream = \"http://127.0.0.1:9/a\"")).unwrap_err();
-        assert!(e.to_string().contains("allow_private = true"), "{e}");
-        assert!(config(&proxy(
-            "upstream = \"http://127.0.0.1:9/a\"\nallow_private = true"
-        ))
-        .is_ok());
-        let e =
-            config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nallow_private = true\n").unwrap_err();
-        assert!(e.to_string().contains("allow_private"), "{e}");
-    }
+    use crate::config::MAX_AGENTS;
 
     #[test]
     fn command_agents_share_the_node_s_processes() {

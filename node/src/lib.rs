@@ -31,6 +31,7 @@ pub mod admin;
 pub mod auth;
 pub mod call;
 pub mod cli;
+pub mod config;
 pub mod daemon;
 pub mod data_dir;
 pub mod directory;

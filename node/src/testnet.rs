@@ -253,7 +253,7 @@ const MCP_TAG: &str = "mcp-echo";
 const MCP_AGENT: &str = "mcp-echo";
 
 /// Node 1's configuration: one `ask` agent (asks for a name, then greets), DID policy.
-fn hosted_sample() -> anyhow::Result<crate::hosted::FileConfig> {
+fn hosted_sample() -> anyhow::Result<crate::config::FileConfig> {
     let text = format!(
         r#"
 [[agent]]

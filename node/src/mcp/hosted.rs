@@ -428,9 +428,9 @@ impl ServerHandler for TurnTools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hosted::FileConfig;
+    use crate::config::FileConfig;
 
-    fn config(text: &str) -> Result<FileConfig, crate::hosted::ConfigError> {
+    fn config(text: &str) -> Result<FileConfig, crate::config::ConfigError> {
         let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
         cfg.check().map(|()| cfg)
     }

@@ -792,7 +792,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
 
-        let cfg: crate::hosted::FileConfig =
+        let cfg: crate::config::FileConfig =
             toml::from_str("[[agent]]\nid = \"hang\"\nkind = \"echo\"\npolicy = \"open\"\n")
                 .unwrap();
         let card = crate::hosted::card_for(&cfg.agent[0], &format!("http://{addr}/a2a/hang"));
@@ -837,7 +837,7 @@ mod tests {
     /// A signed card of an agent at `url` named `name`, with `description`; its advertisement
     /// as [`OneAgent`] holds it.
     fn advert_of(url: &str, name: &str, description: &str) -> (String, Value) {
-        let mut cfg: crate::hosted::FileConfig =
+        let mut cfg: crate::config::FileConfig =
             toml::from_str("[[agent]]\nid = \"a\"\nkind = \"echo\"\npolicy = \"open\"\n").unwrap();
         cfg.agent[0].name = Some(name.into());
         cfg.agent[0].description = Some(description.into());
