@@ -41,5 +41,6 @@ pub mod identity;
 pub mod mcp;
 pub mod publisher;
 pub mod server;
+pub mod signer;
 pub mod tasks;
 pub mod testnet;
