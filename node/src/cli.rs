@@ -587,13 +587,49 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             n => Some(usize::try_from(mib("max-memory-mib", n)?)?),
         },
         mdns: node.mdns,
-        json: args.json,
-        quiet: false,
         hosted: cfg,
         resolver: resolver_options(&args.net)?,
     };
-    daemon::run(opts).await?;
+    let running = daemon::start(opts).await?;
+    banner(&running, args.json)?;
+    running.wait().await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `agentnet up` prints once the node runs: one JSON line (`node.json`'s contents), or
+/// where everything listens.
+fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
+    if let Some(path) = node.created_key() {
+        eprintln!("created a new node key at {}", path.display());
+    }
+    let info = &node.info;
+    if json_out {
+        println!("{}", serde_json::to_string(info)?);
+        return Ok(());
+    }
+    println!("did: {}", info.did);
+    println!("peer id: {}", info.peer_id);
+    println!(
+        "listening on http://{} (well-known files, hosted agents)",
+        info.http
+    );
+    for h in node.hosted() {
+        println!(
+            "hosting {} ({}) at {}",
+            h.id,
+            h.key.did_key(),
+            crate::hosted::agent_url(node.public_url(), &h.id)
+        );
+    }
+    println!(
+        "admin API on http://{} (token in {})",
+        info.admin,
+        crate::auth::token_file(node.data_dir()).display()
+    );
+    for a in &info.listen {
+        println!("listening on {a}");
+    }
+    Ok(())
 }
 
 /// `agentnet mcp`: MCP on stdio, reading the node running on the data directory if its admin

@@ -19,7 +19,9 @@ use agentnet_discovery::store::{Limits as StoreLimits, Store};
 use libp2p::multiaddr::Protocol;
 use libp2p::Multiaddr;
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::a2a_auth::{DidAuthConfig, DidAuthenticator};
 use crate::admin::{AdminState, Guard};
@@ -72,11 +74,6 @@ pub struct Options {
     pub max_memory: Option<usize>,
     /// mDNS on the LAN.
     pub mdns: bool,
-    /// Print the start banner as one JSON line.
-    pub json: bool,
-    /// Print nothing at start (no banner, no "created a new node key"): for callers that run
-    /// several nodes in one process and report on them themselves (`agentnet testnet`).
-    pub quiet: bool,
     /// How clients reach the public listener (`http://host:port`, no path); default
     /// `http://<bound address>`. Hosted agents' card URLs and DID signature checks use it.
     pub public_url: Option<String>,
@@ -89,7 +86,7 @@ pub struct Options {
 
 impl Options {
     /// Options for a local node in `data_dir` (tests, embedding): loopback listeners on free
-    /// ports (HTTP, admin, libp2p TCP), no mDNS, quiet, no hosted agents.
+    /// ports (HTTP, admin, libp2p TCP), no mDNS, no hosted agents.
     pub fn local(data_dir: PathBuf) -> Options {
         Options {
             data_dir,
@@ -103,8 +100,6 @@ impl Options {
             // Tests run several nodes in one process: a process-wide bound would be shared.
             max_memory: None,
             mdns: false,
-            json: false,
-            quiet: true,
             public_url: None,
             hosted: FileConfig::default(),
             resolver: ResolverOptions::default(),
@@ -227,38 +222,49 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
 
 /// Run the node until Ctrl-C or SIGTERM.
 pub async fn run(opts: Options) -> Result<(), Error> {
-    let started = start(opts).await?;
-    // A failed signal handler must not take the node down with it silently: stop cleanly.
-    let stop = tokio::select! {
-        r = terminated() => r,
-        r = started.http_task_failed() => r,
-    };
-    if let Err(error) = &stop {
-        tracing::error!(%error, "stopping");
-    }
-    started.shutdown().await;
-    stop
+    start(opts).await?.wait().await
 }
 
-/// A started node.
+/// A started node. It owns every task it started (a [`TaskTracker`], one [`CancellationToken`]
+/// with a child per task): [`Running::shutdown`] stops them in a fixed order; dropping it
+/// without one cancels them all, so that nothing outlives it.
 pub struct Running {
     data_dir: PathBuf,
     pid: u32,
-    http_stop: CancellationToken,
-    http_task: tokio::task::JoinHandle<std::io::Result<()>>,
-    admin_task: tokio::task::JoinHandle<std::io::Result<()>>,
-    publisher_stop: CancellationToken,
-    publisher_task: tokio::task::JoinHandle<()>,
-    net_stop: CancellationToken,
-    net_task: tokio::task::JoinHandle<()>,
+    /// The parent of every task's token.
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    /// Taken by [`Running::shutdown`].
+    tasks: Option<Tasks>,
     store: Store,
     hosted: Vec<Hosted>,
     task_db: Arc<TaskDb>,
-    sweep_stop: CancellationToken,
-    sweep_task: tokio::task::JoinHandle<()>,
     admin: AdminState,
+    public_url: String,
+    created_key: Option<PathBuf>,
     /// What node.json says.
     pub info: NodeFile,
+}
+
+/// The node's tasks, each with the token that stops it (a child of [`Running`]'s).
+struct Tasks {
+    http_stop: CancellationToken,
+    http: JoinHandle<std::io::Result<()>>,
+    admin: JoinHandle<std::io::Result<()>>,
+    publisher_stop: CancellationToken,
+    publisher: JoinHandle<()>,
+    net_stop: CancellationToken,
+    net: JoinHandle<()>,
+    sweep_stop: CancellationToken,
+    sweep: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    /// Without a [`Running::shutdown`]: every task is told to stop (the HTTP servers, the
+    /// publisher, the sweep, the network); nothing waits for them.
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for Running {
@@ -267,7 +273,8 @@ impl std::fmt::Debug for Running {
     }
 }
 
-/// Start everything, write `node.json` and print the banner.
+/// Check the options, start everything and write `node.json`. Nothing is printed: the caller
+/// reports what [`Running`] holds (`agentnet up` prints its banner).
 pub async fn start(opts: Options) -> Result<Running, Error> {
     // Every check of what the user gave, before anything starts.
     config::check_admin(opts.admin)?;
@@ -286,9 +293,6 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         path: key_path.clone(),
         source,
     })?;
-    if created && !opts.quiet {
-        eprintln!("created a new node key at {}", key_path.display());
-    }
     let did = key.did_key();
 
     let store_path = opts.data_dir.join(STORE_DIR);
@@ -352,30 +356,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let max_ttl = limits.max_ttl;
     let validator = Validator::new(resolver.clone(), limits);
 
-    let mut cfg = net::Config {
-        bootstrap: opts.bootstrap.clone(),
-        mdns: opts.mdns,
-        transport: TransportKind::Network,
-        max_process_memory: opts.max_memory,
-        ..Default::default()
-    };
-    if !opts.listen.is_empty() {
-        cfg.listen = opts.listen.clone();
-    }
-    let expect_listen = !cfg.listen.is_empty();
-    let net_stop = CancellationToken::new();
-    let (client, net_task) =
-        net::spawn(&key, cfg, store.clone(), validator, net_stop.clone()).await?;
-    let peer_id = client.peer_id();
-
-    let publisher = Arc::new(Publisher::new(client.clone(), store.clone(), max_ttl));
-    let publisher_stop = CancellationToken::new();
-    let publisher_task = {
-        let p = publisher.clone();
-        let stop = publisher_stop.clone();
-        tokio::spawn(async move { p.run(stop).await })
-    };
-
+    // What can still fail is done before any task starts: the listeners are bound (not served
+    // yet), the hosted agents built. From the network on, `stop` ends every task if a later
+    // step fails (its drop guard) or when the `Running` is dropped.
     let (listener, http_addr) = bind(opts.http).await?;
     let (admin_listener, admin_addr) = bind(opts.admin).await?;
     let token = Token::create(&opts.data_dir)?;
@@ -409,17 +392,44 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         authenticator,
         Some(node_signer),
     )?;
+    let mut cfg = net::Config {
+        bootstrap: opts.bootstrap.clone(),
+        mdns: opts.mdns,
+        transport: TransportKind::Network,
+        max_process_memory: opts.max_memory,
+        ..Default::default()
+    };
+    if !opts.listen.is_empty() {
+        cfg.listen = opts.listen.clone();
+    }
+    let expect_listen = !cfg.listen.is_empty();
+    let stop = CancellationToken::new();
+    let stop_on_error = stop.clone().drop_guard();
+    let tracker = TaskTracker::new();
+    let net_stop = stop.child_token();
+    let (client, net_task) =
+        net::spawn(&key, cfg, store.clone(), validator, net_stop.clone()).await?;
+    let peer_id = client.peer_id();
+
+    let publisher = Arc::new(Publisher::new(client.clone(), store.clone(), max_ttl));
+    let publisher_stop = stop.child_token();
+    let publisher_task = {
+        let p = publisher.clone();
+        let stop = publisher_stop.clone();
+        tracker.spawn(async move { p.run(stop).await })
+    };
+
     for h in hosted.iter().filter(|h| h.publish) {
         let id = Identity::did_key(SecretKey::from_seed(&h.key.seed()));
         if let Err(error) = publisher.publish(&h.card, id, h.ttl.min(max_ttl)).await {
             tracing::warn!(agent = %h.id, %error, "publishing a hosted agent");
         }
     }
-    let sweep_stop = CancellationToken::new();
+    let sweep_stop = stop.child_token();
     let sweep_task = {
         let db = task_db.clone();
         let stop = sweep_stop.clone();
-        tokio::spawn(async move {
+        tracker.spawn(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -445,8 +455,8 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         node_seed: Arc::new(key.seed()),
         agent_keys: AgentKeys::new(&opts.data_dir),
     };
-    let http_stop = CancellationToken::new();
-    let http_task = tokio::spawn(server::serve(
+    let http_stop = stop.child_token();
+    let http_task = tracker.spawn(server::serve(
         listener,
         http::router(well_known).merge(hosted::router(&hosted, &http_stop)),
         opts.http_limits,
@@ -468,7 +478,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         crate::admin::router(admin.clone(), Guard::new(token.clone(), admin_addr)).merge(
             crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token()),
         );
-    let admin_task = tokio::spawn(server::serve(
+    let admin_task = tracker.spawn(server::serve(
         admin_listener,
         admin_router,
         opts.admin_limits,
@@ -500,49 +510,33 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     };
     info.write(&opts.data_dir)?;
 
-    if opts.json && !opts.quiet {
-        println!(
-            "{}",
-            serde_json::to_string(&info).expect("a NodeFile always serializes")
-        );
-    } else if !opts.quiet {
-        println!("did: {did}");
-        println!("peer id: {peer_id}");
-        println!("listening on http://{http_addr} (well-known files, hosted agents)");
-        for h in &hosted {
-            println!(
-                "hosting {} ({}) at {}",
-                h.id,
-                h.key.did_key(),
-                hosted::agent_url(&public_base, &h.id)
-            );
-        }
-        println!(
-            "admin API on http://{admin_addr} (token in {})",
-            crate::auth::token_file(&opts.data_dir).display()
-        );
-        for a in &info.listen {
-            println!("listening on {a}");
-        }
-    }
     tracing::info!(%did, %peer_id, %http_addr, %admin_addr, "node started");
 
+    tracker.close();
+    // Started: from here `Running` owns the tasks, and its drop cancels `stop`.
+    stop_on_error.disarm();
     Ok(Running {
         data_dir: opts.data_dir,
         pid,
-        http_stop,
-        http_task,
-        admin_task,
-        publisher_stop,
-        publisher_task,
-        net_stop,
-        net_task,
+        stop,
+        tracker,
+        tasks: Some(Tasks {
+            http_stop,
+            http: http_task,
+            admin: admin_task,
+            publisher_stop,
+            publisher: publisher_task,
+            net_stop,
+            net: net_task,
+            sweep_stop,
+            sweep: sweep_task,
+        }),
         store,
         hosted,
         task_db,
-        sweep_stop,
-        sweep_task,
         admin,
+        public_url: public_base,
+        created_key: created.then_some(key_path),
         info,
     })
 }
@@ -563,11 +557,43 @@ impl Running {
         &self.task_db
     }
 
+    /// How clients reach the public listener (`--public-url`, else `http://<bound address>`).
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
+    /// The node key file, if this start created it.
+    pub fn created_key(&self) -> Option<&std::path::Path> {
+        self.created_key.as_deref()
+    }
+
+    /// Serve until Ctrl-C or SIGTERM (or an HTTP listener fails), then shut down.
+    pub async fn wait(self) -> Result<(), Error> {
+        // A failed signal handler must not take the node down with it silently: stop cleanly.
+        let stop = tokio::select! {
+            r = terminated() => r,
+            r = self.http_task_failed() => r,
+        };
+        if let Err(error) = &stop {
+            tracing::error!(%error, "stopping");
+        }
+        self.shutdown().await;
+        stop
+    }
+
     /// Resolves if an HTTP listener stops by itself (they only should at shutdown).
     async fn http_task_failed(&self) -> Result<(), Error> {
+        let Some(t) = &self.tasks else {
+            return Ok(());
+        };
         // Poll the tasks' completion without consuming the handles.
         loop {
-            if self.http_task.is_finished() || self.admin_task.is_finished() {
+            if t.http.is_finished() || t.admin.is_finished() {
                 return Err(Error::Http(std::io::Error::other(
                     "the HTTP server stopped unexpectedly",
                 )));
@@ -577,11 +603,14 @@ impl Running {
     }
 
     /// Tear down in a fixed order.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        let Some(t) = self.tasks.take() else {
+            return;
+        };
         // 1. Stop taking requests: the HTTP server first, so that nothing new reaches the
         //    publisher or the network while they stop. In-flight requests get HTTP_DRAIN.
-        self.http_stop.cancel();
-        let both = async { tokio::join!(self.http_task, self.admin_task) };
+        t.http_stop.cancel();
+        let both = async { tokio::join!(t.http, t.admin) };
         match tokio::time::timeout(HTTP_DRAIN, both).await {
             Ok((a, b)) => {
                 for r in [a, b] {
@@ -598,17 +627,20 @@ impl Running {
         for h in &self.hosted {
             h.server.engine().shutdown();
         }
-        self.sweep_stop.cancel();
-        let _ = self.sweep_task.await;
+        t.sweep_stop.cancel();
+        let _ = t.sweep.await;
         // 2. Stop re-announcing: it uses the network.
-        self.publisher_stop.cancel();
-        let _ = self.publisher_task.await;
+        t.publisher_stop.cancel();
+        let _ = t.publisher.await;
         // 3. Stop the network: the swarm task owns the connections and the last handles on the
         //    store besides ours.
-        self.net_stop.cancel();
-        if tokio::time::timeout(NET_STOP, self.net_task).await.is_err() {
+        t.net_stop.cancel();
+        if tokio::time::timeout(NET_STOP, t.net).await.is_err() {
             tracing::warn!("network task did not stop in time");
         }
+        // Every task of the tracker has ended (or, past its timeout, been told to).
+        self.stop.cancel();
+        let _ = tokio::time::timeout(NET_STOP, self.tracker.wait()).await;
         // 4. The store: flush memtables and sync the WAL; RocksDB closes when the last handle
         //    (dropped with the tasks above and with us) goes.
         let store = self.store.clone();

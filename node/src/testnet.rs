@@ -708,8 +708,6 @@ async fn exercise(
             // Several nodes share this process: a process-wide bound would be theirs together.
             max_memory: None,
             mdns: false,
-            json: false,
-            quiet: true,
             public_url: None,
             // Node 1 hosts the sample agent the last node calls.
             hosted: if i == 0 {
