@@ -547,7 +547,7 @@ impl Directory for AdminState {
         })
     }
     /// Summarized from the stored advertisements' bytes, without building their cards as
-    /// JSON values ([`directory::summarize`]).
+    /// JSON values (`directory::summarize`).
     fn summaries<'a>(
         &'a self,
         skills: &'a [String],

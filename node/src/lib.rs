@@ -47,10 +47,9 @@
 //!   endpoints of hosted agents, and the signed MCP client.
 //! - [`hosted`]: the hosted A2A agents of the configuration file, mounted at `/a2a/<id>`.
 //! - [`daemon`]: `agentnet up`: checks, start, `node.json`, shutdown order.
-//! - [`testnet`]: `agentnet testnet`: several nodes in one process, discovery end to end.
 //! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
-//!   `identity`, `publish`, `discover`, `peers`, `call`, `mcp`, `tools`, `tool`, `testnet`); with
-//!   [`testnet`], the only code that prints.
+//!   `identity`, `publish`, `discover`, `peers`, `call`, `mcp`, `tools`, `tool`, and
+//!   [`cli::testnet`], several nodes in one process): the only code that prints.
 
 #![warn(missing_docs)]
 
@@ -71,7 +70,6 @@ pub mod publisher;
 pub mod server;
 pub mod signer;
 pub mod tasks;
-pub mod testnet;
 
 pub use call::{CallError, CallOptions, Caller, Target};
 pub use config::{ConfigError, FileConfig};
