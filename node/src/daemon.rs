@@ -7,7 +7,7 @@
 //! credential, written anew at every start ([`crate::auth`]).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,30 +18,27 @@ use agentnet_discovery::net::{self, TransportKind};
 use agentnet_discovery::store::{Limits as StoreLimits, Store};
 use libp2p::multiaddr::Protocol;
 use libp2p::Multiaddr;
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::a2a_auth::{DidAuthConfig, DidAuthenticator};
 use crate::admin::{AdminState, Guard};
 use crate::auth::{Token, TokenError};
-use crate::data_dir::AgentKeys;
-use crate::hosted::{self, FileConfig, Hosted};
+use crate::data_dir::{AgentKeys, NodeFileError};
+
+use crate::config::{self, ConfigError, FileConfig};
+pub use crate::data_dir::{NodeFile, NODE_FILE};
+use crate::hosted::{self, Hosted};
 use crate::http::{self, WellKnown};
 use crate::identity::Identity;
 use crate::publisher::Publisher;
 use crate::server::{self, Limits as HttpLimits};
 use crate::tasks::{self, Retention, TaskDb};
 
-/// File the running daemon writes into its data directory so that other commands find it.
-pub const NODE_FILE: &str = "node.json";
 /// Store directory inside the data directory.
 pub const STORE_DIR: &str = "store";
-/// Default address of the public HTTP listener.
-pub const DEFAULT_HTTP: &str = "127.0.0.1:7878";
-/// Default address of the admin listener: loopback, a free port (the commands find it in
-/// `node.json`, so several nodes on one machine never collide).
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
 /// `agentnet up --max-memory-mib`: new peer connections are refused above 2 GiB resident. An
 /// idle node is about 25 MiB, a connection about 115 KiB (`conncost`, docs/BENCHMARKS.md):
 /// the bound is for what no other limit foresaw, not for normal operation.
@@ -77,11 +74,6 @@ pub struct Options {
     pub max_memory: Option<usize>,
     /// mDNS on the LAN.
     pub mdns: bool,
-    /// Print the start banner as one JSON line.
-    pub json: bool,
-    /// Print nothing at start (no banner, no "created a new node key"): for callers that run
-    /// several nodes in one process and report on them themselves (`agentnet testnet`).
-    pub quiet: bool,
     /// How clients reach the public listener (`http://host:port`, no path); default
     /// `http://<bound address>`. Hosted agents' card URLs and DID signature checks use it.
     pub public_url: Option<String>,
@@ -94,7 +86,7 @@ pub struct Options {
 
 impl Options {
     /// Options for a local node in `data_dir` (tests, embedding): loopback listeners on free
-    /// ports (HTTP, admin, libp2p TCP), no mDNS, quiet, no hosted agents.
+    /// ports (HTTP, admin, libp2p TCP), no mDNS, no hosted agents.
     pub fn local(data_dir: PathBuf) -> Options {
         Options {
             data_dir,
@@ -108,68 +100,9 @@ impl Options {
             // Tests run several nodes in one process: a process-wide bound would be shared.
             max_memory: None,
             mdns: false,
-            json: false,
-            quiet: true,
             public_url: None,
             hosted: FileConfig::default(),
             resolver: ResolverOptions::default(),
-        }
-    }
-}
-
-/// `<data-dir>/node.json`: how to reach the running node.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeFile {
-    /// The daemon's process id.
-    pub pid: u32,
-    /// The public HTTP listener's bound address.
-    pub http: SocketAddr,
-    /// The admin listener's bound address (loopback).
-    pub admin: SocketAddr,
-    /// The libp2p PeerId.
-    pub peer_id: String,
-    /// The node's did:key.
-    pub did: String,
-    /// libp2p listen addresses, each ending in `/p2p/<peer id>`.
-    pub listen: Vec<String>,
-}
-
-impl NodeFile {
-    /// The node file path in `dir`.
-    pub fn path(dir: &Path) -> PathBuf {
-        dir.join(NODE_FILE)
-    }
-
-    /// Read `<dir>/node.json`.
-    pub fn read(dir: &Path) -> Result<Self, Error> {
-        let path = Self::path(dir);
-        let io = |source| Error::NodeFile {
-            path: path.clone(),
-            source,
-        };
-        let bytes = std::fs::read(&path).map_err(io)?;
-        serde_json::from_slice(&bytes).map_err(|e| io(std::io::Error::other(e)))
-    }
-
-    /// Write it atomically (temporary file, then rename).
-    fn write(&self, dir: &Path) -> Result<(), Error> {
-        let path = Self::path(dir);
-        let tmp = dir.join(format!(".{NODE_FILE}.{}", self.pid));
-        let io = |source| Error::NodeFile {
-            path: path.clone(),
-            source,
-        };
-        let bytes = serde_json::to_vec_pretty(self).expect("a NodeFile always serializes");
-        std::fs::write(&tmp, bytes).map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)
-    }
-
-    /// Remove it if it is still ours (a newer daemon may have replaced it).
-    fn remove_if_ours(dir: &Path, pid: u32) {
-        if Self::read(dir).is_ok_and(|f| f.pid == pid) {
-            if let Err(error) = std::fs::remove_file(Self::path(dir)) {
-                tracing::warn!(%error, "removing {NODE_FILE}");
-            }
         }
     }
 }
@@ -203,9 +136,6 @@ pub enum Error {
     /// The network did not start.
     #[error(transparent)]
     Net(#[from] net::Error),
-    /// `--admin` is not a loopback address.
-    #[error("the admin API must listen on a loopback address (such as {DEFAULT_ADMIN}), not {0}")]
-    AdminNotLoopback(SocketAddr),
     /// The admin token could not be written.
     #[error(transparent)]
     Token(#[from] TokenError),
@@ -237,12 +167,18 @@ pub enum Error {
     /// The task store could not be opened or recovered.
     #[error("A2A task store: {0}")]
     Tasks(#[from] agentnet_a2a::store::StoreError),
-    /// The hosted agents' configuration cannot be used.
+    /// The configuration cannot be used (the file, a flag, a hosted agent).
     #[error(transparent)]
-    Hosted(#[from] hosted::ConfigError),
-    /// `--public-url` is not an `http(s)://host[:port]` URL.
-    #[error("public URL {0:?} must be http(s)://host[:port] without a path")]
-    PublicUrl(String),
+    Config(#[from] ConfigError),
+}
+
+impl From<NodeFileError> for Error {
+    fn from(e: NodeFileError) -> Self {
+        Error::NodeFile {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 /// How often expired tasks are swept.
@@ -286,38 +222,49 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
 
 /// Run the node until Ctrl-C or SIGTERM.
 pub async fn run(opts: Options) -> Result<(), Error> {
-    let started = start(opts).await?;
-    // A failed signal handler must not take the node down with it silently: stop cleanly.
-    let stop = tokio::select! {
-        r = terminated() => r,
-        r = started.http_task_failed() => r,
-    };
-    if let Err(error) = &stop {
-        tracing::error!(%error, "stopping");
-    }
-    started.shutdown().await;
-    stop
+    start(opts).await?.wait().await
 }
 
-/// A started node.
+/// A started node. It owns every task it started (a [`TaskTracker`], one [`CancellationToken`]
+/// with a child per task): [`Running::shutdown`] stops them in a fixed order; dropping it
+/// without one cancels them all, so that nothing outlives it.
 pub struct Running {
     data_dir: PathBuf,
     pid: u32,
-    http_stop: CancellationToken,
-    http_task: tokio::task::JoinHandle<std::io::Result<()>>,
-    admin_task: tokio::task::JoinHandle<std::io::Result<()>>,
-    publisher_stop: CancellationToken,
-    publisher_task: tokio::task::JoinHandle<()>,
-    net_stop: CancellationToken,
-    net_task: tokio::task::JoinHandle<()>,
+    /// The parent of every task's token.
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    /// Taken by [`Running::shutdown`].
+    tasks: Option<Tasks>,
     store: Store,
     hosted: Vec<Hosted>,
     task_db: Arc<TaskDb>,
-    sweep_stop: CancellationToken,
-    sweep_task: tokio::task::JoinHandle<()>,
     admin: AdminState,
+    public_url: String,
+    created_key: Option<PathBuf>,
     /// What node.json says.
     pub info: NodeFile,
+}
+
+/// The node's tasks, each with the token that stops it (a child of [`Running`]'s).
+struct Tasks {
+    http_stop: CancellationToken,
+    http: JoinHandle<std::io::Result<()>>,
+    admin: JoinHandle<std::io::Result<()>>,
+    publisher_stop: CancellationToken,
+    publisher: JoinHandle<()>,
+    net_stop: CancellationToken,
+    net: JoinHandle<()>,
+    sweep_stop: CancellationToken,
+    sweep: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    /// Without a [`Running::shutdown`]: every task is told to stop (the HTTP servers, the
+    /// publisher, the sweep, the network); nothing waits for them.
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for Running {
@@ -326,11 +273,17 @@ impl std::fmt::Debug for Running {
     }
 }
 
-/// Start everything, write `node.json` and print the banner.
+/// Check the options, start everything and write `node.json`. Nothing is printed: the caller
+/// reports what [`Running`] holds (`agentnet up` prints its banner).
 pub async fn start(opts: Options) -> Result<Running, Error> {
-    if !opts.admin.ip().is_loopback() {
-        return Err(Error::AdminNotLoopback(opts.admin));
-    }
+    // Every check of what the user gave, before anything starts.
+    config::check_admin(opts.admin)?;
+    let public_url = opts
+        .public_url
+        .as_deref()
+        .map(config::check_public_url)
+        .transpose()?;
+    opts.hosted.check()?;
     std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::NodeFile {
         path: opts.data_dir.clone(),
         source,
@@ -340,9 +293,6 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         path: key_path.clone(),
         source,
     })?;
-    if created && !opts.quiet {
-        eprintln!("created a new node key at {}", key_path.display());
-    }
     let did = key.did_key();
 
     let store_path = opts.data_dir.join(STORE_DIR);
@@ -406,50 +356,16 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let max_ttl = limits.max_ttl;
     let validator = Validator::new(resolver.clone(), limits);
 
-    let mut cfg = net::Config {
-        bootstrap: opts.bootstrap.clone(),
-        mdns: opts.mdns,
-        transport: TransportKind::Network,
-        max_process_memory: opts.max_memory,
-        ..Default::default()
-    };
-    if !opts.listen.is_empty() {
-        cfg.listen = opts.listen.clone();
-    }
-    let expect_listen = !cfg.listen.is_empty();
-    let net_stop = CancellationToken::new();
-    let (client, net_task) =
-        net::spawn(&key, cfg, store.clone(), validator, net_stop.clone()).await?;
-    let peer_id = client.peer_id();
-
-    let publisher = Arc::new(Publisher::new(client.clone(), store.clone(), max_ttl));
-    let publisher_stop = CancellationToken::new();
-    let publisher_task = {
-        let p = publisher.clone();
-        let stop = publisher_stop.clone();
-        tokio::spawn(async move { p.run(stop).await })
-    };
-
+    // What can still fail is done before any task starts: the listeners are bound (not served
+    // yet), the hosted agents built. From the network on, `stop` ends every task if a later
+    // step fails (its drop guard) or when the `Running` is dropped.
     let (listener, http_addr) = bind(opts.http).await?;
     let (admin_listener, admin_addr) = bind(opts.admin).await?;
     let token = Token::create(&opts.data_dir)?;
     let well_known = WellKnown::new(&key)?;
 
     // The hosted agents, on the public listener.
-    let public_base = match &opts.public_url {
-        Some(u) => {
-            let parsed = url::Url::parse(u).map_err(|_| Error::PublicUrl(u.clone()))?;
-            if !matches!(parsed.scheme(), "http" | "https")
-                || parsed.host_str().is_none()
-                || parsed.path() != "/"
-                || parsed.query().is_some()
-            {
-                return Err(Error::PublicUrl(u.clone()));
-            }
-            u.trim_end_matches('/').to_string()
-        }
-        None => format!("http://{http_addr}"),
-    };
+    let public_base = public_url.unwrap_or_else(|| format!("http://{http_addr}"));
     let a = &opts.hosted.auth;
     let mut auth_cfg = DidAuthConfig::new(public_base.clone());
     auth_cfg.per_did_nonces = a.per_did_nonces.unwrap_or(auth_cfg.per_did_nonces);
@@ -476,17 +392,44 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         authenticator,
         Some(node_signer),
     )?;
+    let mut cfg = net::Config {
+        bootstrap: opts.bootstrap.clone(),
+        mdns: opts.mdns,
+        transport: TransportKind::Network,
+        max_process_memory: opts.max_memory,
+        ..Default::default()
+    };
+    if !opts.listen.is_empty() {
+        cfg.listen = opts.listen.clone();
+    }
+    let expect_listen = !cfg.listen.is_empty();
+    let stop = CancellationToken::new();
+    let stop_on_error = stop.clone().drop_guard();
+    let tracker = TaskTracker::new();
+    let net_stop = stop.child_token();
+    let (client, net_task) =
+        net::spawn(&key, cfg, store.clone(), validator, net_stop.clone()).await?;
+    let peer_id = client.peer_id();
+
+    let publisher = Arc::new(Publisher::new(client.clone(), store.clone(), max_ttl));
+    let publisher_stop = stop.child_token();
+    let publisher_task = {
+        let p = publisher.clone();
+        let stop = publisher_stop.clone();
+        tracker.spawn(async move { p.run(stop).await })
+    };
+
     for h in hosted.iter().filter(|h| h.publish) {
         let id = Identity::did_key(SecretKey::from_seed(&h.key.seed()));
         if let Err(error) = publisher.publish(&h.card, id, h.ttl.min(max_ttl)).await {
             tracing::warn!(agent = %h.id, %error, "publishing a hosted agent");
         }
     }
-    let sweep_stop = CancellationToken::new();
+    let sweep_stop = stop.child_token();
     let sweep_task = {
         let db = task_db.clone();
         let stop = sweep_stop.clone();
-        tokio::spawn(async move {
+        tracker.spawn(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -512,15 +455,15 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         node_seed: Arc::new(key.seed()),
         agent_keys: AgentKeys::new(&opts.data_dir),
     };
-    let http_stop = CancellationToken::new();
-    let http_task = tokio::spawn(server::serve(
+    let http_stop = stop.child_token();
+    let http_task = tracker.spawn(server::serve(
         listener,
         http::router(well_known).merge(hosted::router(&hosted, &http_stop)),
         opts.http_limits,
         http_stop.clone(),
     ));
-    // `/mcp` beside the admin API, outside its guard: it has checks of its own
-    // (`mcp::http`), and signs A2A requests as the node's did:key, nothing else.
+    // `/mcp` beside the admin API, each behind its own guard (`admin::Guard`, `mcp::http`);
+    // `/mcp` signs A2A requests as the node's did:key, nothing else.
     let mcp = crate::mcp::Server::new(
         Arc::new(admin.clone()),
         crate::mcp::Config {
@@ -538,14 +481,21 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         &public_base,
         &hosted,
     );
-    // The page first: the admin router's guarded fallback stays that of unknown paths.
-    let admin_router = crate::status_page::page().merge(crate::admin::router_with(
-        admin.clone(),
-        Guard::new(token.clone(), admin_addr),
-        crate::mcp::http::router(mcp, admin_addr, token, http_stop.child_token())
-            .merge(crate::status_page::api(status, http_stop.child_token())),
-    ));
-    let admin_task = tokio::spawn(server::serve(
+    // The page (no token, no data) beside the guarded admin routes, `/admin/v1/status` among
+    // them; `/mcp` guards itself.
+    let admin_router = crate::status_page::page()
+        .merge(crate::admin::router_with(
+            admin.clone(),
+            Guard::new(token.clone(), admin_addr),
+            crate::status_page::api(status, http_stop.child_token()),
+        ))
+        .merge(crate::mcp::http::router(
+            mcp,
+            admin_addr,
+            token,
+            http_stop.child_token(),
+        ));
+    let admin_task = tracker.spawn(server::serve(
         admin_listener,
         admin_router,
         opts.admin_limits,
@@ -577,49 +527,33 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     };
     info.write(&opts.data_dir)?;
 
-    if opts.json && !opts.quiet {
-        println!(
-            "{}",
-            serde_json::to_string(&info).expect("a NodeFile always serializes")
-        );
-    } else if !opts.quiet {
-        println!("did: {did}");
-        println!("peer id: {peer_id}");
-        println!("listening on http://{http_addr} (well-known files, hosted agents)");
-        for h in &hosted {
-            println!(
-                "hosting {} ({}) at {}",
-                h.id,
-                h.key.did_key(),
-                hosted::agent_url(&public_base, &h.id)
-            );
-        }
-        println!(
-            "admin API on http://{admin_addr} (token in {})",
-            crate::auth::token_file(&opts.data_dir).display()
-        );
-        for a in &info.listen {
-            println!("listening on {a}");
-        }
-    }
     tracing::info!(%did, %peer_id, %http_addr, %admin_addr, "node started");
 
+    tracker.close();
+    // Started: from here `Running` owns the tasks, and its drop cancels `stop`.
+    stop_on_error.disarm();
     Ok(Running {
         data_dir: opts.data_dir,
         pid,
-        http_stop,
-        http_task,
-        admin_task,
-        publisher_stop,
-        publisher_task,
-        net_stop,
-        net_task,
+        stop,
+        tracker,
+        tasks: Some(Tasks {
+            http_stop,
+            http: http_task,
+            admin: admin_task,
+            publisher_stop,
+            publisher: publisher_task,
+            net_stop,
+            net: net_task,
+            sweep_stop,
+            sweep: sweep_task,
+        }),
         store,
         hosted,
         task_db,
-        sweep_stop,
-        sweep_task,
         admin,
+        public_url: public_base,
+        created_key: created.then_some(key_path),
         info,
     })
 }
@@ -630,7 +564,7 @@ impl Running {
         &self.hosted
     }
 
-    /// What the admin API (and `/mcp`) work with: the in-process [`crate::admin::Directory`].
+    /// What the admin API (and `/mcp`) work with: the in-process [`crate::directory::Directory`].
     pub fn admin_state(&self) -> &AdminState {
         &self.admin
     }
@@ -640,11 +574,43 @@ impl Running {
         &self.task_db
     }
 
+    /// How clients reach the public listener (`--public-url`, else `http://<bound address>`).
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
+    /// The node key file, if this start created it.
+    pub fn created_key(&self) -> Option<&std::path::Path> {
+        self.created_key.as_deref()
+    }
+
+    /// Serve until Ctrl-C or SIGTERM (or an HTTP listener fails), then shut down.
+    pub async fn wait(self) -> Result<(), Error> {
+        // A failed signal handler must not take the node down with it silently: stop cleanly.
+        let stop = tokio::select! {
+            r = terminated() => r,
+            r = self.http_task_failed() => r,
+        };
+        if let Err(error) = &stop {
+            tracing::error!(%error, "stopping");
+        }
+        self.shutdown().await;
+        stop
+    }
+
     /// Resolves if an HTTP listener stops by itself (they only should at shutdown).
     async fn http_task_failed(&self) -> Result<(), Error> {
+        let Some(t) = &self.tasks else {
+            return Ok(());
+        };
         // Poll the tasks' completion without consuming the handles.
         loop {
-            if self.http_task.is_finished() || self.admin_task.is_finished() {
+            if t.http.is_finished() || t.admin.is_finished() {
                 return Err(Error::Http(std::io::Error::other(
                     "the HTTP server stopped unexpectedly",
                 )));
@@ -654,11 +620,14 @@ impl Running {
     }
 
     /// Tear down in a fixed order.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        let Some(t) = self.tasks.take() else {
+            return;
+        };
         // 1. Stop taking requests: the HTTP server first, so that nothing new reaches the
         //    publisher or the network while they stop. In-flight requests get HTTP_DRAIN.
-        self.http_stop.cancel();
-        let both = async { tokio::join!(self.http_task, self.admin_task) };
+        t.http_stop.cancel();
+        let both = async { tokio::join!(t.http, t.admin) };
         match tokio::time::timeout(HTTP_DRAIN, both).await {
             Ok((a, b)) => {
                 for r in [a, b] {
@@ -675,17 +644,20 @@ impl Running {
         for h in &self.hosted {
             h.server.engine().shutdown();
         }
-        self.sweep_stop.cancel();
-        let _ = self.sweep_task.await;
+        t.sweep_stop.cancel();
+        let _ = t.sweep.await;
         // 2. Stop re-announcing: it uses the network.
-        self.publisher_stop.cancel();
-        let _ = self.publisher_task.await;
+        t.publisher_stop.cancel();
+        let _ = t.publisher.await;
         // 3. Stop the network: the swarm task owns the connections and the last handles on the
         //    store besides ours.
-        self.net_stop.cancel();
-        if tokio::time::timeout(NET_STOP, self.net_task).await.is_err() {
+        t.net_stop.cancel();
+        if tokio::time::timeout(NET_STOP, t.net).await.is_err() {
             tracing::warn!("network task did not stop in time");
         }
+        // Every task of the tracker has ended (or, past its timeout, been told to).
+        self.stop.cancel();
+        let _ = tokio::time::timeout(NET_STOP, self.tracker.wait()).await;
         // 4. The store: flush memtables and sync the WAL; RocksDB closes when the last handle
         //    (dropped with the tasks above and with us) goes.
         let store = self.store.clone();

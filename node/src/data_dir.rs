@@ -1,10 +1,14 @@
 //! The node's data directory: `--data-dir`, else `$AGENTNET_DATA_DIR`, else the platform data
 //! directory (`$XDG_DATA_HOME/agentnet`, `~/.local/share/agentnet` on Linux).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use agentnet_did::SecretKey;
+use serde::{Deserialize, Serialize};
 
+/// File the running daemon writes into its data directory so that other commands find it.
+pub const NODE_FILE: &str = "node.json";
 /// File name of the node's secret key inside the data directory.
 pub const KEY_FILE: &str = "node.key";
 
@@ -21,6 +25,73 @@ pub fn resolve(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// The node key file inside `dir`.
 pub fn key_file(dir: &Path) -> PathBuf {
     dir.join(KEY_FILE)
+}
+
+/// `<data-dir>/node.json`: how to reach the running node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeFile {
+    /// The daemon's process id.
+    pub pid: u32,
+    /// The public HTTP listener's bound address.
+    pub http: SocketAddr,
+    /// The admin listener's bound address (loopback).
+    pub admin: SocketAddr,
+    /// The libp2p PeerId.
+    pub peer_id: String,
+    /// The node's did:key.
+    pub did: String,
+    /// libp2p listen addresses, each ending in `/p2p/<peer id>`.
+    pub listen: Vec<String>,
+}
+
+impl NodeFile {
+    /// The node file path in `dir`.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(NODE_FILE)
+    }
+
+    /// Read `<dir>/node.json`.
+    pub fn read(dir: &Path) -> Result<Self, NodeFileError> {
+        let path = Self::path(dir);
+        let io = |source| NodeFileError {
+            path: path.clone(),
+            source,
+        };
+        let bytes = std::fs::read(&path).map_err(io)?;
+        serde_json::from_slice(&bytes).map_err(|e| io(std::io::Error::other(e)))
+    }
+
+    /// Write it atomically (temporary file, then rename).
+    pub(crate) fn write(&self, dir: &Path) -> Result<(), NodeFileError> {
+        let path = Self::path(dir);
+        let tmp = dir.join(format!(".{NODE_FILE}.{}", self.pid));
+        let io = |source| NodeFileError {
+            path: path.clone(),
+            source,
+        };
+        let bytes = serde_json::to_vec_pretty(self).expect("a NodeFile always serializes");
+        std::fs::write(&tmp, bytes).map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)
+    }
+
+    /// Remove it if it is still ours (a newer daemon may have replaced it).
+    pub(crate) fn remove_if_ours(dir: &Path, pid: u32) {
+        if Self::read(dir).is_ok_and(|f| f.pid == pid) {
+            if let Err(error) = std::fs::remove_file(Self::path(dir)) {
+                tracing::warn!(%error, "removing {NODE_FILE}");
+            }
+        }
+    }
+}
+
+/// `node.json` could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct NodeFileError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub source: std::io::Error,
 }
 
 /// Directory of the agents' private keys inside the data directory.

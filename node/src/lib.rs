@@ -10,36 +10,72 @@
 //! agentnet discover --data-dir /tmp/a --skill translation
 //! ```
 //!
+//! Embedded, the daemon is [`daemon::start`] with [`daemon::Options`]; it prints nothing and
+//! returns a [`Running`] that owns every task it started (dropping it stops them):
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), agentnet_node::daemon::Error> {
+//! let node = agentnet_node::daemon::start(agentnet_node::daemon::Options::local("/tmp/a".into()))
+//!     .await?;
+//! println!("admin API on http://{}", node.info.admin);
+//! node.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layout
-//! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
-//!   `publish`, `discover`, `peers`, `testnet`).
-//! - [`daemon`]: `agentnet up`: start, `node.json`, shutdown order.
-//! - [`hosted`]: the hosted A2A agents from the configuration file, mounted at `/a2a/<id>`.
+//! Modules import one way, from the bottom of this list up (`scripts/tests/module-cycles.sh`
+//! checks that no two import each other in a circle):
+//! - [`auth`]: the admin token in the data directory.
+//! - [`identity`]: did:key, did:web and did:wba identities (a key and its DID URL).
+//! - [`signer`]: [`DidSigner`], RFC 9421 request signing as an identity, and the access tokens
+//!   servers answer with.
+//! - [`data_dir`]: where the node keeps its key, the agents' keys and `node.json`
+//!   ([`data_dir::NodeFile`]).
+//! - [`directory`]: the node's read model of the network ([`Directory`], [`Found`], [`Peers`],
+//!   MCP summaries) and the one skill-tag check.
+//! - [`config`]: the `--config` file ([`FileConfig`]), its checks, and the flag-over-file
+//!   merge of `agentnet up`.
+//! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
 //! - [`http`]: the public HTTP surface: the well-known files.
+//! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
+//! - [`tasks`]: the hosted agents' A2A tasks in the node's RocksDB.
 //! - [`a2a_auth`]: the DID authenticator of the hosted agents (RFC 9421, `DIDWba`), bounded.
 //! - [`admin`]: the admin API (its own loopback listener, bearer token) and its client.
-//! - [`auth`]: the admin token in the data directory.
-//! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
 //! - [`status_page`]: the status page on the admin listener (`/status`, `/admin/v1/status`).
-//! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
-//! - [`data_dir`]: where the node keeps its key, the agents' keys and its state.
-//! - [`mcp`]: the MCP server (`agentnet mcp` on stdio, `/mcp` on the admin listener).
-//! - [`tasks`]: the hosted agents' A2A tasks in the node's RocksDB.
-//! - [`testnet`]: `agentnet testnet`: several nodes in one process, discovery end to end.
+//! - [`call`]: calling agents over A2A: find, verify, sign, follow ([`Caller`]).
+//! - [`mcp`]: the MCP server (`agentnet mcp` on stdio, `/mcp` on the admin listener), the MCP
+//!   endpoints of hosted agents, and the signed MCP client.
+//! - [`hosted`]: the hosted A2A agents of the configuration file, mounted at `/a2a/<id>`.
+//! - [`daemon`]: `agentnet up`: checks, start, `node.json`, shutdown order.
+//! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
+//!   `identity`, `publish`, `discover`, `peers`, `call`, `mcp`, `tools`, `tool`, and
+//!   [`cli::testnet`], several nodes in one process): the only code that prints.
+
+#![warn(missing_docs)]
 
 pub mod a2a_auth;
 pub mod admin;
 pub mod auth;
 pub mod call;
 pub mod cli;
+pub mod config;
 pub mod daemon;
 pub mod data_dir;
+pub mod directory;
 pub mod hosted;
 pub mod http;
 pub mod identity;
 pub mod mcp;
 pub mod publisher;
 pub mod server;
+pub mod signer;
 pub mod status_page;
 pub mod tasks;
-pub mod testnet;
+
+pub use call::{CallError, CallOptions, Caller, Target};
+pub use config::{ConfigError, FileConfig};
+pub use daemon::Running;
+pub use directory::{Directory, Found, Peers};
+pub use identity::Identity;
+pub use signer::DidSigner;

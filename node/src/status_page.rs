@@ -31,7 +31,8 @@ use axum::{Json, Router};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{AdminState, ApiError, Peer, Stats};
+use crate::admin::{AdminState, ApiError};
+use crate::directory::{Peer, Stats};
 use crate::hosted::Hosted;
 use crate::tasks::{RecentTask, TaskDb};
 
@@ -159,7 +160,7 @@ impl Status {
         let own = &peers.peer_id;
         let discovered = found
             .into_iter()
-            .map(crate::admin::found)
+            .map(crate::directory::found)
             .map(|f| Discovered {
                 name: text(&f.card["name"]),
                 description: text(&f.card["description"]),

@@ -12,8 +12,8 @@ use agentnet_did::httpsig;
 use agentnet_did::resolver::Options as ResolverOptions;
 use agentnet_did::web::HttpOptions;
 use agentnet_did::{DidUrl, SecretKey};
+use agentnet_node::config::FileConfig;
 use agentnet_node::daemon::{self, Options, Running};
-use agentnet_node::hosted::FileConfig;
 use agentnet_node::identity::{self, DomainSpec, Identity};
 use serde_json::{json, Value};
 

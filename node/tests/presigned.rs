@@ -7,8 +7,8 @@ use std::sync::Arc;
 use agentnet_a2a::client::{self, Client, ClientLimits, PreparedRequest};
 use agentnet_did::SecretKey;
 use agentnet_node::call::{self, DidSigner};
+use agentnet_node::config::FileConfig;
 use agentnet_node::daemon::{self, Options};
-use agentnet_node::hosted::FileConfig;
 use agentnet_node::identity::Identity;
 use serde_json::Value;
 

@@ -368,7 +368,7 @@ impl TurnTools {
         };
         let owner = Caller::new(owner, source);
         let mut message = Message::new(Role::User, vec![Part::text(args.text)]);
-        message.message_id = crate::hosted::uuid_v4();
+        message.message_id = uuid::Uuid::new_v4().to_string();
         message.task_id = args.task_id;
         let full = args.full;
         let req = SendMessageRequest {
@@ -410,9 +410,9 @@ impl ServerHandler for TurnTools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hosted::FileConfig;
+    use crate::config::FileConfig;
 
-    fn config(text: &str) -> Result<FileConfig, crate::hosted::ConfigError> {
+    fn config(text: &str) -> Result<FileConfig, crate::config::ConfigError> {
         let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
         cfg.check().map(|()| cfg)
     }

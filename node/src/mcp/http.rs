@@ -21,7 +21,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -301,7 +301,27 @@ pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// The `/mcp` route for a listener bound at `addr`; sessions end when `stop` is cancelled.
+/// Refuse a peer that is not on loopback, with `403`, as the admin API does: `/mcp` shares its
+/// listener (loopback by configuration) and checks it again itself.
+pub async fn loopback_only(
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !remote.ip().is_loopback() {
+        tracing::warn!(%remote, "refused an /mcp request from a non-loopback address");
+        let body = serde_json::json!({
+            "error": "the admin API answers loopback clients only",
+            "reason": "forbidden",
+        });
+        return (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
+    }
+    next.run(req).await
+}
+
+/// The `/mcp` route for a listener bound at `addr`, guarded by itself: a loopback peer
+/// ([`loopback_only`]), then the admin token ([`gate`]), then rmcp's checks. Sessions end when
+/// `stop` is cancelled.
 pub fn router(server: Server, addr: SocketAddr, token: Token, stop: CancellationToken) -> Router {
     let cfg = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts(addr))
@@ -318,6 +338,7 @@ pub fn router(server: Server, addr: SocketAddr, token: Token, stop: Cancellation
     Router::new()
         .route_service(PATH, service)
         .layer(middleware::from_fn_with_state(Gate::new(token), gate))
+        .layer(middleware::from_fn(loopback_only))
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ pub mod hosted;
 pub mod http;
 pub mod stdio;
 
+pub use crate::directory::{AgentSummary, SkillSummary};
+
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,13 +38,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::admin::{Directory, Found};
 use crate::call::{self, Agent, CallError, CallOptions, Caller, Outcome, Target};
+use crate::directory::{self, shorten, text_of, Directory};
 
-/// Most skill tags in one search.
+/// Most skill tags in one search of the tools: fewer than the network takes
+/// ([`directory::MAX_TAGS`]), as the tools' input schemas say.
 pub const MAX_TAGS: usize = 8;
 /// Longest skill tag, bytes.
-pub const MAX_TAG_LEN: usize = agentnet_discovery::tags::MAX_TAG_LEN;
+pub const MAX_TAG_LEN: usize = directory::MAX_TAG_LEN;
 /// Default number of agents `discover_agents` returns.
 pub const DEFAULT_LIMIT: usize = 10;
 /// Most agents `discover_agents` returns.
@@ -57,8 +60,6 @@ pub const MAX_TEXT: usize = call::MAX_TEXT;
 pub const DEFAULT_WAIT_SECS: u64 = 30;
 /// Longest wait of `send_message`, seconds.
 pub const MAX_WAIT_SECS: u64 = 60;
-/// Longest description of an agent or skill returned by `discover_agents`, characters.
-const MAX_SUMMARY: usize = 500;
 /// Largest `tools/list` result, bytes: 13 316 before descriptions were one paragraph each and
 /// shorter, 12 812 after (with `full` and `agent` added; docs/MCP.md, "Sizes"). Most of the
 /// rest is the schemas' structure, which rmcp generates. Tests keep the list under this.
@@ -178,40 +179,6 @@ pub struct TaskArgs {
 pub struct NoArgs {}
 
 // ---- results ----
-
-/// A skill of an agent.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SkillSummary {
-    /// Its id.
-    pub id: Option<String>,
-    /// Its name.
-    pub name: Option<String>,
-    /// What it does (at most 500 characters).
-    pub description: Option<String>,
-    /// Its tags.
-    pub tags: Vec<String>,
-}
-
-/// A discovered agent (its card not verified yet).
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct AgentSummary {
-    /// Its DID, for the other tools.
-    pub did: String,
-    /// Its name, from its card.
-    pub name: Option<String>,
-    /// What it does (at most 500 characters).
-    pub description: Option<String>,
-    /// Its skill tags.
-    pub tags: Vec<String>,
-    /// Its skills.
-    pub skills: Vec<SkillSummary>,
-    /// False for a did:wba `e1_` DID, whose domain never vouched for its key.
-    pub domain_verified: bool,
-    /// When its advertisement expires (Unix seconds).
-    pub expires_at: u64,
-    /// The libp2p peer that published it.
-    pub peer_id: String,
-}
 
 /// `discover_agents`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -402,19 +369,9 @@ fn check_did(did: &str) -> Result<(), String> {
         .map_err(|e| format!("{:?} is not a DID: {e}", shorten(did, 80)))
 }
 
+/// [`directory::check_tags`] with the tools' bound, [`MAX_TAGS`].
 fn check_tags(tags: &[String]) -> Result<(), String> {
-    if tags.is_empty() || tags.len() > MAX_TAGS {
-        return Err(format!("give 1 to {MAX_TAGS} tags, not {}", tags.len()));
-    }
-    for t in tags {
-        if t.len() > MAX_TAG_LEN || agentnet_discovery::tags::normalize(t).is_none() {
-            return Err(format!(
-                "tag {:?} is not usable: 1 to {MAX_TAG_LEN} bytes, no control characters",
-                shorten(t, 80)
-            ));
-        }
-    }
-    Ok(())
+    directory::check_tags(tags, MAX_TAGS).map_err(|e| e.to_string())
 }
 
 fn check_task_id(id: &str) -> Result<(), String> {
@@ -424,136 +381,6 @@ fn check_task_id(id: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// The first `n` characters of `s`, with `…` if it had more.
-fn shorten(s: &str, n: usize) -> String {
-    match s.char_indices().nth(n) {
-        None => s.to_owned(),
-        Some((end, _)) => {
-            let mut out = String::with_capacity(end + '…'.len_utf8());
-            out.push_str(&s[..end]);
-            out.push('…');
-            out
-        }
-    }
-}
-
-fn text_of(v: &Value, key: &str) -> Option<String> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .map(|s| shorten(s, MAX_SUMMARY))
-}
-
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .take(agentnet_discovery::tags::MAX_TAGS)
-                .map(|s| shorten(s, MAX_TAG_LEN))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The parts of an advertisement that a summary shows, borrowed from its bytes: reading the
-/// whole card as a `Value` was most of `discover_agents`' cost (profiled, docs/BENCHMARKS.md).
-#[derive(Deserialize)]
-struct AdvertView<'a> {
-    #[serde(borrow)]
-    card: CardView<'a>,
-}
-
-#[derive(Deserialize)]
-struct CardView<'a> {
-    #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    description: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    skills: Vec<SkillView<'a>>,
-}
-
-#[derive(Deserialize)]
-struct SkillView<'a> {
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    description: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    tags: Vec<Cow<'a, str>>,
-}
-
-fn short(s: Option<&str>, n: usize) -> Option<String> {
-    s.map(|s| shorten(s, n))
-}
-
-/// A stored advertisement's summary. A card whose fields are not of the expected JSON types
-/// (validation checks the card's signature, not its shape) is read as a `Value` instead, the
-/// way [`summary`] tolerates it: a field of another type is left out.
-pub(crate) fn summarize(a: agentnet_discovery::store::StoredAdvert) -> AgentSummary {
-    let Ok(view) = serde_json::from_slice::<AdvertView>(&a.bytes) else {
-        return summary(crate::admin::found(a));
-    };
-    let card = view.card;
-    AgentSummary {
-        name: short(card.name.as_deref(), MAX_SUMMARY),
-        description: short(card.description.as_deref(), MAX_SUMMARY),
-        skills: card
-            .skills
-            .iter()
-            .take(32)
-            .map(|s| SkillSummary {
-                id: short(s.id.as_deref(), MAX_SUMMARY),
-                name: short(s.name.as_deref(), MAX_SUMMARY),
-                description: short(s.description.as_deref(), MAX_SUMMARY),
-                tags: s
-                    .tags
-                    .iter()
-                    .take(agentnet_discovery::tags::MAX_TAGS)
-                    .map(|t| shorten(t, MAX_TAG_LEN))
-                    .collect(),
-            })
-            .collect(),
-        domain_verified: a.domain_verified(),
-        did: a.did,
-        tags: a.tags,
-        expires_at: a.expires_at,
-        peer_id: a.peer_id,
-    }
-}
-
-/// A found agent's summary, from its card as a JSON value.
-pub(crate) fn summary(f: Found) -> AgentSummary {
-    let skills = f
-        .card
-        .get("skills")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .take(32)
-                .map(|s| SkillSummary {
-                    id: text_of(s, "id"),
-                    name: text_of(s, "name"),
-                    description: text_of(s, "description"),
-                    tags: strings(s.get("tags")),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    AgentSummary {
-        name: text_of(&f.card, "name"),
-        description: text_of(&f.card, "description"),
-        did: f.did,
-        tags: f.tags,
-        skills,
-        domain_verified: f.domain_verified,
-        expires_at: f.expires_at,
-        peer_id: f.peer_id,
-    }
 }
 
 /// The short name of an A2A task state: `TASK_STATE_INPUT_REQUIRED` is `input-required`.
@@ -990,53 +817,6 @@ mod tests {
         assert!(e.is_err());
     }
 
-    fn stored(card: Value) -> agentnet_discovery::store::StoredAdvert {
-        let did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
-        let bytes = serde_json::to_vec(&serde_json::json!({
-            "v": 1, "did": did, "card": card, "peerId": "12D3KooW", "addrs": [], "seq": 3,
-            "issuedAt": 1, "expiresAt": 2,
-            "proof": {"protected": "e30", "signature": "AA"}
-        }))
-        .unwrap();
-        agentnet_discovery::store::StoredAdvert {
-            did: did.into(),
-            seq: 3,
-            issued_at: 1,
-            expires_at: 2,
-            tags: vec!["echo".into()],
-            peer_id: "12D3KooW".into(),
-            bytes,
-        }
-    }
-
-    /// The fast reading of a stored advertisement says what the `Value` reading says, for
-    /// cards of the expected shape and for cards that are not.
-    #[test]
-    fn summaries_read_from_bytes_match_the_value_reading() {
-        let long = "é".repeat(MAX_SUMMARY + 7);
-        let cards = [
-            serde_json::json!({"name": "A", "description": long, "skills": [
-                {"id": "s", "name": "S", "description": "d", "tags": ["echo", "x".repeat(300)]},
-                {"id": "t"}
-            ]}),
-            serde_json::json!({"name": 5, "skills": [{"id": "s", "tags": ["echo", 7]}]}),
-            serde_json::json!({"name": null, "skills": "none"}),
-            serde_json::json!({"skills": (0..40).map(|i| serde_json::json!({"id": i.to_string(),
-                "tags": (0..20).map(|j| format!("t{j}")).collect::<Vec<_>>()})).collect::<Vec<_>>()}),
-            serde_json::json!("not an object"),
-        ];
-        for card in cards {
-            let a = stored(card.clone());
-            let fast = serde_json::to_value(summarize(a.clone())).unwrap();
-            let slow = serde_json::to_value(summary(crate::admin::found(a))).unwrap();
-            assert_eq!(fast, slow, "card {card}");
-        }
-        let s = summarize(stored(serde_json::json!({"description": long})));
-        let d = s.description.unwrap();
-        assert_eq!(d.chars().count(), MAX_SUMMARY + 1);
-        assert!(d.ends_with('…'));
-    }
-
     /// A directory that knows one advertisement.
     struct OneAgent(Value);
 
@@ -1045,9 +825,9 @@ mod tests {
             &'a self,
             _: &'a [String],
             _: usize,
-        ) -> crate::admin::BoxFuture<'a, Result<Vec<Found>, crate::admin::ClientError>> {
+        ) -> directory::BoxFuture<'a, Result<Vec<directory::Found>, directory::Error>> {
             Box::pin(async {
-                Ok(vec![Found {
+                Ok(vec![directory::Found {
                     did: self.0["did"].as_str().unwrap_or_default().to_owned(),
                     seq: 1,
                     tags: vec!["echo".into()],
@@ -1061,14 +841,11 @@ mod tests {
         fn advert<'a>(
             &'a self,
             did: &'a str,
-        ) -> crate::admin::BoxFuture<'a, Result<Option<Value>, crate::admin::ClientError>> {
+        ) -> directory::BoxFuture<'a, Result<Option<Value>, directory::Error>> {
             Box::pin(async move { Ok((self.0["did"] == did).then(|| self.0.clone())) })
         }
-        fn peers(
-            &self,
-        ) -> crate::admin::BoxFuture<'_, Result<crate::admin::Peers, crate::admin::ClientError>>
-        {
-            Box::pin(async { Err(crate::admin::ClientError::NotRunning("a test".into())) })
+        fn peers(&self) -> directory::BoxFuture<'_, Result<directory::Peers, directory::Error>> {
+            Box::pin(async { Err(directory::Error::NotRunning("a test".into())) })
         }
     }
 
@@ -1324,7 +1101,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
 
-        let cfg: crate::hosted::FileConfig =
+        let cfg: crate::config::FileConfig =
             toml::from_str("[[agent]]\nid = \"hang\"\nkind = \"echo\"\npolicy = \"open\"\n")
                 .unwrap();
         let card = crate::hosted::card_for(&cfg.agent[0], &format!("http://{addr}/a2a/hang"));
@@ -1369,7 +1146,7 @@ mod tests {
     /// A signed card of an agent at `url` named `name`, with `description`; its advertisement
     /// as [`OneAgent`] holds it.
     fn advert_of(url: &str, name: &str, description: &str) -> (String, Value) {
-        let mut cfg: crate::hosted::FileConfig =
+        let mut cfg: crate::config::FileConfig =
             toml::from_str("[[agent]]\nid = \"a\"\nkind = \"echo\"\npolicy = \"open\"\n").unwrap();
         cfg.agent[0].name = Some(name.into());
         cfg.agent[0].description = Some(description.into());

@@ -253,7 +253,7 @@ const MCP_TAG: &str = "mcp-echo";
 const MCP_AGENT: &str = "mcp-echo";
 
 /// Node 1's configuration: one `ask` agent (asks for a name, then greets), DID policy.
-fn hosted_sample() -> anyhow::Result<crate::hosted::FileConfig> {
+fn hosted_sample() -> anyhow::Result<crate::config::FileConfig> {
     let text = format!(
         r#"
 [[agent]]
@@ -708,8 +708,6 @@ async fn exercise(
             // Several nodes share this process: a process-wide bound would be theirs together.
             max_memory: None,
             mdns: false,
-            json: false,
-            quiet: true,
             public_url: None,
             // Node 1 hosts the sample agent the last node calls.
             hosted: if i == 0 {

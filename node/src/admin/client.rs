@@ -1,0 +1,169 @@
+//! [`Client`]: a running node's admin API over HTTP, and the [`Directory`] it reads.
+
+use super::*;
+
+/// A client of a running node's admin API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: url::Url,
+    http: reqwest::Client,
+    token: Token,
+}
+
+impl Client {
+    /// A client of the admin API at `base` (`http://127.0.0.1:PORT`) with credential `token`.
+    pub fn new(base: &str, token: Token, timeout: Duration) -> Result<Self, ClientError> {
+        let bad = |reason: String| ClientError::BadUrl {
+            url: base.to_owned(),
+            reason,
+        };
+        let base = url::Url::parse(base).map_err(|e| bad(format!("is not a URL: {e}")))?;
+        if base.scheme() != "http" && base.scheme() != "https" {
+            return Err(bad("must be http or https".into()));
+        }
+        let http = agentnet_did::http::client_builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(5))
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|source| ClientError::Transport {
+                url: base.to_string(),
+                source,
+            })?;
+        Ok(Self { base, http, token })
+    }
+
+    /// The client of the node recorded in `<data-dir>/node.json`, with the token of
+    /// `<data-dir>/admin.token`.
+    pub fn from_data_dir(dir: &Path, timeout: Duration) -> Result<Self, ClientError> {
+        let not_running = || ClientError::NotRunning(dir.display().to_string());
+        let info = crate::data_dir::NodeFile::read(dir).map_err(|_| not_running())?;
+        let token = Token::read(dir)?;
+        Self::new(&format!("http://{}", info.admin), token, timeout)
+    }
+
+    /// The node's URL.
+    pub fn base(&self) -> &url::Url {
+        &self.base
+    }
+
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let url = self.base.to_string();
+        let transport = |source: reqwest::Error| ClientError::Transport {
+            url: url.clone(),
+            source,
+        };
+        let mut resp = req
+            .bearer_auth(self.token.as_str())
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_connect() {
+                    ClientError::NotRunning(url.clone())
+                } else {
+                    transport(e)
+                }
+            })?;
+        let status = resp.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+            if body.len() + chunk.len() > MAX_RESPONSE {
+                return Err(ClientError::TooLarge {
+                    url,
+                    limit: MAX_RESPONSE,
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            let (reason, error) = match serde_json::from_slice::<ApiError>(&body) {
+                Ok(e) => (e.reason, e.error),
+                Err(_) => (
+                    String::new(),
+                    format!(
+                        "HTTP {status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    ),
+                ),
+            };
+            return Err(ClientError::Refused {
+                status: status.as_u16(),
+                reason,
+                error,
+            });
+        }
+        serde_json::from_slice(&body).map_err(|source| ClientError::Unreadable { url, source })
+    }
+
+    fn url(&self, path: &str) -> url::Url {
+        let mut u = self.base.clone();
+        u.set_path(path);
+        u
+    }
+
+    /// `POST /admin/v1/publish`.
+    pub async fn publish(&self, req: &PublishRequest) -> Result<Published, ClientError> {
+        self.send(self.http.post(self.url("/admin/v1/publish")).json(req))
+            .await
+    }
+
+    /// `GET /admin/v1/discover`.
+    pub async fn discover(
+        &self,
+        skills: &[String],
+        limit: usize,
+    ) -> Result<Vec<Found>, ClientError> {
+        let mut u = self.url("/admin/v1/discover");
+        {
+            let mut q = u.query_pairs_mut();
+            for s in skills {
+                q.append_pair("skill", s);
+            }
+            q.append_pair("limit", &limit.to_string());
+        }
+        self.send(self.http.get(u)).await
+    }
+
+    /// `GET /admin/v1/peers`.
+    pub async fn peers(&self) -> Result<Peers, ClientError> {
+        self.send(self.http.get(self.url("/admin/v1/peers"))).await
+    }
+
+    /// `GET /admin/v1/adverts/{did}`: the node's stored advertisement of `did`, or `None` if it
+    /// has no live one.
+    pub async fn advert(&self, did: &str) -> Result<Option<Value>, ClientError> {
+        let mut u = self.url("/admin/v1/adverts/");
+        u.path_segments_mut()
+            .map_err(|()| ClientError::BadUrl {
+                url: self.base.to_string(),
+                reason: "cannot take a path".into(),
+            })?
+            .pop_if_empty()
+            .push(did);
+        match self.send(self.http.get(u)).await {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Refused { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Directory for Client {
+    fn discover<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>> {
+        Box::pin(Client::discover(self, skills, limit))
+    }
+    fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {
+        Box::pin(Client::advert(self, did))
+    }
+    fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>> {
+        Box::pin(Client::peers(self))
+    }
+}

@@ -1,0 +1,505 @@
+//! The admin listener's side: [`AdminState`], the routes behind [`Guard`], and the node's
+//! own [`Directory`].
+
+use super::*;
+
+/// What the admin handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The network.
+    pub client: net::Client,
+    /// Publications.
+    pub publisher: Arc<Publisher>,
+    /// The node's key seed (the default publishing key).
+    pub node_seed: Arc<[u8; 32]>,
+    /// The agents' keys in the data directory.
+    pub agent_keys: AgentKeys,
+}
+
+/// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
+#[derive(Clone, Debug)]
+pub struct Guard {
+    /// The credential.
+    pub token: Token,
+    /// The only `Origin` accepted when one is sent.
+    pub origin: String,
+}
+
+impl Guard {
+    /// The guard of an admin listener bound at `addr`.
+    pub fn new(token: Token, addr: SocketAddr) -> Self {
+        Self {
+            token,
+            origin: format!("http://{addr}"),
+        }
+    }
+}
+
+/// The `/admin/v1` routes, behind [`Guard`]. Other routers merged beside it (`/mcp`,
+/// [`crate::mcp::http::router`]) guard themselves; paths no router has are refused by this
+/// guard the same way, so that an unauthenticated caller learns nothing about the routes.
+pub fn router(state: AdminState, guard: Guard) -> Router {
+    router_with(state, guard, Router::new())
+}
+
+/// [`router`] with `extra` routes behind the same guard (the status page's
+/// `/admin/v1/status`, [`crate::status_page::api`]).
+pub fn router_with(state: AdminState, guard: Guard, extra: Router) -> Router {
+    Router::new()
+        .route("/admin/v1/publish", post(publish))
+        .route("/admin/v1/discover", get(discover))
+        .route("/admin/v1/peers", get(peers))
+        .route("/admin/v1/adverts", post(import))
+        .route("/admin/v1/adverts/{did}", get(advert))
+        .route("/admin/v1/metrics", get(metrics))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+        .merge(extra)
+        // A fallback of its own (axum's answer, a bare 404), so that it stays behind the guard
+        // whatever is merged beside it.
+        .fallback(|| async { StatusCode::NOT_FOUND })
+        .layer(middleware::from_fn_with_state(guard, check))
+}
+
+/// The checks of the module documentation, in that order.
+async fn check(
+    State(guard): State<Guard>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Err(e) = guard.admit(remote, &req) {
+        return e.into_response();
+    }
+    next.run(req).await
+}
+
+impl Guard {
+    fn admit(&self, remote: SocketAddr, req: &Request) -> Result<(), ApiError> {
+        if !remote.ip().is_loopback() {
+            tracing::warn!(%remote, "refused admin request from a non-loopback address");
+            return Err(ApiError::forbidden(
+                "the admin API answers loopback clients only",
+            ));
+        }
+        let headers = req.headers();
+        let host_ok = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(is_loopback_authority);
+        if !host_ok {
+            return Err(ApiError::forbidden(
+                "the admin API answers requests for a loopback host only",
+            ));
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            if origin.as_bytes() != self.origin.as_bytes() {
+                tracing::warn!(?origin, "refused admin request from a web origin");
+                return Err(ApiError::forbidden(
+                    "the admin API does not answer web pages of other origins",
+                ));
+            }
+        }
+        let authorized = headers
+            .get(header::AUTHORIZATION)
+            .is_some_and(|h| self.token.accepts(h.as_bytes()));
+        if !authorized {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the admin API needs `Authorization: Bearer <token>` with the token in the node's admin.token",
+            ));
+        }
+        if req.method() != Method::GET && req.method() != Method::HEAD && !is_json(req) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the admin API takes request bodies as Content-Type: application/json only",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `Content-Type: application/json`, parameters (`; charset=utf-8`) allowed.
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = match authority.rsplit_once(':') {
+        // `[::1]:7878`, `127.0.0.1:7878`, `localhost:7878`; a bare IPv6 literal has no port.
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && !h.ends_with(':') => h,
+        _ => authority,
+    };
+    is_loopback_host(host)
+}
+
+async fn publish(
+    State(state): State<AdminState>,
+    body: Result<Json<PublishRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Published>, ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let node_key = SecretKey::from_seed(&state.node_seed);
+    let id = match req.did {
+        Some(did) if did != node_key.did_key().as_str() => {
+            let keys = state.agent_keys.clone();
+            tokio::task::spawn_blocking(move || keys.load_identity(&did))
+                .await
+                .map_err(ApiError::internal)??
+        }
+        _ => crate::identity::Identity::did_key(node_key),
+    };
+    let published = state.publisher.publish(&req.card, id, req.ttl_secs).await?;
+    Ok(Json(published))
+}
+
+/// Parse `skill=a&skill=b&limit=N` (repeated keys, which serde's query parsing does not do).
+fn parse_discover_query(query: &str) -> Result<(Vec<String>, usize), ApiError> {
+    let mut skills = Vec::new();
+    let mut limit = DEFAULT_LIMIT;
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "skill" => skills.push(v.into_owned()),
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("limit must be 1..={MAX_LIMIT}, got {v:?}"))
+                    })?;
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown parameter {other:?}"
+                )))
+            }
+        }
+    }
+    check_tags(&skills, directory::MAX_TAGS)?;
+    Ok((skills, limit))
+}
+
+async fn discover(
+    State(state): State<AdminState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<Found>>, ApiError> {
+    let (skills, limit) = parse_discover_query(query.as_deref().unwrap_or_default())?;
+    Ok(Json(state.discover(&skills, limit).await?))
+}
+
+async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError> {
+    Ok(Json(state.peers().await?))
+}
+
+impl AdminState {
+    /// What `GET /admin/v1/discover` answers, for `skills` already checked
+    /// ([`check_tags`]).
+    pub async fn discover(&self, skills: &[String], limit: usize) -> Result<Vec<Found>, ApiError> {
+        Ok(self
+            .stored(skills, limit)
+            .await?
+            .into_iter()
+            .map(directory::found)
+            .collect())
+    }
+
+    /// The stored advertisements [`AdminState::discover`] answers with.
+    async fn stored(&self, skills: &[String], limit: usize) -> Result<Vec<StoredAdvert>, ApiError> {
+        self.client
+            .discover(skills, limit.clamp(1, MAX_LIMIT))
+            .await
+            .map_err(from_net)
+    }
+
+    /// What `GET /admin/v1/peers` answers.
+    pub async fn peers(&self) -> Result<Peers, ApiError> {
+        let c = &self.client;
+        let peers = c.peers().await.map_err(from_net)?;
+        let listen = c.listen_addrs().await.map_err(from_net)?;
+        let s = c.stats();
+        let rejected_by_reason = s
+            .rejected
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.to_string(), *v)).collect())
+            .unwrap_or_default();
+        Ok(Peers {
+            peer_id: c.peer_id().to_string(),
+            listen: listen.iter().map(|a| a.to_string()).collect(),
+            peers: peers
+                .into_iter()
+                .map(|p| Peer {
+                    peer_id: p.peer_id,
+                    addrs: p.addrs,
+                })
+                .collect(),
+            stats: Stats {
+                accepted: s.accepted.get(),
+                ignored: s.ignored.get(),
+                rejected_by_reason,
+                throttled: s.throttled.get(),
+                traffic: c.traffic(),
+                connections_trimmed: s.trimmed.get(),
+            },
+        })
+    }
+
+    /// The stored advertisement of `did` as received, or `None` without a live one.
+    pub async fn advert_bytes(&self, did: &str) -> Result<Option<Vec<u8>>, ApiError> {
+        let store = self.client.store().clone();
+        let d = did.to_owned();
+        let stored = tokio::task::spawn_blocking(move || store.get(&d, unix_now()))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| match e {
+                StoreError::InvalidInput { .. } => ApiError::bad_request(e.to_string()),
+                e => ApiError::internal(e),
+            })?;
+        Ok(stored.map(|a| a.bytes))
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.client.metrics_text(),
+    )
+        .into_response()
+}
+
+/// Validate, store and announce an advertisement signed elsewhere.
+async fn import(State(state): State<AdminState>, body: Bytes) -> Result<Json<Published>, ApiError> {
+    let v = state
+        .client
+        .publish(body.to_vec())
+        .await
+        .map_err(from_net)?;
+    Ok(Json(Published {
+        did: v.did,
+        seq: v.seq,
+        tags: v.tags,
+        expires_at: v.expires_at,
+    }))
+}
+
+async fn advert(
+    State(state): State<AdminState>,
+    UrlPath(did): UrlPath<String>,
+) -> Result<Response, ApiError> {
+    match state.advert_bytes(&did).await? {
+        Some(bytes) => Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response()),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no live advertisement of {did}"),
+        )),
+    }
+}
+
+impl Directory for AdminState {
+    fn discover<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Found>, ClientError>> {
+        Box::pin(async move {
+            check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
+            Ok(AdminState::discover(self, skills, limit).await?)
+        })
+    }
+    /// Summarized from the stored advertisements' bytes, without building their cards as
+    /// JSON values (`directory::summarize`).
+    fn summaries<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<AgentSummary>, ClientError>> {
+        Box::pin(async move {
+            check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
+            let stored = self.stored(skills, limit).await?;
+            Ok(stored.into_iter().map(directory::summarize).collect())
+        })
+    }
+    fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {
+        Box::pin(async move {
+            match self.advert_bytes(did).await? {
+                None => Ok(None),
+                Some(b) => {
+                    serde_json::from_slice(&b)
+                        .map(Some)
+                        .map_err(|source| ClientError::Unreadable {
+                            url: "the node's store".into(),
+                            source,
+                        })
+                }
+            }
+        })
+    }
+    fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>> {
+        Box::pin(async move { Ok(AdminState::peers(self).await?) })
+    }
+}
+
+/// The guard's rules and the query parsing, without a server.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_authorities() {
+        for ok in [
+            "127.0.0.1:7878",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:80",
+            "[::1]",
+            "127.9.9.9",
+        ] {
+            assert!(is_loopback_authority(ok), "{ok}");
+        }
+        for bad in [
+            "example.com",
+            "evil.localhost.example:80",
+            "10.0.0.1:7878",
+            "[::2]:1",
+            "",
+        ] {
+            assert!(!is_loopback_authority(bad), "{bad}");
+        }
+    }
+
+    fn guard() -> (Guard, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let token = Token::create(dir.path()).unwrap();
+        let bearer = format!("Bearer {}", token.as_str());
+        (Guard::new(token, "127.0.0.1:7879".parse().unwrap()), bearer)
+    }
+
+    fn req(method: &str, headers: &[(&str, &str)]) -> Request {
+        let mut b = axum::http::Request::builder()
+            .method(method)
+            .uri("/admin/v1/publish");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(axum::body::Body::empty()).unwrap()
+    }
+
+    fn status(r: Result<(), ApiError>) -> u16 {
+        r.map(|()| 200).unwrap_or_else(|e| e.status)
+    }
+
+    #[test]
+    fn guard_refuses_missing_wrong_and_cross_site() {
+        let (g, bearer) = guard();
+        let local: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+        let host = ("Host", "127.0.0.1:7879");
+        let auth = ("Authorization", bearer.as_str());
+        let json = ("Content-Type", "application/json");
+        // The CLI's request.
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, json]))),
+            200
+        );
+        assert_eq!(status(g.admit(local, &req("GET", &[host, auth]))), 200);
+        // No or wrong credentials.
+        assert_eq!(status(g.admit(local, &req("GET", &[host]))), 401);
+        for wrong in [
+            "Bearer ",
+            "Bearer AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            "Basic dXNlcjpwYXNz",
+            &bearer[7..],
+        ] {
+            let r = req("GET", &[host, ("Authorization", wrong)]);
+            assert_eq!(status(g.admit(local, &r)), 401, "{wrong}");
+        }
+        // A web page's "simple" cross-site POST: text/plain, its own Origin. Refused for the
+        // Origin even if it somehow had the token, and for the media type even without Origin.
+        let page = ("Origin", "http://localhost:3000");
+        let text = ("Content-Type", "text/plain");
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, page, text]))),
+            403
+        );
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, page, text]))),
+            403
+        );
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, text]))),
+            415
+        );
+        assert_eq!(status(g.admit(local, &req("POST", &[host, auth]))), 415);
+        assert_eq!(
+            status(g.admit(
+                local,
+                &req(
+                    "POST",
+                    &[
+                        host,
+                        auth,
+                        ("Content-Type", "application/json; charset=utf-8")
+                    ]
+                )
+            )),
+            200
+        );
+        // Only the listener's own origin passes.
+        let own = ("Origin", "http://127.0.0.1:7879");
+        assert_eq!(
+            status(g.admit(local, &req("POST", &[host, auth, own, json]))),
+            200
+        );
+        let null = ("Origin", "null");
+        assert_eq!(
+            status(g.admit(local, &req("GET", &[host, auth, null]))),
+            403
+        );
+        // DNS rebinding and remote peers.
+        let evil = ("Host", "attacker.example");
+        assert_eq!(status(g.admit(local, &req("GET", &[evil, auth]))), 403);
+        let remote: SocketAddr = "192.0.2.7:50000".parse().unwrap();
+        assert_eq!(status(g.admit(remote, &req("GET", &[host, auth]))), 403);
+    }
+
+    #[test]
+    fn publish_requests_carry_no_private_key() {
+        let with_key = serde_json::json!({
+            "card": {}, "key": {"kty": "OKP", "crv": "Ed25519", "x": "a", "d": "b"}
+        });
+        let e = serde_json::from_value::<PublishRequest>(with_key).unwrap_err();
+        assert!(e.to_string().contains("unknown field `key`"), "{e}");
+    }
+
+    #[test]
+    fn discover_query() {
+        let (s, l) = parse_discover_query("skill=a&skill=b%20c&limit=5").unwrap();
+        assert_eq!(s, ["a", "b c"]);
+        assert_eq!(l, 5);
+        assert!(parse_discover_query("limit=5").is_err());
+        assert!(parse_discover_query("skill=a&limit=0").is_err());
+        assert!(parse_discover_query("skill=a&limit=101").is_err());
+        assert!(parse_discover_query("skill=a&x=1").is_err());
+        // An unusable tag is a 400, not silently dropped from the search.
+        let long = format!("skill=a&skill={}", "x".repeat(65));
+        for bad in ["skill=a&skill=", "skill=%20", "skill=a%01b", &long] {
+            let e = parse_discover_query(bad).unwrap_err();
+            assert_eq!(e.status, 400, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! `resolve` and `identity new|show`: DIDs and their documents.
+
+use super::*;
+
+pub(super) async fn resolve(
+    did: &str,
+    json_out: bool,
+    opts: ResolverOptions,
+) -> anyhow::Result<ExitCode> {
+    let resolver = Resolver::new(opts).map_err(anyhow::Error::msg)?;
+    match resolver.resolve_str(did).await {
+        Ok(doc) => {
+            let doc = doc.to_json();
+            if json_out {
+                let out = json!({
+                    "didDocument": doc,
+                    "didResolutionMetadata": {"contentType": "application/did+json"},
+                    "didDocumentMetadata": {}
+                });
+                println!("{}", json_text(&out)?);
+            } else {
+                println!("{}", json_text(&doc)?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            if json_out {
+                let out = json!({
+                    "didDocument": null,
+                    "didResolutionMetadata": {"error": e.code(), "errorMessage": e.to_string()},
+                    "didDocumentMetadata": {}
+                });
+                println!("{}", json_text(&out)?);
+            }
+            eprintln!("error: {}", text::sanitize(&e.to_string()));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+pub(super) fn identity_new(
+    spec: &identity::DomainSpec,
+    out: Option<&Path>,
+    dir: Option<&Path>,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(dir)?;
+    let key = SecretKey::generate();
+    let created = agentnet_did::httpsig::format_utc_timestamp(agentnet_discovery::net::unix_now());
+    let (did, doc) = identity::create(spec, &key, &created)?;
+    let url = agentnet_did::web::document_url(&did)?;
+    let (key_file, doc_file) = data_dir::AgentKeys::new(&dir).install_domain(&key, &doc)?;
+    if let Some(out) = out {
+        let body = serde_json::to_vec_pretty(&doc.to_json())?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(out)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &body))
+            .with_context(|| format!("writing {} (it must not exist)", out.display()))?;
+    }
+    if json_out {
+        println!(
+            "{}",
+            json_line(&json!({
+                "did": did.as_str(),
+                "kid": format!("{did}#{}", identity::KEY_FRAGMENT),
+                "keyFile": key_file,
+                "documentFile": doc_file,
+                "url": url.as_str(),
+                "document": doc.to_json(),
+            }))?
+        );
+    } else {
+        println!("{did}");
+        eprintln!("key:      {} (mode 0600)", key_file.display());
+        eprintln!("document: {}", doc_file.display());
+        eprintln!(
+            "serve the document at {url} (HTTPS, Content-Type: application/json), then \
+             publish with `agentnet publish --as {did}`"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn identity_show(did: &str, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(dir)?;
+    let keys = data_dir::AgentKeys::new(&dir);
+    let id = keys.load_identity(did)?;
+    let doc = read_json(&keys.document_file(did)?)?;
+    println!("{}", json_text(&doc)?);
+    eprintln!(
+        "signs as {}; serve this document at {}",
+        id.kid(),
+        agentnet_did::web::document_url(id.did())?
+    );
+    Ok(ExitCode::SUCCESS)
+}

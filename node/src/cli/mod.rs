@@ -1,0 +1,638 @@
+//! The `agentnet` command line: the only part of the library, with [`testnet`], that prints.
+//!
+//! - this module: the arguments, [`main`], and what the commands share (input files, the
+//!   resolver options, the admin client);
+//! - `node`: `init`, `up` (and its banner), `mcp`;
+//! - `network`: `publish`, `discover`, `peers`;
+//! - `cards`: `card sign|verify`; `dids`: `resolve`, `identity new|show`;
+//! - `calls`: `call`, `tools`, `tool`; [`testnet`]: `testnet`;
+//! - `output`: tables and JSON for the terminal.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentnet_did::card::{self, KeySource};
+use agentnet_did::didkey::{self, KeyFormat};
+use agentnet_did::key::Jwk;
+use agentnet_did::resolver::Options as ResolverOptions;
+use agentnet_did::web::HttpOptions;
+use agentnet_did::{json, text, DidUrl, Resolver, SecretKey};
+use anyhow::{bail, Context as _};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::admin::{self, PublishRequest};
+use crate::config::{self, FileConfig, Overrides};
+use crate::directory::Directory;
+use crate::{call, daemon, data_dir, identity};
+use agentnet_discovery::store::Limits as StoreLimits;
+
+mod calls;
+mod cards;
+mod dids;
+mod network;
+mod node;
+mod output;
+pub mod testnet;
+
+use calls::{call_cmd, tool_cmd, tools_cmd};
+use cards::{sign_card, verify_card};
+use dids::{identity_new, identity_show, resolve};
+use network::{discover, peers, publish};
+use node::{init, mcp_stdio, up};
+use output::{json_line, json_text, print_table};
+
+/// Largest card, DID document or JWK file we read.
+const MAX_INPUT: u64 = 1024 * 1024;
+
+/// agentnet: a peer node for an open network of AI agents, with DID identities.
+#[derive(Debug, Parser)]
+#[command(name = "agentnet", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create the node's key if there is none, and print its DID.
+    Init {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve a DID (did:key locally, did:web and did:wba over HTTPS) and print its document.
+    Resolve {
+        /// The DID.
+        did: String,
+        /// Print a DID resolution result (didDocument, didResolutionMetadata) as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        net: NetArgs,
+        /// Verification method type for did:key documents.
+        #[arg(long, value_enum, default_value_t = KeyFormatArg::Multikey)]
+        key_format: KeyFormatArg,
+        /// Add the X25519 keyAgreement key to did:key documents.
+        #[arg(long)]
+        key_agreement: bool,
+    },
+    /// Sign and verify A2A Agent Cards.
+    Card {
+        #[command(subcommand)]
+        command: CardCommand,
+    },
+    /// Run the node: the libp2p network, the store, the public HTTP listener (well-known files)
+    /// and the loopback admin listener the other commands use.
+    Up(UpArgs),
+    /// Publish an Agent Card through the running node, re-announced until the node stops.
+    Publish {
+        /// The Agent Card JSON file (`-` for standard input); it needs skills with tags.
+        #[arg(long)]
+        card: PathBuf,
+        /// Lifetime of each advertisement, seconds (re-announced at 2/3 of it).
+        #[arg(long, default_value_t = admin::DEFAULT_TTL)]
+        ttl: u64,
+        /// The agent's key (a private Ed25519 JWK file); default: the node's key. It is
+        /// installed into <data-dir>/agents/<did>.jwk (mode 0600) for the node to sign with;
+        /// the key itself is never sent over HTTP.
+        #[arg(long, conflicts_with = "as_did")]
+        key: Option<PathBuf>,
+        /// Publish as this identity, whose key is in <data-dir>/agents/ (a did:web or did:wba
+        /// made by `agentnet identity new`, or a did:key installed by an earlier `--key`).
+        #[arg(long = "as", value_name = "DID")]
+        as_did: Option<String>,
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create and list agent identities under a domain (did:web, did:wba).
+    Identity {
+        #[command(subcommand)]
+        command: IdentityCommand,
+    },
+    /// Call an agent over A2A: find its card (the node's index, then the network), verify it,
+    /// send the message signed with your DID, follow the task and print its artifacts.
+    Call(CallArgs),
+    /// List the tools of the MCP server an agent advertises on its card (verified first;
+    /// every request signed with your DID).
+    Tools(ToolsArgs),
+    /// Call one tool of the MCP server an agent advertises on its card (verified first; every
+    /// request signed with your DID).
+    Tool(ToolArgs),
+    /// Find agents by skill tag: the node's index, then the network.
+    Discover {
+        /// A skill tag; repeat to require several.
+        #[arg(long = "skill", required = true)]
+        skills: Vec<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = admin::DEFAULT_LIMIT)]
+        limit: usize,
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve MCP on standard input and output, for an MCP host (desktop assistant, IDE): tools
+    /// to discover agents, verify their cards and send them messages. Uses the node running on
+    /// the data directory, or starts one in this process (stopped when standard input ends).
+    /// Standard output carries only MCP messages; logs go to standard error.
+    Mcp(McpArgs),
+    /// Show the running node's peers and counters.
+    Peers {
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start several nodes on loopback in this process, publish sample agents from some and
+    /// discover them from the last: the whole network at work, in seconds.
+    Testnet {
+        /// How many nodes, 2 to 32.
+        #[arg(
+            long,
+            default_value_t = testnet::DEFAULT_NODES,
+            value_parser = clap::value_parser!(u8)
+                .range(i64::from(testnet::MIN_NODES)..=i64::from(testnet::MAX_NODES)),
+        )]
+        nodes: u8,
+        /// Keep the nodes' data in <DIR>/node-1 … node-N; default: a temporary directory,
+        /// removed at exit.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Print one JSON object at the end; progress goes to standard error.
+        #[arg(long)]
+        json: bool,
+        /// Keep the nodes running until Ctrl-C, to try the other commands against them.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct UpArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// libp2p listen address (repeatable); default: TCP and QUIC on all interfaces, random ports.
+    #[arg(long, value_name = "MULTIADDR")]
+    listen: Vec<String>,
+    /// Peer to dial at start, e.g. /ip4/203.0.113.7/tcp/4001/p2p/12D3Koo… (repeatable).
+    #[arg(long, value_name = "MULTIADDR")]
+    bootstrap: Vec<String>,
+    /// The node's configuration file (TOML): `[node]` settings (each flag here overrides its
+    /// value), `[tasks]` retention, `[auth]` verifier bounds, and the hosted A2A agents
+    /// (`[[agent]]`: echo, ask, command, proxy). See docs/A2A.md.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address of the public HTTP listener (well-known files, hosted agents); port 0 picks a
+    /// free one. Default 127.0.0.1:7878.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// How clients reach the public listener, http(s)://host[:port] (behind a proxy, or when
+    /// listening on 0.0.0.0); default http://<bound address>.
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
+    /// Address of the admin API listener: a loopback address only; port 0 (the default) picks a
+    /// free one. The commands find it in <data-dir>/node.json and authenticate with the token
+    /// in <data-dir>/admin.token, written anew at every start. Default 127.0.0.1:0.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+    /// Do not look for peers on the LAN with mDNS.
+    #[arg(long)]
+    no_mdns: bool,
+    /// Most MiB of other nodes' adverts (with their index and replay records) the store keeps;
+    /// past it, new agents from others are refused until expired ones are swept.
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_total_bytes >> 20)]
+    store_max_mib: u64,
+    /// Most MiB of adverts naming one publishing peer.
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_peer_bytes >> 20)]
+    store_peer_mib: u64,
+    /// Refuse other nodes' adverts while the store's disk has less than this many MiB free
+    /// (the node's own publishing goes on).
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().min_free_bytes >> 20)]
+    store_min_free_mib: u64,
+    /// Refuse new peer connections while the node's resident memory is above this many MiB
+    /// (connections already open stay); 0: no such bound.
+    #[arg(long, value_name = "MIB", default_value_t = daemon::DEFAULT_MAX_MEMORY_MIB)]
+    max_memory_mib: u64,
+    /// How the node resolves did:web/did:wba callers (and the agents it calls): a local
+    /// testnet's documents on loopback need `--allow-http-loopback` or `--ca-cert`.
+    #[command(flatten)]
+    net: NetArgs,
+    /// Print the start banner as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which running node a command talks to.
+#[derive(Debug, Args)]
+struct NodeArg {
+    /// The node's admin API URL (e.g. http://127.0.0.1:7879); default: the one recorded in
+    /// <data-dir>/node.json. The token always comes from <data-dir>/admin.token.
+    #[arg(long, value_name = "URL")]
+    node: Option<String>,
+    /// The node's data directory.
+    #[arg(long, env = "AGENTNET_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum IdentityCommand {
+    /// Create a key and the DID document of an identity under a domain; the key goes into
+    /// <data-dir>/agents/ (mode 0600), the document beside it, to be served at the URL printed.
+    New {
+        /// did:web identity: `host[%3Aport][:path:segments]`, e.g. `example.com:agents:x`
+        /// (served at https://example.com/agents/x/did.json).
+        #[arg(
+            long,
+            value_name = "ID",
+            conflicts_with = "wba",
+            required_unless_present = "wba"
+        )]
+        web: Option<String>,
+        /// did:wba identity with the ANP `e1_` key binding: `host[%3Aport]:path[:segments]`,
+        /// e.g. `example.com:agents`; the last segment `e1_<key thumbprint>` is added.
+        #[arg(long, value_name = "ID")]
+        wba: Option<String>,
+        /// Also write the DID document here.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the DID document of an identity, and where to serve it.
+    Show {
+        /// The DID.
+        did: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+}
+
+#[derive(Debug, Args)]
+struct CallArgs {
+    /// The message.
+    text: String,
+    /// The agent's DID (looked up in the node's index; with --skill, only this agent).
+    #[arg(long, required_unless_present = "skill")]
+    did: Option<String>,
+    /// A skill tag the agent must have (repeat to require several); the first agent found
+    /// whose card verifies and offers an interface we speak is called.
+    #[arg(long = "skill")]
+    skill: Vec<String>,
+    /// Continue this task (waiting for input) instead of starting one.
+    #[arg(long, value_name = "ID")]
+    task: Option<String>,
+    /// Follow the task over SSE instead of polling.
+    #[arg(long)]
+    stream: bool,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID", conflicts_with = "anonymous")]
+    as_did: Option<String>,
+    /// Send unsigned requests.
+    #[arg(long)]
+    anonymous: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout_secs: u64,
+    /// Allow agent interfaces on loopback and private addresses, and plain http (testnets).
+    #[arg(long)]
+    allow_private: bool,
+    #[command(flatten)]
+    node: NodeArg,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+#[derive(Debug, Args)]
+struct RemoteMcpArgs {
+    /// The agent's DID (its card is looked up in the node's index).
+    #[arg(long, required_unless_present = "skill", conflicts_with = "skill")]
+    did: Option<String>,
+    /// Or: the first agent with this skill tag (repeatable: all of them) whose verified card
+    /// advertises an MCP endpoint.
+    #[arg(long, value_name = "TAG")]
+    skill: Vec<String>,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID")]
+    as_did: Option<String>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout_secs: u64,
+    /// Allow MCP endpoints on loopback and private addresses, and plain http (testnets).
+    #[arg(long)]
+    allow_private: bool,
+    #[command(flatten)]
+    node: NodeArg,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+#[derive(Debug, Args)]
+struct ToolsArgs {
+    #[command(flatten)]
+    remote: RemoteMcpArgs,
+}
+
+#[derive(Debug, Args)]
+struct ToolArgs {
+    /// The tool's name.
+    name: String,
+    /// Its arguments, a JSON object.
+    #[arg(long, default_value = "{}")]
+    args: String,
+    #[command(flatten)]
+    remote: RemoteMcpArgs,
+}
+
+#[derive(Debug, Args)]
+struct McpArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// Sign the A2A requests of send_message, get_task and cancel_task as this identity (its
+    /// key in <data-dir>/agents/); default: the node's did:key.
+    #[arg(long = "as", value_name = "DID")]
+    as_did: Option<String>,
+    /// Allow agent interfaces on loopback and private addresses, and plain http (testnets).
+    #[arg(long)]
+    allow_private: bool,
+    /// Peers to dial if a node is started here (no node runs on the data directory).
+    #[arg(long, value_name = "MULTIADDR")]
+    bootstrap: Vec<String>,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum CardCommand {
+    /// Sign a card (JWS, EdDSA, kid = DID URL) and print the signed card.
+    Sign {
+        /// The Agent Card JSON file (`-` for standard input).
+        card: PathBuf,
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Sign with this key file (a private Ed25519 JWK) instead of the node's key.
+        #[arg(long, conflicts_with = "data_dir")]
+        key: Option<PathBuf>,
+        /// The kid (verification method DID URL); default: the key's did:key.
+        #[arg(long)]
+        kid: Option<String>,
+    },
+    /// Verify every signature on a card, resolving each kid's DID.
+    Verify {
+        /// The signed Agent Card JSON file (`-` for standard input).
+        card: PathBuf,
+        /// Verify with this public JWK instead of resolving the kid.
+        #[arg(long)]
+        jwk: Option<PathBuf>,
+        #[command(flatten)]
+        net: NetArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct DataDirArg {
+    /// The node's data directory.
+    #[arg(long, env = "AGENTNET_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct NetArgs {
+    /// Allow did:web/did:wba on loopback hosts over plain http (local testnets, tests).
+    #[arg(long)]
+    allow_http_loopback: bool,
+    /// Trust this extra root certificate (PEM) for did:web/did:wba.
+    #[arg(long)]
+    ca_cert: Option<PathBuf>,
+    /// HTTP timeout in seconds.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KeyFormatArg {
+    /// Multikey (did:key v0.7 default).
+    Multikey,
+    /// Ed25519VerificationKey2020 / X25519KeyAgreementKey2020.
+    #[value(name = "2020")]
+    Ed2020,
+}
+
+/// Run the command line; the process exit code is 0 on success, 1 on failure, 2 on bad usage.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGENTNET_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", text::sanitize(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Init { dir, json } => init(dir.data_dir.as_deref(), json),
+        Command::Resolve {
+            did,
+            json,
+            net,
+            key_format,
+            key_agreement,
+        } => {
+            let mut opts = resolver_options(&net)?;
+            opts.did_key = didkey::Options {
+                format: match key_format {
+                    KeyFormatArg::Multikey => KeyFormat::Multikey,
+                    KeyFormatArg::Ed2020 => KeyFormat::Ed25519VerificationKey2020,
+                },
+                key_agreement,
+            };
+            resolve(&did, json, opts).await
+        }
+        Command::Card {
+            command:
+                CardCommand::Sign {
+                    card,
+                    dir,
+                    key,
+                    kid,
+                },
+        } => sign_card(
+            &card,
+            dir.data_dir.as_deref(),
+            key.as_deref(),
+            kid.as_deref(),
+        ),
+        Command::Card {
+            command:
+                CardCommand::Verify {
+                    card,
+                    jwk,
+                    net,
+                    json,
+                },
+        } => verify_card(&card, jwk.as_deref(), &net, json).await,
+        Command::Up(args) => up(args).await,
+        Command::Publish {
+            card,
+            ttl,
+            key,
+            as_did,
+            node,
+            json,
+        } => publish(&card, ttl, key.as_deref(), as_did, &node, json).await,
+        Command::Identity {
+            command:
+                IdentityCommand::New {
+                    web,
+                    wba,
+                    out,
+                    dir,
+                    json,
+                },
+        } => {
+            let spec = match (web, wba) {
+                (Some(w), _) => identity::DomainSpec::Web(w),
+                (None, Some(w)) => identity::DomainSpec::Wba(w),
+                (None, None) => bail!("give --web or --wba"),
+            };
+            identity_new(&spec, out.as_deref(), dir.data_dir.as_deref(), json)
+        }
+        Command::Identity {
+            command: IdentityCommand::Show { did, dir },
+        } => identity_show(&did, dir.data_dir.as_deref()),
+        Command::Call(args) => call_cmd(args).await,
+        Command::Tools(args) => tools_cmd(args).await,
+        Command::Tool(args) => tool_cmd(args).await,
+        Command::Discover {
+            skills,
+            limit,
+            node,
+            json,
+        } => discover(&skills, limit, &node, json).await,
+        Command::Peers { node, json } => peers(&node, json).await,
+        Command::Mcp(args) => mcp_stdio(args).await,
+        Command::Testnet {
+            nodes,
+            data_dir,
+            json,
+            keep,
+        } => {
+            testnet::run(testnet::Options {
+                nodes,
+                data_dir,
+                json,
+                keep,
+            })
+            .await
+        }
+    }
+}
+
+/// Time the admin commands give the node: a discovery may wait for DHT queries.
+const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
+    let dir = data_dir::resolve(node.data_dir.as_deref())?;
+    Ok(match &node.node {
+        Some(url) => {
+            let token = crate::auth::Token::read(&dir).map_err(admin::ClientError::Token)?;
+            admin::Client::new(url, token, ADMIN_TIMEOUT)?
+        }
+        None => admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?,
+    })
+}
+
+fn resolver_options(net: &NetArgs) -> anyhow::Result<ResolverOptions> {
+    let mut http = HttpOptions {
+        timeout: std::time::Duration::from_secs(net.timeout.max(1)),
+        allow_http_loopback: net.allow_http_loopback,
+        allow_loopback: net.allow_http_loopback,
+        ..Default::default()
+    };
+    if let Some(ca) = &net.ca_cert {
+        http.extra_root_pems.push(read_bounded(ca)?);
+        // A private CA is how local testnets serve did:web: let them be on loopback.
+        http.allow_loopback = true;
+    }
+    Ok(ResolverOptions {
+        http,
+        ..Default::default()
+    })
+}
+
+fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .take(MAX_INPUT + 1)
+            .read_to_end(&mut buf)
+            .context("reading standard input")?;
+    } else {
+        let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        f.take(MAX_INPUT + 1)
+            .read_to_end(&mut buf)
+            .with_context(|| format!("reading {}", path.display()))?;
+    }
+    if buf.len() as u64 > MAX_INPUT {
+        bail!("{} is larger than {} bytes", path.display(), MAX_INPUT);
+    }
+    Ok(buf)
+}
+
+/// A JSON file read strictly: bounded size, depth and values, no member named twice (a card
+/// with a repeated member could be read one way here and another way by a verifier).
+fn read_json(path: &Path) -> anyhow::Result<Value> {
+    let bytes = read_bounded(path)?;
+    json::from_slice(&bytes, FILE_JSON).map_err(|e| match e {
+        json::JsonError::Syntax(why) => anyhow::anyhow!("{} is not JSON: {why}", path.display()),
+        e => anyhow::anyhow!("{}: {e}", path.display()),
+    })
+}
+
+/// Bounds of JSON files given on the command line (cards, DID documents).
+const FILE_JSON: json::Limits = json::Limits {
+    max_depth: 128,
+    max_values: 1 << 20,
+};

@@ -1,0 +1,124 @@
+//! The commands that ask the running node: `publish`, `discover`, `peers`.
+
+use super::*;
+
+pub(super) async fn publish(
+    card_path: &Path,
+    ttl: u64,
+    key: Option<&Path>,
+    as_did: Option<String>,
+    node: &NodeArg,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let card = read_json(card_path)?;
+    // The node checks all of this too; checking here first names the file.
+    crate::publisher::check_card(&card)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", card_path.display()))?;
+    let client = admin_client(node)?;
+    // The key stays on this machine: it goes into the node's data directory, and the request
+    // names the agent's DID.
+    let did = match key {
+        Some(p) => {
+            let key = SecretKey::load(p)
+                .with_context(|| format!("loading the agent key {}", p.display()))?;
+            let dir = data_dir::resolve(node.data_dir.as_deref())?;
+            Some(data_dir::AgentKeys::new(&dir).install(&key)?)
+        }
+        None => match as_did {
+            Some(did) => {
+                // Checked here first (key and document present and matching) to name the
+                // problem; the node loads the same files.
+                let dir = data_dir::resolve(node.data_dir.as_deref())?;
+                data_dir::AgentKeys::new(&dir).load_identity(&did)?;
+                Some(did)
+            }
+            None => None,
+        },
+    };
+    let req = PublishRequest {
+        card,
+        ttl_secs: ttl,
+        did,
+    };
+    let published = client.publish(&req).await.map_err(|e| match &e {
+        admin::ClientError::Refused { reason, .. } if !reason.is_empty() => {
+            anyhow::anyhow!("the node refused {} ({reason}): {e}", card_path.display())
+        }
+        _ => e.into(),
+    })?;
+    if json_out {
+        println!("{}", json_line(&published)?);
+    } else {
+        println!(
+            "published {} (seq {}, tags {}, expires at {})",
+            published.did,
+            published.seq,
+            published.tags.join(","),
+            published.expires_at
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn discover(
+    skills: &[String],
+    limit: usize,
+    node: &NodeArg,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    if !(1..=admin::MAX_LIMIT).contains(&limit) {
+        bail!("--limit must be between 1 and {}", admin::MAX_LIMIT);
+    }
+    let found = admin_client(node)?.discover(skills, limit).await?;
+    if json_out {
+        println!("{}", json_text(&found)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if found.is_empty() {
+        eprintln!("no agent found with skill {}", skills.join(" + "));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<[String; 3]> = found
+        .iter()
+        .map(|f| {
+            let did = if f.domain_verified {
+                f.did.clone()
+            } else {
+                format!("{} (domain not verified)", f.did)
+            };
+            [did, f.tags.join(","), f.peer_id.clone()]
+        })
+        .collect();
+    print_table(["DID", "TAGS", "PEER"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn peers(node: &NodeArg, json_out: bool) -> anyhow::Result<ExitCode> {
+    let p = admin_client(node)?.peers().await?;
+    if json_out {
+        println!("{}", json_text(&p)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("peer id: {}", p.peer_id);
+    for a in &p.listen {
+        println!("listening on {a}");
+    }
+    println!("{} connected peer(s)", p.peers.len());
+    let rows: Vec<[String; 2]> = p
+        .peers
+        .iter()
+        .map(|x| [x.peer_id.clone(), x.addrs.join(" ")])
+        .collect();
+    if !rows.is_empty() {
+        print_table(["PEER", "ADDRESSES"], &rows);
+    }
+    let rejected: u64 = p.stats.rejected_by_reason.values().sum();
+    println!(
+        "advertisements: {} accepted, {} ignored, {} rejected, {} throttled",
+        p.stats.accepted, p.stats.ignored, rejected, p.stats.throttled
+    );
+    for (reason, n) in &p.stats.rejected_by_reason {
+        println!("  rejected {reason}: {n}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

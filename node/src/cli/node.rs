@@ -1,0 +1,159 @@
+//! The node's own commands: `init`, `up` (and its banner), `mcp`.
+
+use super::*;
+
+/// `n` MiB in bytes, refused when it overflows.
+fn mib(flag: &str, n: u64) -> anyhow::Result<u64> {
+    n.checked_mul(1 << 20)
+        .ok_or_else(|| anyhow::anyhow!("--{flag} {n}: too large"))
+}
+
+pub(super) async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let cfg = match &args.config {
+        Some(p) => FileConfig::read(p)?,
+        None => Default::default(),
+    };
+    let node = cfg.node(&Overrides {
+        data_dir: args.dir.data_dir.clone(),
+        listen: args.listen.clone(),
+        bootstrap: args.bootstrap.clone(),
+        http: args.http.clone(),
+        admin: args.admin.clone(),
+        public_url: args.public_url.clone(),
+        no_mdns: args.no_mdns,
+    })?;
+    let opts = daemon::Options {
+        data_dir: data_dir::resolve(node.data_dir.as_deref())?,
+        listen: node.listen,
+        bootstrap: node.bootstrap,
+        http: node.http,
+        admin: node.admin,
+        public_url: node.public_url,
+        http_limits: crate::server::Limits::PUBLIC,
+        admin_limits: crate::server::Limits::ADMIN,
+        store_limits: StoreLimits {
+            max_total_bytes: mib("store-max-mib", args.store_max_mib)?,
+            max_peer_bytes: mib("store-peer-mib", args.store_peer_mib)?,
+            min_free_bytes: mib("store-min-free-mib", args.store_min_free_mib)?,
+            ..StoreLimits::default()
+        },
+        max_memory: match args.max_memory_mib {
+            0 => None,
+            n => Some(usize::try_from(mib("max-memory-mib", n)?)?),
+        },
+        mdns: node.mdns,
+        hosted: cfg,
+        resolver: resolver_options(&args.net)?,
+    };
+    let running = daemon::start(opts).await?;
+    banner(&running, args.json)?;
+    running.wait().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `agentnet up` prints once the node runs: one JSON line (`node.json`'s contents), or
+/// where everything listens.
+fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
+    if let Some(path) = node.created_key() {
+        eprintln!("created a new node key at {}", path.display());
+    }
+    let info = &node.info;
+    if json_out {
+        println!("{}", serde_json::to_string(info)?);
+        return Ok(());
+    }
+    println!("did: {}", info.did);
+    println!("peer id: {}", info.peer_id);
+    println!(
+        "listening on http://{} (well-known files, hosted agents)",
+        info.http
+    );
+    for h in node.hosted() {
+        println!(
+            "hosting {} ({}) at {}",
+            h.id,
+            h.key.did_key(),
+            crate::hosted::agent_url(node.public_url(), &h.id)
+        );
+    }
+    println!(
+        "admin API on http://{} (token in {})",
+        info.admin,
+        crate::auth::token_file(node.data_dir()).display()
+    );
+    for a in &info.listen {
+        println!("listening on {a}");
+    }
+    Ok(())
+}
+
+/// `agentnet mcp`: MCP on stdio, reading the node running on the data directory if its admin
+/// API answers, else one started here (quiet, stopped when standard input ends, so that
+/// `node.json` does not outlive it).
+pub(super) async fn mcp_stdio(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let opts = crate::mcp::stdio::Options {
+        data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
+        as_did: args.as_did,
+        allow_private: args.allow_private,
+        resolver: resolver_options(&args.net)?,
+    };
+    let bootstrap = config::parse_multiaddrs("bootstrap", &args.bootstrap)?;
+    let dir = &opts.data_dir;
+    let (directory, node): (Arc<dyn Directory>, Option<daemon::Running>) = match running(dir).await
+    {
+        Some(c) => {
+            tracing::info!(node = %c.base(), "using the running node");
+            (Arc::new(c), None)
+        }
+        None => {
+            let mut o = daemon::Options::local(dir.clone());
+            o.listen = vec![];
+            o.bootstrap = bootstrap;
+            o.mdns = true;
+            o.max_memory = Some(daemon::DEFAULT_MAX_MEMORY_MIB as usize * 1024 * 1024);
+            let node = daemon::start(o).await?;
+            tracing::info!(admin = %node.info.admin, "started a node in this process");
+            (Arc::new(node.admin_state().clone()), Some(node))
+        }
+    };
+    let result = crate::mcp::stdio::run(directory, &opts).await;
+    // The node started here stops whatever happened, so that node.json does not outlive it.
+    if let Some(node) = node {
+        node.shutdown().await;
+    }
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The running node's admin API, if one answers on `dir`.
+async fn running(dir: &Path) -> Option<admin::Client> {
+    let c = admin::Client::from_data_dir(dir, ADMIN_TIMEOUT).ok()?;
+    match c.peers().await {
+        Ok(_) => Some(c),
+        Err(error) => {
+            tracing::info!(%error, "no usable running node; starting one in this process");
+            None
+        }
+    }
+}
+
+pub(super) fn init(dir: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(dir)?;
+    let path = data_dir::key_file(&dir);
+    let (key, created) = SecretKey::load_or_create(&path)?;
+    let did = key.did_key();
+    if json {
+        println!(
+            "{}",
+            json!({"did": did.as_str(), "keyFile": path, "created": created})
+        );
+    } else {
+        if created {
+            eprintln!("created a new node key at {}", path.display());
+        } else {
+            eprintln!("using the node key at {}", path.display());
+        }
+        println!("{did}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

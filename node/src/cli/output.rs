@@ -1,0 +1,98 @@
+//! What the commands print: tables and JSON with hidden characters escaped.
+
+use agentnet_did::text;
+
+pub(super) fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let mut width = header.map(str::len);
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    // Cells come from the network (DIDs, tags, addresses): escape what a terminal would obey.
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|r| std::array::from_fn(|i| text::sanitize(&r[i]).into_owned()))
+        .collect();
+    let rows = &rows[..];
+    let line = |cells: [&str; N]| {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == N {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}  ", w = width[i]));
+            }
+        }
+        println!("{out}");
+    };
+    line(header);
+    for r in rows {
+        line(std::array::from_fn(|i| r[i].as_str()));
+    }
+}
+
+/// `value` as JSON for standard output, with every character a terminal would act on or hide
+/// (controls, bidi overrides, zero-width characters: [`text::is_hidden`]) written as a `\u`
+/// escape. serde_json escapes only C0 controls; the value read back is the same.
+pub(super) fn json_text<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    escape_hidden(serde_json::to_string_pretty(value)?)
+}
+
+/// [`json_text`] on one line.
+pub(super) fn json_line<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    escape_hidden(serde_json::to_string(value)?)
+}
+
+fn escape_hidden(raw: String) -> anyhow::Result<String> {
+    // serde_json escapes every C0 control inside strings, so a raw newline or tab in its output
+    // is layout between tokens, and stays.
+    let hidden = |c: char| !matches!(c, '\n' | '\t' | '\r') && text::is_hidden(c);
+    if !raw.chars().any(hidden) {
+        return Ok(raw);
+    }
+    let mut out = String::with_capacity(raw.len() + 16);
+    for c in raw.chars() {
+        if hidden(c) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod output_tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn json_output_escapes_what_a_terminal_would_obey_and_reads_back_the_same() {
+        // An Agent Card from the network may carry terminal escapes, a right-to-left override,
+        // zero-width and tag characters (U+E0001 is outside the BMP: a surrogate pair).
+        let v = json!({
+            "name": "pay\u{1b}[2J\u{202e}lapyap\u{200b}\u{e0001}\u{85}\u{2028}",
+            "ok": "plain é 漢字 ✓"
+        });
+        for out in [json_text(&v).unwrap(), json_line(&v).unwrap()] {
+            assert!(
+                !out.chars().any(|c| c != '\n' && text::is_hidden(c)),
+                "{out:?}"
+            );
+            assert!(
+                out.contains("\\u202e") && out.contains("\\udb40\\udc01"),
+                "{out}"
+            );
+            assert!(
+                out.contains("plain é 漢字 ✓"),
+                "visible text is left alone: {out}"
+            );
+            let back: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(back, v);
+        }
+    }
+}

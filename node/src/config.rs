@@ -1,0 +1,683 @@
+//! The node's configuration file, `agentnet up --config node.toml` (TOML, unknown keys
+//! refused): its sections, their defaults and checks, and how the flags of `agentnet up`
+//! override its `[node]` values ([`FileConfig::node`]).
+//!
+//! - `[node]` ([`NodeSection`]): where the node keeps its data and listens; each value has a
+//!   flag that wins over it.
+//! - `[tasks]` ([`TasksSection`]): how long and how many A2A tasks the node keeps.
+//! - `[auth]` ([`AuthSection`]): the DID verifier's bounds.
+//! - `[mcp]` ([`McpSection`]): the MCP server on the admin listener.
+//! - `[[agent]]` ([`AgentConfig`]): the hosted agents, which [`crate::hosted`] builds.
+//!
+//! Everything a user gives is checked here, before the daemon starts anything:
+//! [`FileConfig::check`] (the agents, the bounds), [`check_admin`] and [`check_public_url`].
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use agentnet_a2a::auth::Policy;
+use agentnet_did::card;
+use libp2p::Multiaddr;
+use serde::Deserialize;
+
+/// Most hosted agents.
+pub const MAX_AGENTS: usize = 64;
+/// Longest configuration file read.
+const MAX_CONFIG: u64 = 1 << 20;
+/// Most `env` entries of a `command` agent, and their longest name and value (bytes).
+const MAX_ENV: (usize, usize, usize) = (64, 256, 4096);
+
+/// Default address of the public HTTP listener.
+pub const DEFAULT_HTTP: &str = "127.0.0.1:7878";
+/// Default address of the admin listener: loopback, a free port (the commands find it in
+/// `node.json`, so several nodes on one machine never collide).
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Reading the file failed.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is larger than we read.
+    #[error("{} is larger than {MAX_CONFIG} bytes", .0.display())]
+    TooLarge(PathBuf),
+    /// Not TOML of our shape (unknown keys included).
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: toml::de::Error,
+    },
+    /// A value that parses but cannot be used.
+    #[error("agent {agent:?}: {reason}")]
+    Invalid {
+        /// The agent id (or `node`).
+        agent: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An agent key could not be loaded or created.
+    #[error("agent {agent:?} key {}: {source}", path.display())]
+    Key {
+        /// The agent.
+        agent: String,
+        /// The key file.
+        path: PathBuf,
+        /// Why.
+        source: agentnet_did::key::KeyError,
+    },
+    /// A `command` agent's working directory could not be created.
+    #[error("agent {agent:?} working directory {}: {source}", path.display())]
+    WorkDir {
+        /// The agent.
+        agent: String,
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A flag's value (or the file's, under the flag's name) does not parse.
+    #[error("--{flag} {value:?} {reason}")]
+    Flag {
+        /// The flag.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `--admin` is not a loopback address.
+    #[error("the admin API must listen on a loopback address (such as {DEFAULT_ADMIN}), not {0}")]
+    AdminNotLoopback(SocketAddr),
+    /// `--public-url` is not an `http(s)://host[:port]` URL.
+    #[error("public URL {0:?} must be http(s)://host[:port] without a path")]
+    PublicUrl(String),
+    /// The card could not be signed.
+    #[error("agent {agent:?} card: {source}")]
+    Card {
+        /// The agent.
+        agent: String,
+        /// Why.
+        source: card::CardSignatureError,
+    },
+}
+
+/// The configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Node settings; each has a flag of `agentnet up` that overrides it.
+    #[serde(default)]
+    pub node: NodeSection,
+    /// Task storage.
+    #[serde(default)]
+    pub tasks: TasksSection,
+    /// The DID verifier's bounds.
+    #[serde(default)]
+    pub auth: AuthSection,
+    /// The hosted agents.
+    #[serde(default)]
+    pub agent: Vec<AgentConfig>,
+    /// The MCP server on the admin listener (`/mcp`).
+    #[serde(default)]
+    pub mcp: McpSection,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSection {
+    /// Let `/mcp`'s tools call agents on loopback and private addresses over plain http
+    /// (local testnets); default false: https to public addresses only.
+    pub allow_private: Option<bool>,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--http`.
+    pub http: Option<String>,
+    /// `--admin`.
+    pub admin: Option<String>,
+    /// `--listen`.
+    pub listen: Option<Vec<String>>,
+    /// `--bootstrap`.
+    pub bootstrap: Option<Vec<String>>,
+    /// `--public-url`: how clients reach the public listener (`http://host:port`); default the
+    /// listener's bound address.
+    pub public_url: Option<String>,
+    /// mDNS (`--no-mdns` turns it off).
+    pub mdns: Option<bool>,
+}
+
+/// `[tasks]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksSection {
+    /// Keep tasks that are not running this many hours after their last status: 168.
+    pub retention_hours: Option<u64>,
+    /// Most tasks in all.
+    pub max_tasks: Option<u64>,
+    /// Most tasks per caller and agent.
+    pub max_per_owner: Option<u64>,
+    /// Most tasks created from one network block (IPv4 address, IPv6 /64), every agent together.
+    pub max_per_source: Option<u64>,
+    /// Most MiB of task records in all.
+    pub max_total_mib: Option<u64>,
+    /// Most MiB of one caller's tasks at one agent.
+    pub max_per_owner_mib: Option<u64>,
+    /// Most MiB of the tasks created from one network block.
+    pub max_per_source_mib: Option<u64>,
+    /// New tasks per second from one network block (bursts of ten seconds' worth); 0: no bound.
+    pub new_per_second_per_source: Option<u32>,
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Live nonces per DID.
+    pub per_did_nonces: Option<usize>,
+    /// Live nonces per source (IPv4 address, IPv6 /64); default `max_nonces / 32`.
+    pub per_source_nonces: Option<usize>,
+    /// Live nonces in all.
+    pub max_nonces: Option<usize>,
+    /// Uncached DID resolutions per source (IPv4 address, IPv6 /64), burst.
+    pub fetch_burst: Option<u32>,
+    /// And per minute.
+    pub fetches_per_minute: Option<u32>,
+    /// Lifetime of the access tokens given to verified callers, seconds; 0: none; at most
+    /// [`MAX_TOKEN_TTL_SECS`].
+    pub token_ttl_secs: Option<u64>,
+}
+
+/// What an agent does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Kind {
+    /// The built-in echo sample.
+    Echo,
+    /// The built-in sample that asks for the caller's name first.
+    Ask,
+    /// A local command.
+    Command,
+    /// An upstream A2A server.
+    Proxy,
+}
+
+/// Who may call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyName {
+    /// Callers must sign with their DID.
+    #[default]
+    Did,
+    /// Anyone.
+    Open,
+}
+
+/// `[[agent]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The path segment: `/a2a/<id>`; 1 to 64 of `a-z 0-9 - _`.
+    pub id: String,
+    /// What it does.
+    pub kind: Kind,
+    /// Who may call.
+    #[serde(default)]
+    pub policy: PolicyName,
+    /// The card's name; default the id.
+    pub name: Option<String>,
+    /// The card's description.
+    pub description: Option<String>,
+    /// The skill tags it is discovered by; default `[<kind>]`.
+    pub tags: Option<Vec<String>>,
+    /// Publish its card to the network: default true.
+    pub publish: Option<bool>,
+    /// Advert lifetime, seconds: default 3600.
+    pub ttl: Option<u64>,
+    /// A private Ed25519 JWK file to use as the agent's key instead of a generated one.
+    pub key: Option<PathBuf>,
+    /// `ask`: milliseconds each turn works.
+    pub work_ms: Option<u64>,
+    /// `command`: the argv.
+    pub command: Option<Vec<String>>,
+    /// `command`: seconds before the process is killed.
+    pub timeout_secs: Option<u64>,
+    /// `command`: most bytes of standard output.
+    pub max_output_bytes: Option<usize>,
+    /// `command`: its whole environment (`{ NAME = "value" }`); `PATH` is
+    /// [`crate::hosted::DEFAULT_PATH`]
+    /// unless named here.
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    /// `proxy`: the upstream agent's base URL.
+    pub upstream: Option<String>,
+    /// `proxy`: allow an upstream on plain `http`, on loopback or a private address (testnets);
+    /// default false.
+    pub allow_private: Option<bool>,
+    /// Serve an MCP endpoint at `/a2a/<id>/mcp` (tool `echo` for kind `echo`, `send_message`
+    /// for the others), under the agent's policy,
+    /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
+    pub mcp: Option<bool>,
+}
+
+impl FileConfig {
+    /// Read and check `path`.
+    pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
+        use std::io::Read as _;
+        let read = |source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let f = std::fs::File::open(path).map_err(read)?;
+        let mut text = String::new();
+        f.take(MAX_CONFIG + 1)
+            .read_to_string(&mut text)
+            .map_err(read)?;
+        if text.len() as u64 > MAX_CONFIG {
+            return Err(ConfigError::TooLarge(path.to_owned()));
+        }
+        let cfg: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// The checks serde cannot make.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.agent.len() > MAX_AGENTS {
+            return Err(invalid("node", format!("more than {MAX_AGENTS} agents")));
+        }
+        if self
+            .auth
+            .token_ttl_secs
+            .is_some_and(|t| t > MAX_TOKEN_TTL_SECS)
+        {
+            return Err(invalid(
+                "auth",
+                format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
+            ));
+        }
+        let mut ids = HashSet::new();
+        for a in &self.agent {
+            a.check()?;
+            if !ids.insert(a.id.as_str()) {
+                return Err(invalid(&a.id, "id used twice".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Longest access-token lifetime `[auth] token_ttl_secs` may set: one day.
+pub const MAX_TOKEN_TTL_SECS: u64 = 24 * 3600;
+
+fn invalid(agent: &str, reason: String) -> ConfigError {
+    ConfigError::Invalid {
+        agent: agent.chars().take(80).collect(),
+        reason,
+    }
+}
+
+impl AgentConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        let bad = |r: &str| Err(invalid(&self.id, r.to_string()));
+        if self.id.is_empty()
+            || self.id.len() > 64
+            || !self
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
+            return bad("id must be 1 to 64 of a-z 0-9 - _");
+        }
+        let has = (
+            self.work_ms.is_some(),
+            self.command.is_some()
+                || self.timeout_secs.is_some()
+                || self.max_output_bytes.is_some()
+                || self.env.is_some(),
+            self.upstream.is_some() || self.allow_private.is_some(),
+        );
+        match self.kind {
+            Kind::Echo if has != (false, false, false) => {
+                return bad("echo takes no work_ms, command, env, upstream or allow_private")
+            }
+            Kind::Ask if has.1 || has.2 => return bad("ask takes only work_ms"),
+            Kind::Command if has.0 || has.2 => {
+                return bad("command takes command, env, timeout_secs, max_output_bytes")
+            }
+            Kind::Command
+                if self
+                    .command
+                    .as_ref()
+                    .is_none_or(|c| c.is_empty() || c[0].is_empty()) =>
+            {
+                return bad("command needs a non-empty command = [\"program\", \"arg\", …]")
+            }
+            Kind::Command
+                if self
+                    .command
+                    .as_ref()
+                    .is_some_and(|c| c[0].contains('/') && !Path::new(&c[0]).is_absolute()) =>
+            {
+                return bad(
+                    "command[0] must be a program name (looked up in PATH) or an absolute path: \
+                     the command runs in a working directory of its own",
+                )
+            }
+            Kind::Proxy if has.0 || has.1 => {
+                return bad("proxy takes only upstream and allow_private")
+            }
+            Kind::Proxy => {
+                let u = self.upstream.as_deref().unwrap_or_default();
+                match url::Url::parse(u) {
+                    Ok(u) if u.scheme() == "https" => {}
+                    Ok(u) if u.scheme() == "http" && self.allow_private == Some(true) => {}
+                    Ok(u) if u.scheme() == "http" => {
+                        return bad("proxy upstream on plain http needs allow_private = true \
+                             (testnets and loopback only; https otherwise)")
+                    }
+                    _ => return bad("proxy needs upstream = \"https://…\""),
+                }
+            }
+            _ => {}
+        }
+        if let Some(env) = &self.env {
+            let (n, name, value) = MAX_ENV;
+            if env.len() > n {
+                return bad("env: at most 64 variables");
+            }
+            for (k, v) in env {
+                if k.is_empty() || k.len() > name || k.contains(['=', '\0']) {
+                    return Err(invalid(
+                        &self.id,
+                        format!(
+                            "env: {k:?} is not a variable name (1 to {name} bytes, no = or NUL)"
+                        ),
+                    ));
+                }
+                if v.len() > value || v.contains('\0') {
+                    return Err(invalid(
+                        &self.id,
+                        format!("env: the value of {k} must be at most {value} bytes, no NUL"),
+                    ));
+                }
+            }
+        }
+        if self.work_ms.is_some_and(|w| w > 600_000) {
+            return bad("work_ms at most 600000");
+        }
+        if self.timeout_secs.is_some_and(|t| t == 0 || t > 3600) {
+            return bad("timeout_secs 1 to 3600");
+        }
+        if self.max_output_bytes.is_some_and(|m| m == 0 || m > 4 << 20) {
+            return bad("max_output_bytes 1 to 4194304");
+        }
+        Ok(())
+    }
+
+    /// Who may call, as the A2A server takes it.
+    pub fn policy(&self) -> Policy {
+        match self.policy {
+            PolicyName::Did => Policy::Did,
+            PolicyName::Open => Policy::Open,
+        }
+    }
+}
+
+/// The `[node]` values `agentnet up` was given as flags; unset ones (`None`, empty) leave the
+/// file's value, or the default.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--data-dir` (or `$AGENTNET_DATA_DIR`).
+    pub data_dir: Option<PathBuf>,
+    /// `--listen`.
+    pub listen: Vec<String>,
+    /// `--bootstrap`.
+    pub bootstrap: Vec<String>,
+    /// `--http`.
+    pub http: Option<String>,
+    /// `--admin`.
+    pub admin: Option<String>,
+    /// `--public-url`.
+    pub public_url: Option<String>,
+    /// `--no-mdns`.
+    pub no_mdns: bool,
+}
+
+/// The `[node]` settings in effect, each parsed: a flag wins over the file, the file over the
+/// default.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// The data directory, if a flag or the file names one (else the platform's default).
+    pub data_dir: Option<PathBuf>,
+    /// libp2p listen addresses; empty: the network's defaults.
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start.
+    pub bootstrap: Vec<Multiaddr>,
+    /// The public HTTP listener.
+    pub http: SocketAddr,
+    /// The admin listener (loopback: [`check_admin`]).
+    pub admin: SocketAddr,
+    /// How clients reach the public listener ([`check_public_url`]).
+    pub public_url: Option<String>,
+    /// mDNS on the LAN.
+    pub mdns: bool,
+}
+
+impl FileConfig {
+    /// The `[node]` settings with `flags` over the file's values, parsed and checked
+    /// ([`check_admin`], [`check_public_url`]).
+    pub fn node(&self, flags: &Overrides) -> Result<NodeSettings, ConfigError> {
+        let n = &self.node;
+        let listen = if flags.listen.is_empty() {
+            n.listen.clone().unwrap_or_default()
+        } else {
+            flags.listen.clone()
+        };
+        let bootstrap = if flags.bootstrap.is_empty() {
+            n.bootstrap.clone().unwrap_or_default()
+        } else {
+            flags.bootstrap.clone()
+        };
+        let http = flags
+            .http
+            .clone()
+            .or_else(|| n.http.clone())
+            .unwrap_or_else(|| DEFAULT_HTTP.into());
+        let admin = flags
+            .admin
+            .clone()
+            .or_else(|| n.admin.clone())
+            .unwrap_or_else(|| DEFAULT_ADMIN.into());
+        let settings = NodeSettings {
+            data_dir: flags.data_dir.clone().or_else(|| n.data_dir.clone()),
+            listen: parse_multiaddrs("listen", &listen)?,
+            bootstrap: parse_multiaddrs("bootstrap", &bootstrap)?,
+            http: parse_addr("http", &http)?,
+            admin: parse_addr("admin", &admin)?,
+            public_url: flags.public_url.clone().or_else(|| n.public_url.clone()),
+            mdns: !flags.no_mdns && n.mdns.unwrap_or(true),
+        };
+        check_admin(settings.admin)?;
+        if let Some(u) = &settings.public_url {
+            check_public_url(u)?;
+        }
+        Ok(settings)
+    }
+}
+
+/// Each of `addrs` (the values of `--<flag>`) as a multiaddr.
+pub fn parse_multiaddrs(
+    flag: &'static str,
+    addrs: &[String],
+) -> Result<Vec<Multiaddr>, ConfigError> {
+    addrs
+        .iter()
+        .map(|a| {
+            a.parse()
+                .map_err(|e: libp2p::multiaddr::Error| ConfigError::Flag {
+                    flag,
+                    value: a.clone(),
+                    reason: format!("is not a multiaddr: {e}"),
+                })
+        })
+        .collect()
+}
+
+fn parse_addr(flag: &'static str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value.parse().map_err(|e| ConfigError::Flag {
+        flag,
+        value: value.to_owned(),
+        reason: format!("is not an address such as 127.0.0.1:7878: {e}"),
+    })
+}
+
+/// The admin listener must be on loopback.
+pub fn check_admin(addr: SocketAddr) -> Result<(), ConfigError> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(ConfigError::AdminNotLoopback(addr))
+    }
+}
+
+/// `url` as the public base of the hosted agents' URLs: `http(s)://host[:port]`, no path or
+/// query; returned without a trailing `/`.
+pub fn check_public_url(url: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::PublicUrl(url.to_owned());
+    let parsed = url::Url::parse(url).map_err(|_| bad())?;
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.host_str().is_none()
+        || parsed.path() != "/"
+        || parsed.query().is_some()
+    {
+        return Err(bad());
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Result<FileConfig, ConfigError> {
+        let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
+        cfg.check().map(|()| cfg)
+    }
+
+    #[test]
+    fn command_env_and_program_are_checked() {
+        let agent = |rest: &str| format!("[[agent]]\nid = \"c\"\nkind = \"command\"\n{rest}\n");
+        let ok = config(&agent(
+            "command = [\"tr\"]\nenv = { A = \"1\", PATH = \"/opt/bin\" }",
+        ));
+        assert_eq!(ok.unwrap().agent[0].env.as_ref().unwrap()["A"], "1");
+        assert!(config(&agent("command = [\"/usr/bin/tr\"]")).is_ok());
+        for (bad, says) in [
+            ("command = [\"./run.sh\"]", "absolute path"),
+            ("command = [\"bin/run\"]", "absolute path"),
+            (
+                "command = [\"tr\"]\nenv = { \"A=B\" = \"1\" }",
+                "variable name",
+            ),
+            (
+                "command = [\"tr\"]\nenv = { \"\" = \"1\" }",
+                "variable name",
+            ),
+            ("command = [\"tr\"]\nenv = { A = \"a\\u0000b\" }", "NUL"),
+        ] {
+            let e = config(&agent(bad)).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e =
+            config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nenv = { A = \"1\" }\n").unwrap_err();
+        assert!(e.to_string().contains("env"), "{e}");
+    }
+
+    #[test]
+    fn a_plain_http_proxy_upstream_needs_allow_private() {
+        let proxy = |rest: &str| format!("[[agent]]\nid = \"p\"\nkind = \"proxy\"\n{rest}\n");
+        assert!(config(&proxy("upstream = \"https://agents.example/a\"")).is_ok());
+        let e = config(&proxy("upstream = \"http://127.0.0.1:9/a\"")).unwrap_err();
+        assert!(e.to_string().contains("allow_private = true"), "{e}");
+        assert!(config(&proxy(
+            "upstream = \"http://127.0.0.1:9/a\"\nallow_private = true"
+        ))
+        .is_ok());
+        let e =
+            config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nallow_private = true\n").unwrap_err();
+        assert!(e.to_string().contains("allow_private"), "{e}");
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_the_defaults() {
+        let cfg = config(
+            "[node]\nhttp = \"127.0.0.1:9000\"\nlisten = [\"/ip4/127.0.0.1/tcp/1\"]\nmdns = false\n",
+        )
+        .unwrap();
+        let s = cfg.node(&Overrides::default()).unwrap();
+        assert_eq!(s.http, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(s.admin, DEFAULT_ADMIN.parse().unwrap());
+        assert_eq!(s.listen.len(), 1);
+        assert!(!s.mdns);
+        let flags = Overrides {
+            http: Some("127.0.0.1:9001".into()),
+            listen: vec!["/ip4/127.0.0.1/tcp/2".into(), "/ip4/127.0.0.1/tcp/3".into()],
+            ..Default::default()
+        };
+        let s = cfg.node(&flags).unwrap();
+        assert_eq!(s.http, "127.0.0.1:9001".parse().unwrap());
+        assert_eq!(s.listen.len(), 2);
+        for (flags, says) in [
+            (
+                Overrides {
+                    admin: Some("0.0.0.0:1".into()),
+                    ..Default::default()
+                },
+                "loopback",
+            ),
+            (
+                Overrides {
+                    http: Some("nowhere".into()),
+                    ..Default::default()
+                },
+                "--http",
+            ),
+            (
+                Overrides {
+                    bootstrap: vec!["x".into()],
+                    ..Default::default()
+                },
+                "not a multiaddr",
+            ),
+            (
+                Overrides {
+                    public_url: Some("http://h/path".into()),
+                    ..Default::default()
+                },
+                "public URL",
+            ),
+        ] {
+            let e = cfg.node(&flags).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! The node's read model of the network: what the admin API answers, what `agentnet call`
+//! looks agents up in, and what the MCP tools show ([`Directory`], [`Found`], [`Peers`],
+//! [`AgentSummary`]). It sits below all three: the admin API serves it, the caller and the MCP
+//! server read it, over HTTP ([`crate::admin::Client`]) or in process (the daemon's state).
+//!
+//! The one check of skill tags ([`check_tags`]) is here too: a search for tags the network would
+//! not search for as given (too many, or one that is not a usable tag, which the network would
+//! drop and search for the others only: a broader search than asked for) is refused.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use agentnet_discovery::advert::Advertisement;
+use agentnet_discovery::net;
+use agentnet_discovery::store::StoredAdvert;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::auth::TokenError;
+
+/// Default `limit` of a discovery.
+pub const DEFAULT_LIMIT: usize = 20;
+/// Largest `limit` of a discovery.
+pub const MAX_LIMIT: usize = 100;
+/// Most skill tags in one search: as many as one advertisement indexes.
+pub const MAX_TAGS: usize = agentnet_discovery::tags::MAX_TAGS;
+/// Longest skill tag, bytes.
+pub const MAX_TAG_LEN: usize = agentnet_discovery::tags::MAX_TAG_LEN;
+/// Longest description of an agent or skill in a summary, characters.
+pub(crate) const MAX_SUMMARY: usize = 500;
+
+/// One discovered agent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Found {
+    /// The agent's DID.
+    pub did: String,
+    /// Sequence number of the advertisement.
+    pub seq: u64,
+    /// Its skill tags.
+    pub tags: Vec<String>,
+    /// The node that published it.
+    pub peer_id: String,
+    /// Whether the DID's domain vouched for the key: false for a did:wba `e1_` DID, whose key
+    /// is bound by its fingerprint alone and whose domain was never asked (anyone can name any
+    /// domain that way); true for did:key (no domain) and did:web.
+    pub domain_verified: bool,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// The signed Agent Card.
+    pub card: Value,
+}
+
+/// A stored advertisement as [`Found`]; a card that does not read is `null`.
+pub(crate) fn found(a: StoredAdvert) -> Found {
+    let card = serde_json::from_slice::<Advertisement>(&a.bytes)
+        .map(|ad| ad.card)
+        .unwrap_or(Value::Null);
+    Found {
+        domain_verified: agentnet_discovery::advert::domain_verified(&a.did),
+        did: a.did,
+        seq: a.seq,
+        tags: a.tags,
+        peer_id: a.peer_id,
+        expires_at: a.expires_at,
+        card,
+    }
+}
+
+/// Counters of the network layer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stats {
+    /// Advertisements accepted.
+    pub accepted: u64,
+    /// Duplicates and stale ones.
+    pub ignored: u64,
+    /// Refused, by reason.
+    pub rejected_by_reason: BTreeMap<String, u64>,
+    /// Dropped by rate limits.
+    pub throttled: u64,
+    /// Gossip copies and bytes since the node started.
+    #[serde(default)]
+    pub traffic: net::Traffic,
+    /// Connections closed by the connection manager.
+    #[serde(default)]
+    pub connections_trimmed: u64,
+}
+
+/// A connected peer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Peer {
+    /// Its PeerId.
+    pub peer_id: String,
+    /// Addresses it listens on, as it told us.
+    pub addrs: Vec<String>,
+}
+
+/// The node's peers and counters (`GET /admin/v1/peers`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Peers {
+    /// This node.
+    pub peer_id: String,
+    /// Where it listens.
+    pub listen: Vec<String>,
+    /// Connected peers.
+    pub peers: Vec<Peer>,
+    /// Counters.
+    pub stats: Stats,
+}
+
+/// Why reading the directory failed: over a running node's admin API ([`crate::admin::Client`],
+/// the commands report it as is) or in the daemon's own state.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Nothing answers where the node should be.
+    #[error("no running node found at {0}: start one with `agentnet up`")]
+    NotRunning(String),
+    /// The credential could not be read from the data directory.
+    #[error("{0} (is a node running with this data directory? `agentnet up` writes it)")]
+    Token(#[from] TokenError),
+    /// The node URL is not usable.
+    #[error("the node URL {url:?} {reason}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The node answered with an error.
+    #[error("{error}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The node's short reason.
+        reason: String,
+        /// The node's message.
+        error: String,
+    },
+    /// Transport trouble other than "nothing listens".
+    #[error("talking to the node at {url}: {source}")]
+    Transport {
+        /// The node's URL.
+        url: String,
+        /// What happened.
+        source: reqwest::Error,
+    },
+    /// The answer is larger than the client reads (`admin::MAX_RESPONSE`).
+    #[error("the node at {url} answered more than {limit} bytes")]
+    TooLarge {
+        /// The node's URL.
+        url: String,
+        /// The most the client reads.
+        limit: usize,
+    },
+    /// The answer is not what the API documents.
+    #[error("unreadable answer from the node at {url}: {source}")]
+    Unreadable {
+        /// The node's URL.
+        url: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// The HTTP status of a refusal.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The read-only part of the node that finding agents needs: its index (and the network
+/// behind it) and its peers. Two ways in, one trait: a running node's admin API over HTTP
+/// ([`crate::admin::Client`], for `agentnet call` and an `agentnet mcp` beside a running node)
+/// and the daemon's own state ([`crate::admin::AdminState`], for `/mcp`, with no loopback HTTP
+/// hop). Nothing here publishes or signs.
+pub trait Directory: Send + Sync {
+    /// Agents with all of `skills` (checked with [`check_tags`] first), at most `limit`
+    /// (1 to [`MAX_LIMIT`]).
+    fn discover<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Found>, Error>>;
+    /// [`Directory::discover`]'s agents as MCP `discover_agents` shows them. The default
+    /// summarizes the cards `discover` returns.
+    fn summaries<'a>(
+        &'a self,
+        skills: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<AgentSummary>, Error>> {
+        Box::pin(async move {
+            let found = self.discover(skills, limit).await?;
+            Ok(found.into_iter().map(summary).collect())
+        })
+    }
+    /// The node's live advertisement of `did` (JSON, as received), or `None`.
+    fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, Error>>;
+    /// The node's peers and counters.
+    fn peers(&self) -> BoxFuture<'_, Result<Peers, Error>>;
+}
+
+/// A boxed future, as [`Directory`] returns them.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A skill of an agent.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SkillSummary {
+    /// Its id.
+    pub id: Option<String>,
+    /// Its name.
+    pub name: Option<String>,
+    /// What it does (at most 500 characters).
+    pub description: Option<String>,
+    /// Its tags.
+    pub tags: Vec<String>,
+}
+
+/// A discovered agent (its card not verified yet).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AgentSummary {
+    /// Its DID, for the other tools.
+    pub did: String,
+    /// Its name, from its card.
+    pub name: Option<String>,
+    /// What it does (at most 500 characters).
+    pub description: Option<String>,
+    /// Its skill tags.
+    pub tags: Vec<String>,
+    /// Its skills.
+    pub skills: Vec<SkillSummary>,
+    /// False for a did:wba `e1_` DID, whose domain never vouched for its key.
+    pub domain_verified: bool,
+    /// When its advertisement expires (Unix seconds).
+    pub expires_at: u64,
+    /// The libp2p peer that published it.
+    pub peer_id: String,
+}
+
+/// The first `n` characters of `s`, with `…` if it had more.
+pub(crate) fn shorten(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        None => s.to_owned(),
+        Some((end, _)) => {
+            let mut out = String::with_capacity(end + '…'.len_utf8());
+            out.push_str(&s[..end]);
+            out.push('…');
+            out
+        }
+    }
+}
+
+pub(crate) fn text_of(v: &Value, key: &str) -> Option<String> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .map(|s| shorten(s, MAX_SUMMARY))
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .take(agentnet_discovery::tags::MAX_TAGS)
+                .map(|s| shorten(s, MAX_TAG_LEN))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parts of an advertisement that a summary shows, borrowed from its bytes: reading the
+/// whole card as a `Value` was most of `discover_agents`' cost (profiled, docs/BENCHMARKS.md).
+#[derive(Deserialize)]
+struct AdvertView<'a> {
+    #[serde(borrow)]
+    card: CardView<'a>,
+}
+
+#[derive(Deserialize)]
+struct CardView<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    description: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    skills: Vec<SkillView<'a>>,
+}
+
+#[derive(Deserialize)]
+struct SkillView<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    description: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tags: Vec<Cow<'a, str>>,
+}
+
+fn short(s: Option<&str>, n: usize) -> Option<String> {
+    s.map(|s| shorten(s, n))
+}
+
+/// A stored advertisement's summary. A card whose fields are not of the expected JSON types
+/// (validation checks the card's signature, not its shape) is read as a `Value` instead, the
+/// way [`summary`] tolerates it: a field of another type is left out.
+pub(crate) fn summarize(a: agentnet_discovery::store::StoredAdvert) -> AgentSummary {
+    let Ok(view) = serde_json::from_slice::<AdvertView>(&a.bytes) else {
+        return summary(found(a));
+    };
+    let card = view.card;
+    AgentSummary {
+        name: short(card.name.as_deref(), MAX_SUMMARY),
+        description: short(card.description.as_deref(), MAX_SUMMARY),
+        skills: card
+            .skills
+            .iter()
+            .take(32)
+            .map(|s| SkillSummary {
+                id: short(s.id.as_deref(), MAX_SUMMARY),
+                name: short(s.name.as_deref(), MAX_SUMMARY),
+                description: short(s.description.as_deref(), MAX_SUMMARY),
+                tags: s
+                    .tags
+                    .iter()
+                    .take(agentnet_discovery::tags::MAX_TAGS)
+                    .map(|t| shorten(t, MAX_TAG_LEN))
+                    .collect(),
+            })
+            .collect(),
+        domain_verified: a.domain_verified(),
+        did: a.did,
+        tags: a.tags,
+        expires_at: a.expires_at,
+        peer_id: a.peer_id,
+    }
+}
+
+/// A found agent's summary, from its card as a JSON value.
+pub(crate) fn summary(f: Found) -> AgentSummary {
+    let skills = f
+        .card
+        .get("skills")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .take(32)
+                .map(|s| SkillSummary {
+                    id: text_of(s, "id"),
+                    name: text_of(s, "name"),
+                    description: text_of(s, "description"),
+                    tags: strings(s.get("tags")),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    AgentSummary {
+        name: text_of(&f.card, "name"),
+        description: text_of(&f.card, "description"),
+        did: f.did,
+        tags: f.tags,
+        skills,
+        domain_verified: f.domain_verified,
+        expires_at: f.expires_at,
+        peer_id: f.peer_id,
+    }
+}
+
+/// Why skill tags cannot be searched for as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TagError {
+    /// None, or more than the search takes.
+    #[error("give 1 to {max} tags, not {given}")]
+    Count {
+        /// How many were given.
+        given: usize,
+        /// The most the search takes.
+        max: usize,
+    },
+    /// A tag the network would drop (empty, too long, a control or hidden character).
+    #[error("tag {0:?} is not usable: 1 to {MAX_TAG_LEN} bytes, no control characters")]
+    Unusable(String),
+}
+
+/// The one check of the skill tags of a search: 1 to `max` of them ([`MAX_TAGS`] for the
+/// network's own bound; a caller may take fewer), each a usable tag
+/// ([`agentnet_discovery::tags::normalize`], at most [`MAX_TAG_LEN`] bytes as given).
+pub fn check_tags<S: AsRef<str>>(tags: &[S], max: usize) -> Result<(), TagError> {
+    if tags.is_empty() || tags.len() > max {
+        return Err(TagError::Count {
+            given: tags.len(),
+            max,
+        });
+    }
+    for t in tags {
+        let t = t.as_ref();
+        if t.len() > MAX_TAG_LEN || agentnet_discovery::tags::normalize(t).is_none() {
+            return Err(TagError::Unusable(shorten(t, 80)));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(card: Value) -> agentnet_discovery::store::StoredAdvert {
+        let did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
+        let bytes = serde_json::to_vec(&serde_json::json!({
+            "v": 1, "did": did, "card": card, "peerId": "12D3KooW", "addrs": [], "seq": 3,
+            "issuedAt": 1, "expiresAt": 2,
+            "proof": {"protected": "e30", "signature": "AA"}
+        }))
+        .unwrap();
+        agentnet_discovery::store::StoredAdvert {
+            did: did.into(),
+            seq: 3,
+            issued_at: 1,
+            expires_at: 2,
+            tags: vec!["echo".into()],
+            peer_id: "12D3KooW".into(),
+            bytes,
+        }
+    }
+
+    /// The fast reading of a stored advertisement says what the `Value` reading says, for
+    /// cards of the expected shape and for cards that are not.
+    #[test]
+    fn summaries_read_from_bytes_match_the_value_reading() {
+        let long = "é".repeat(MAX_SUMMARY + 7);
+        let cards = [
+            serde_json::json!({"name": "A", "description": long, "skills": [
+                {"id": "s", "name": "S", "description": "d", "tags": ["echo", "x".repeat(300)]},
+                {"id": "t"}
+            ]}),
+            serde_json::json!({"name": 5, "skills": [{"id": "s", "tags": ["echo", 7]}]}),
+            serde_json::json!({"name": null, "skills": "none"}),
+            serde_json::json!({"skills": (0..40).map(|i| serde_json::json!({"id": i.to_string(),
+                "tags": (0..20).map(|j| format!("t{j}")).collect::<Vec<_>>()})).collect::<Vec<_>>()}),
+            serde_json::json!("not an object"),
+        ];
+        for card in cards {
+            let a = stored(card.clone());
+            let fast = serde_json::to_value(summarize(a.clone())).unwrap();
+            let slow = serde_json::to_value(summary(found(a))).unwrap();
+            assert_eq!(fast, slow, "card {card}");
+        }
+        let s = summarize(stored(serde_json::json!({"description": long})));
+        let d = s.description.unwrap();
+        assert_eq!(d.chars().count(), MAX_SUMMARY + 1);
+        assert!(d.ends_with('…'));
+    }
+
+    #[test]
+    fn one_tag_check_for_every_search() {
+        assert!(check_tags(&["echo"], MAX_TAGS).is_ok());
+        assert!(check_tags(&vec!["a"; MAX_TAGS], MAX_TAGS).is_ok());
+        let none: [&str; 0] = [];
+        for (bad, max) in [
+            (vec!["a".to_string(); MAX_TAGS + 1], MAX_TAGS),
+            (vec!["a".to_string(); 9], 8),
+            (none.iter().map(|s| s.to_string()).collect(), MAX_TAGS),
+        ] {
+            let e = check_tags(&bad, max).unwrap_err();
+            assert!(matches!(e, TagError::Count { .. }), "{e}");
+        }
+        for bad in [
+            "",
+            " ",
+            "a\u{1}b",
+            "a\u{202e}b",
+            &"x".repeat(MAX_TAG_LEN + 1),
+        ] {
+            let e = check_tags(&["ok", bad], MAX_TAGS).unwrap_err();
+            assert!(matches!(e, TagError::Unusable(_)), "{bad:?}: {e}");
+        }
+    }
+}

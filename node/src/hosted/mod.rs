@@ -1,0 +1,379 @@
+//! Hosted agents: the A2A agents the node serves for others, from its configuration file.
+//!
+//! `agentnet up --config node.toml` reads a TOML file ([`crate::config`]). Each `[[agent]]`
+//! ([`AgentConfig`]) becomes an A2A 1.0
+//! server ([`agentnet_a2a::server::Server`]) mounted on the node's **public** listener at
+//! `/a2a/<id>` (JSON-RPC at `POST /a2a/<id>`, HTTP+JSON under `/a2a/<id>/…`, its card at
+//! `/a2a/<id>/.well-known/agent-card.json`), with its tasks in the node's RocksDB
+//! ([`crate::tasks`]) and callers identified by their DID signatures ([`crate::a2a_auth`]).
+//!
+//! Kinds ([`Kind`]):
+//! - `echo`: completes at once with the message's text as the artifact `echo`;
+//! - `ask`: asks "What is your name?" (`INPUT_REQUIRED`) and greets on the answer; each turn
+//!   works `work_ms` milliseconds (default 1000);
+//! - `command`: runs `command` (argv, no shell) with the message's text on standard input; its
+//!   standard output (at most `max_output_bytes`, default 64 KiB, else the task fails) becomes
+//!   the artifact `output`; a non-zero exit fails the task with the end of standard error; the
+//!   process is killed at `timeout_secs` (default 60) and when the task is canceled. It runs
+//!   with a cleared environment plus `env` (a table; `PATH` is [`DEFAULT_PATH`] unless `env`
+//!   names it) in a working directory of its own, `<data-dir>/hosted/<id>/work` (mode 0700),
+//!   never the node's; at most [`MAX_PROCESSES_PER_CALLER`] per caller, [`MAX_PROCESSES_PER_SOURCE`] per source and
+//!   [`MAX_PROCESSES_PER_AGENT`] per agent run at once, [`MAX_PROCESSES`] on the node (the
+//!   engine refuses one more with `RESOURCE_EXHAUSTED`, before anything starts);
+//! - `proxy`: forwards each turn to the upstream A2A server at `upstream` (its card is fetched
+//!   from `<upstream>/.well-known/agent-card.json`, an interface chosen as `agentnet call`
+//!   does), follows the upstream task to a terminal or interrupted state (polling `GetTask`
+//!   with backoff), and maps it back: artifacts, status message, state. An `INPUT_REQUIRED`
+//!   upstream task is continued by the caller's next message (the upstream ids travel in the
+//!   question's metadata, `agentnet.upstream`); a cancel is forwarded. The upstream URL and
+//!   the card's interface URL are checked as every outgoing call is ([`crate::call::check_url`]:
+//!   `https` and public addresses, unless `allow_private = true` for a testnet or a loopback
+//!   upstream), connections pinned to the checked addresses, no redirects followed; requests
+//!   are signed as the node's DID, so the upstream sees this node (never its callers);
+//!
+//! Each agent has a policy, `did` (default: callers must sign) or `open`, and a key: by default
+//! a did:key generated at first start and kept in `<data-dir>/hosted/<id>.jwk` (mode 0600),
+//! or the private JWK file `key`. Its card (built here from the configuration) lists both
+//! interfaces with URLs on the node's public URL, declares the DID security scheme
+//! (`securitySchemes.agentnetDid`, an HTTP auth scheme `DIDWba`) and the extension
+//! [`DID_AUTH_EXTENSION`] in `capabilities.extensions` (required when the policy is `did`), is
+//! signed with the agent's key (JWS, as `agentnet card sign` does), served as is, and published
+//! to the network (unless `publish = false`) so others find it by its skill tags.
+//!
+//! With `mcp = true`, the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
+//! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
+//! `urn:agentnet:mcp:v1`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentnet_a2a::auth::{Authenticator, BoxFuture};
+use agentnet_a2a::client::{self, Client, ClientLimits};
+use agentnet_a2a::handler::{Handler, HandlerError, Outcome, Turn, Updates};
+use agentnet_a2a::samples::{self, agent_message, text_of};
+use agentnet_a2a::server::{Config as ServerConfig, Server};
+use agentnet_a2a::types::{
+    Artifact, CancelTaskRequest, GetTaskRequest, Message, Part, SendMessageRequest,
+    SendMessageResponse, Task, TaskState,
+};
+use agentnet_did::{card, SecretKey};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::config::{ConfigError, FileConfig};
+use crate::tasks::TaskDb;
+
+mod command;
+mod proxy;
+
+use command::CommandAgent;
+use proxy::ProxyAgent;
+
+pub use crate::config::{AgentConfig, Kind, PolicyName};
+
+/// The extension URI a card declares when its agent accepts DID-signed requests
+/// (`docs/PROTOCOL.md`, "A2A: the DID security scheme").
+pub const DID_AUTH_EXTENSION: &str = "urn:agentnet:a2a:did-auth:v1";
+/// The name of the DID scheme in a card's `securitySchemes`.
+pub const DID_SCHEME: &str = "agentnetDid";
+/// Where hosted agents are mounted on the public listener.
+pub const MOUNT: &str = "/a2a";
+/// `PATH` of a `command` agent whose `env` names none.
+pub const DEFAULT_PATH: &str = "/usr/bin:/bin";
+/// Most `command` processes running at once on the node, all agents together: each holds three
+/// pipes and a process slot, so 64 stay far under the usual limit of 1024 descriptors whatever
+/// callers do. Shared out statically: each command agent gets `64 / <command agents>` of them
+/// (at most [`MAX_PROCESSES_PER_AGENT`]), so that no agent's callers take another's.
+pub const MAX_PROCESSES: usize = 64;
+/// Most processes of one `command` agent running at once: 16.
+pub const MAX_PROCESSES_PER_AGENT: usize = 16;
+/// Most processes one caller (a DID; the anonymous callers of an `open` agent together) runs
+/// at once on one `command` agent: 4.
+pub const MAX_PROCESSES_PER_CALLER: usize = 4;
+/// Command processes at once from one source (an IPv4 address, an IPv6 /64) at one agent,
+/// whatever DIDs it signs with: 8.
+pub const MAX_PROCESSES_PER_SOURCE: usize = 8;
+/// A hosted agent, built and ready to mount.
+pub struct Hosted {
+    /// Its id (path segment).
+    pub id: String,
+    /// Its key.
+    pub key: SecretKey,
+    /// Its signed card, as served and published.
+    pub card: Value,
+    /// Publish it?
+    pub publish: bool,
+    /// Advert lifetime.
+    pub ttl: u64,
+    /// The A2A server.
+    pub server: Arc<Server>,
+    /// Its MCP endpoint, if configured.
+    pub mcp: Option<crate::mcp::hosted::Endpoint>,
+}
+
+impl std::fmt::Debug for Hosted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hosted")
+            .field("id", &self.id)
+            .field("did", &self.key.did_key().to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The key file of a hosted agent in `data_dir`.
+pub fn key_path(data_dir: &Path, id: &str) -> PathBuf {
+    data_dir.join("hosted").join(format!("{id}.jwk"))
+}
+
+/// The URL of agent `id` under `public_base`.
+pub fn agent_url(public_base: &str, id: &str) -> String {
+    format!("{}{MOUNT}/{id}", public_base.trim_end_matches('/'))
+}
+
+/// The unsigned card of `a`, served at `url`.
+pub fn card_for(a: &AgentConfig, url: &str) -> Value {
+    let name = a.name.clone().unwrap_or_else(|| a.id.clone());
+    let description = a.description.clone().unwrap_or_else(|| match a.kind {
+        Kind::Echo => "Echoes your message back".into(),
+        Kind::Ask => "Asks your name, then greets you".into(),
+        Kind::Command => "Runs a local command on your message".into(),
+        Kind::Proxy => "Forwards to an upstream A2A agent".into(),
+    });
+    let kind = match a.kind {
+        Kind::Echo => "echo",
+        Kind::Ask => "ask",
+        Kind::Command => "command",
+        Kind::Proxy => "proxy",
+    };
+    let tags = a.tags.clone().unwrap_or_else(|| vec![kind.to_string()]);
+    let required = a.policy == PolicyName::Did;
+    let mut c = json!({
+        "name": name,
+        "description": description,
+        "version": env!("CARGO_PKG_VERSION"),
+        "supportedInterfaces": [
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        ],
+        "capabilities": {
+            "streaming": true,
+            "pushNotifications": false,
+            "extensions": [{
+                "uri": DID_AUTH_EXTENSION,
+                "description": "Requests may be signed with the caller's DID: RFC 9421 HTTP Message Signatures in the ANP profile (Signature-Input, Signature, Content-Digest; keyid a DID URL of an authentication key); ANP's legacy Authorization: DIDWba header (aud: this host and port) starts new tasks only. Tasks belong to the signer's DID.",
+                "required": required,
+            }],
+        },
+        "securitySchemes": {
+            DID_SCHEME: {"httpAuthSecurityScheme": {
+                "scheme": "DIDWba",
+                "description": format!("DID signature of the request, see {DID_AUTH_EXTENSION}"),
+            }},
+        },
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{
+            "id": a.id,
+            "name": name,
+            "description": description,
+            "tags": tags,
+        }],
+    });
+    if required {
+        c["securityRequirements"] = json!([{"schemes": {DID_SCHEME: {"list": []}}}]);
+    }
+    if a.mcp == Some(true) {
+        if let Some(exts) = c
+            .pointer_mut("/capabilities/extensions")
+            .and_then(Value::as_array_mut)
+        {
+            exts.push(crate::mcp::hosted::extension(&format!(
+                "{url}{}",
+                crate::mcp::hosted::PATH
+            )));
+        }
+    }
+    c
+}
+
+/// The working directory of `command` agent `id`: `<data-dir>/hosted/<id>/work`.
+pub fn work_dir(data_dir: &Path, id: &str) -> PathBuf {
+    data_dir.join("hosted").join(id).join("work")
+}
+
+/// Create `dir` (and its parents) with mode 0700 for the last component, or make an existing
+/// one 0700.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        r => r,
+    }
+}
+
+/// The engine's bounds for an agent of `kind` among `commands` command agents: a command
+/// agent's turns are processes ([`MAX_PROCESSES`]).
+fn limits_for(kind: Kind, commands: usize) -> agentnet_a2a::engine::Limits {
+    let mut l = agentnet_a2a::engine::Limits::default();
+    if kind == Kind::Command {
+        l.max_running = (MAX_PROCESSES / commands.max(1)).clamp(1, MAX_PROCESSES_PER_AGENT);
+        l.max_running_per_owner = MAX_PROCESSES_PER_CALLER.min(l.max_running);
+        l.max_running_per_source = MAX_PROCESSES_PER_SOURCE.min(l.max_running);
+    }
+    l
+}
+
+/// Build every hosted agent of `cfg`.
+pub fn build(
+    cfg: &FileConfig,
+    public_base: &str,
+    data_dir: &Path,
+    tasks: &Arc<TaskDb>,
+    auth: Arc<dyn Authenticator>,
+    node_signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
+) -> Result<Vec<Hosted>, ConfigError> {
+    let mut out = Vec::new();
+    let commands = cfg.agent.iter().filter(|a| a.kind == Kind::Command).count();
+    for a in &cfg.agent {
+        let path = a.key.clone().unwrap_or_else(|| key_path(data_dir, &a.id));
+        let key_err = |source| ConfigError::Key {
+            agent: a.id.clone(),
+            path: path.clone(),
+            source,
+        };
+        let key = if a.key.is_some() {
+            SecretKey::load(&path).map_err(key_err)?
+        } else {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|source| ConfigError::Read {
+                    path: parent.to_owned(),
+                    source,
+                })?;
+            }
+            SecretKey::load_or_create(&path).map_err(key_err)?.0
+        };
+        let url = agent_url(public_base, &a.id);
+        let did = key.did_key();
+        let signed = card::sign(
+            &card_for(a, &url),
+            &key,
+            &did.with_fragment(did.method_specific_id()),
+        )
+        .map_err(|source| ConfigError::Card {
+            agent: a.id.clone(),
+            source,
+        })?;
+        let handler: Arc<dyn Handler> = match a.kind {
+            Kind::Echo => Arc::new(samples::Echo),
+            Kind::Ask => Arc::new(samples::AskName {
+                work: Duration::from_millis(a.work_ms.unwrap_or(1000)),
+            }),
+            Kind::Command => {
+                let work = work_dir(data_dir, &a.id);
+                private_dir(&work).map_err(|source| ConfigError::WorkDir {
+                    agent: a.id.clone(),
+                    path: work.clone(),
+                    source,
+                })?;
+                let mut env = a.env.clone().unwrap_or_default();
+                env.entry("PATH".into())
+                    .or_insert_with(|| DEFAULT_PATH.into());
+                Arc::new(CommandAgent {
+                    argv: a.command.clone().unwrap_or_default(),
+                    env: Arc::new(env),
+                    work: Arc::new(work),
+                    timeout: Duration::from_secs(a.timeout_secs.unwrap_or(60)),
+                    max_output: a.max_output_bytes.unwrap_or(64 * 1024),
+                })
+            }
+            Kind::Proxy => Arc::new(ProxyAgent {
+                upstream: a.upstream.clone().unwrap_or_default(),
+                allow_private: a.allow_private == Some(true),
+                signer: node_signer.clone(),
+                client: Arc::new(tokio::sync::OnceCell::new()),
+            }),
+        };
+        let server = Server::new(
+            ServerConfig::new(signed.clone())
+                .policy(a.policy())
+                .limits(limits_for(a.kind, commands)),
+            handler,
+            Arc::new(tasks.agent(&a.id)),
+            auth.clone(),
+        );
+        let mcp = (a.mcp == Some(true)).then(|| crate::mcp::hosted::Endpoint {
+            auth: auth.clone(),
+            require_did: a.policy == PolicyName::Did,
+            host: url::Url::parse(public_base)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or_default(),
+            origin: crate::mcp::hosted::origin_of(public_base),
+            turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
+        });
+        out.push(Hosted {
+            id: a.id.clone(),
+            key,
+            card: signed,
+            publish: a.publish.unwrap_or(true),
+            ttl: a.ttl.unwrap_or(3600),
+            server,
+            mcp,
+        });
+    }
+    Ok(out)
+}
+
+/// The routes of every hosted agent, for the public listener: `/a2a/<id>/…` (and its MCP
+/// endpoint `/a2a/<id>/mcp`, whose sessions end when `stop` is cancelled), with the origin
+/// layer the DID authenticator needs.
+pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> axum::Router {
+    let mut r = axum::Router::new();
+    for h in hosted {
+        let mut agent = h.server.router();
+        if let Some(mcp) = &h.mcp {
+            agent = mcp.router(stop.child_token()).merge(agent);
+        }
+        r = r.nest(&format!("{MOUNT}/{}", h.id), agent);
+    }
+    r.layer(axum::middleware::from_fn(crate::a2a_auth::origin_layer))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MAX_AGENTS;
+
+    #[test]
+    fn command_agents_share_the_node_s_processes() {
+        let l = limits_for(Kind::Command, 1);
+        assert_eq!(
+            (
+                l.max_running,
+                l.max_running_per_owner,
+                l.max_running_per_source
+            ),
+            (16, 4, 8)
+        );
+        assert_eq!(limits_for(Kind::Command, 8).max_running, 8);
+        let l = limits_for(Kind::Command, MAX_AGENTS);
+        assert_eq!((l.max_running, l.max_running_per_owner), (1, 1));
+        for n in 1..=MAX_AGENTS {
+            assert!(
+                n * limits_for(Kind::Command, n).max_running <= MAX_PROCESSES,
+                "{n}"
+            );
+        }
+        // Other kinds keep the engine's defaults.
+        assert_eq!(
+            limits_for(Kind::Echo, 3),
+            agentnet_a2a::engine::Limits::default()
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! Kind `proxy`: each turn forwarded to an upstream A2A agent, signed as the node.
+
+use super::*;
+
+/// Forwards turns to an upstream A2A agent.
+#[derive(Clone)]
+pub(super) struct ProxyAgent {
+    pub(super) upstream: String,
+    /// Upstream addresses may be loopback or private, and `http`.
+    pub(super) allow_private: bool,
+    /// Signs upstream requests (the node's DID).
+    pub(super) signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
+    pub(super) client: Arc<tokio::sync::OnceCell<Arc<Client>>>,
+}
+
+/// Each upstream request: connect within 10 s, answer within 60 s.
+const PROXY_TIMEOUTS: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(60));
+
+/// The metadata key carrying the upstream task's ids in an `INPUT_REQUIRED` question.
+const UPSTREAM_KEY: &str = "agentnet.upstream";
+/// Longest a proxied turn follows its upstream task.
+const PROXY_MAX_WAIT: Duration = Duration::from_secs(600);
+
+impl ProxyAgent {
+    async fn client(&self) -> Result<Arc<Client>, HandlerError> {
+        self.client
+            .get_or_try_init(|| async {
+                let base = url::Url::parse(&self.upstream)
+                    .map_err(|e| HandlerError(format!("upstream URL: {e}")))?;
+                let http = self.pinned(&base).await?;
+                let card = client::fetch_card(&http, &base, ClientLimits::default())
+                    .await
+                    .map_err(|e| HandlerError(format!("upstream card: {e}")))?;
+                let endpoint = client::choose_interface(&card)
+                    .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+                // The card names its own URL, perhaps on another host: checked the same way.
+                let http = self.pinned(&endpoint.url).await?;
+                Ok(Arc::new(Client::new(http, endpoint, self.signer.clone())))
+            })
+            .await
+            .cloned()
+    }
+
+    /// An HTTP client for `url`, its addresses checked and pinned, no redirects.
+    async fn pinned(&self, url: &url::Url) -> Result<reqwest::Client, HandlerError> {
+        let addrs = crate::call::check_url(url, self.allow_private)
+            .await
+            .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+        crate::call::pinned(url, &addrs, PROXY_TIMEOUTS.0)
+            .timeout(PROXY_TIMEOUTS.1)
+            .build()
+            .map_err(|e| HandlerError(format!("upstream client: {e}")))
+    }
+}
+
+fn outcome_of(turn: &Turn, task: Task) -> Option<Outcome> {
+    let status_msg = |fallback: &str| {
+        let mut m = task
+            .status
+            .message
+            .clone()
+            .unwrap_or_else(|| agent_message(turn, fallback));
+        m.task_id = Some(turn.task_id.clone());
+        m.context_id = Some(turn.context_id.clone());
+        m
+    };
+    match task.status.state {
+        TaskState::Completed => Some(Outcome::Completed {
+            message: task.status.message.clone().map(|_| status_msg("")),
+            artifacts: task.artifacts.clone().unwrap_or_default(),
+        }),
+        TaskState::InputRequired | TaskState::AuthRequired => {
+            let mut m = status_msg("the upstream agent needs more input");
+            m.metadata.get_or_insert_with(Default::default).insert(
+                UPSTREAM_KEY.into(),
+                json!({"taskId": task.id, "contextId": task.context_id}),
+            );
+            Some(Outcome::InputRequired { message: m })
+        }
+        TaskState::Failed | TaskState::Canceled => Some(Outcome::Failed {
+            message: status_msg("the upstream task failed"),
+        }),
+        TaskState::Rejected => Some(Outcome::Rejected {
+            message: status_msg("the upstream agent rejected the task"),
+        }),
+        _ => None,
+    }
+}
+
+impl Handler for ProxyAgent {
+    fn handle(
+        &self,
+        turn: Turn,
+        _updates: Updates,
+    ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let client = this.client().await?;
+            // Continue the upstream task this one is waiting on, if any.
+            let upstream_ids = turn.history.iter().rev().find_map(|m| {
+                m.metadata.as_ref()?.get(UPSTREAM_KEY).and_then(|v| {
+                    Some((
+                        v["taskId"].as_str()?.to_string(),
+                        v["contextId"].as_str()?.to_string(),
+                    ))
+                })
+            });
+            let mut msg = Message::new(turn.message.role.clone(), turn.message.parts.clone());
+            if let Some((t, c)) = &upstream_ids {
+                msg.task_id = Some(t.clone());
+                msg.context_id = Some(c.clone());
+            }
+            let req = SendMessageRequest {
+                message: msg,
+                configuration: None,
+                metadata: None,
+                tenant: None,
+            };
+            let resp = tokio::select! {
+                r = client.send_message(&req) => r.map_err(|e| HandlerError(format!("upstream: {e}")))?,
+                _ = turn.cancel.cancelled() => return Err(HandlerError("canceled".into())),
+            };
+            let mut task = match resp {
+                SendMessageResponse::Message(m) => {
+                    return Ok(Outcome::Completed {
+                        message: None,
+                        artifacts: vec![Artifact {
+                            artifact_id: uuid::Uuid::new_v4().to_string(),
+                            name: Some("reply".into()),
+                            description: None,
+                            parts: m.parts,
+                            metadata: None,
+                            extensions: None,
+                        }],
+                    })
+                }
+                SendMessageResponse::Task(t) => t,
+            };
+            let deadline = tokio::time::Instant::now() + PROXY_MAX_WAIT;
+            let mut wait = Duration::from_millis(100);
+            loop {
+                if let Some(o) = outcome_of(&turn, task.clone()) {
+                    return Ok(o);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(HandlerError(
+                        "the upstream task did not finish in time".into(),
+                    ));
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = turn.cancel.cancelled() => {
+                        let _ = client.cancel_task(&CancelTaskRequest { id: task.id.clone(), metadata: None, tenant: None }).await;
+                        return Err(HandlerError("canceled".into()));
+                    }
+                }
+                wait = (wait * 2).min(Duration::from_secs(5));
+                task = client
+                    .get_task(&GetTaskRequest {
+                        id: task.id.clone(),
+                        history_length: Some(0),
+                        tenant: None,
+                    })
+                    .await
+                    .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+            }
+        })
+    }
+}
