@@ -337,6 +337,7 @@ enum Command {
     ListenAddrs {
         reply: oneshot::Sender<Vec<Multiaddr>>,
     },
+    #[cfg(feature = "test-utils")]
     GossipUnchecked {
         bytes: Vec<u8>,
         reply: oneshot::Sender<Result<(), Error>>,
@@ -684,8 +685,9 @@ impl Client {
     }
 
     /// Send bytes on the advertisement topic WITHOUT validating or storing them: what an
-    /// adversarial peer does. For testnets and experiments on how the network defends itself;
-    /// an honest node never needs it.
+    /// adversarial peer does. For tests and the simulation (feature `test-utils`); an honest
+    /// node never needs it.
+    #[cfg(feature = "test-utils")]
     pub async fn gossip_unchecked(&self, bytes: Vec<u8>) -> Result<(), Error> {
         self.call(|reply| Command::GossipUnchecked { bytes, reply })
             .await?
@@ -1262,6 +1264,7 @@ impl Node {
             Command::ListenAddrs { reply } => {
                 let _ = reply.send(self.swarm.listeners().cloned().collect());
             }
+            #[cfg(feature = "test-utils")]
             Command::GossipUnchecked { bytes, reply } => {
                 let r = self
                     .swarm
