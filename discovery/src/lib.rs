@@ -9,8 +9,18 @@
 //!   bounded `discover`); every helper task is tracked and ends before the node's task does.
 //! - [`store`]: RocksDB: advertisements by DID, the tag index, sequence numbers, peers.
 //! - [`tags`]: tag normalization and the DHT keys of tags.
+//!
+//! The items most callers need are re-exported here: [`Client`], [`Config`], [`spawn`],
+//! [`Store`], [`Validator`]. Feature `test-utils` adds an adversary's raw gossip
+//! (`Client::gossip_unchecked`) for tests and the simulation.
+
+#![warn(missing_docs)]
 
 pub mod advert;
 pub mod net;
 pub mod store;
 pub mod tags;
+
+pub use advert::{Reject, Validated, Validator};
+pub use net::{spawn, BootstrapState, BootstrapStatus, Client, Config, Error};
+pub use store::{Store, StoredAdvert};

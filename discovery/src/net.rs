@@ -46,6 +46,7 @@ use crate::store::{PutOutcome, Store, StoredAdvert};
 use crate::tags;
 
 mod accept;
+mod bootstrap;
 mod config;
 mod dht;
 mod limits;
@@ -53,6 +54,8 @@ mod pool;
 mod swarm;
 
 use accept::{accept, Ctx, Gate};
+pub use bootstrap::{BootstrapState, BootstrapStatus};
+use bootstrap::{Bootstraps, Outcome};
 pub use config::{Config, TransportKind};
 use pool::blocking;
 use swarm::{build_swarm, Behaviour, BehaviourEvent};
@@ -97,10 +100,21 @@ pub const DISCOVER_BATCH: usize = 4;
 /// ...gives each this long to answer (honest providers answer in milliseconds; a sybil that
 /// accepts the request and never answers costs this, not the protocol's 10 s timeout)...
 pub const DISCOVER_FETCH_TIMEOUT: Duration = Duration::from_secs(4);
-/// ...and stops after this long, answering with what it validated by then. Before, the
-/// advertisements of each answer were validated one after the other, and an answer of 50 did:web
-/// advertisements for documents that never come took 50 resolver timeouts.
+/// ...and stops after this long (the providers lookup included), answering with what it
+/// validated by then. Before, the advertisements of each answer were validated one after the
+/// other, and an answer of 50 did:web advertisements for documents that never come took 50
+/// resolver timeouts.
 pub const DISCOVER_DEADLINE: Duration = Duration::from_secs(15);
+/// When the local index already has matches, `discover` waits at most this long on the network
+/// for more (the providers lookup included). Before, a node whose routing table and provider
+/// records still named peers that had gone away waited on them (Kademlia gives an unresponsive
+/// peer 10 s, a fetch [`DISCOVER_FETCH_TIMEOUT`]): about 5 s per discover instead of 0.05 s,
+/// until it restarted. Healthy providers answer in milliseconds.
+pub const DISCOVER_TOP_UP: Duration = Duration::from_secs(1);
+/// The providers lookup of a `discover` answers with the providers found by then: the four
+/// shards' Kademlia queries give each unresponsive peer 10 s, and a query ends only when its
+/// closest peers have answered or timed out (up to the 20 s query timeout).
+pub const DISCOVER_PROVIDERS_WAIT: Duration = Duration::from_secs(3);
 /// Advertisements of one answer validated at once.
 const DISCOVER_ACCEPTS: usize = 8;
 /// Most providers collected for one tag (of its four shards).
@@ -304,6 +318,8 @@ enum Command {
     },
     Providers {
         tag: String,
+        /// Answer with what was found by then, if the queries have not ended.
+        deadline: Option<Instant>,
         reply: oneshot::Sender<Vec<PeerId>>,
     },
     Fetch {
@@ -321,6 +337,7 @@ enum Command {
     ListenAddrs {
         reply: oneshot::Sender<Vec<Multiaddr>>,
     },
+    #[cfg(feature = "test-utils")]
     GossipUnchecked {
         bytes: Vec<u8>,
         reply: oneshot::Sender<Result<(), Error>>,
@@ -366,6 +383,8 @@ pub struct Client {
     /// goes (`_stop_on_drop`).
     cancel: CancellationToken,
     slots: ResolveSlots,
+    /// The bootstrap addresses' state, written by the swarm task.
+    bootstrap: Arc<Mutex<Vec<BootstrapStatus>>>,
     _stop_on_drop: Arc<DropGuard>,
 }
 
@@ -413,6 +432,16 @@ impl Client {
     /// loses the oldest (and is told so by `RecvError::Lagged`); the store has them all.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Accepted> {
         self.accepted.subscribe()
+    }
+
+    /// Each configured bootstrap address: pending, connected or failed (with the last dial
+    /// error), and since when. A failed or disconnected one is dialed again, with backoff,
+    /// while the node has no peer.
+    pub fn bootstrap_status(&self) -> Vec<BootstrapStatus> {
+        self.bootstrap
+            .lock()
+            .expect("bootstrap status lock poisoned")
+            .clone()
     }
 
     /// The store this node indexes into.
@@ -494,9 +523,11 @@ impl Client {
     /// through the DHT; every network result is validated like gossip. Ranked by freshness,
     /// one per DID, at most `limit`.
     ///
-    /// Bounded: at most [`DISCOVER_PROVIDERS`] providers are asked, [`DISCOVER_BATCH`] at a
-    /// time, each for at most [`DISCOVER_FETCH_TIMEOUT`], until `limit` are found or
-    /// [`DISCOVER_DEADLINE`] passes; what was validated by then is returned.
+    /// Bounded: the providers found in [`DISCOVER_PROVIDERS_WAIT`] are asked, at most
+    /// [`DISCOVER_PROVIDERS`] of them, [`DISCOVER_BATCH`] at a time, each for at most
+    /// [`DISCOVER_FETCH_TIMEOUT`], until `limit` are found or the network part ends: after
+    /// [`DISCOVER_TOP_UP`] if the local index had matches, [`DISCOVER_DEADLINE`] if not. The
+    /// local matches and what was validated by then are returned.
     pub async fn discover(
         &self,
         tags: &[String],
@@ -517,25 +548,31 @@ impl Client {
         if local.len() >= limit {
             return Ok(local);
         }
-        // Providers of the first tag; their answers are filtered by all tags on their side and
-        // checked again on ours.
-        let providers = self
-            .call(|reply| Command::Providers {
-                tag: tags[0].clone(),
-                reply,
-            })
-            .await?;
+        let wait = if local.is_empty() {
+            DISCOVER_DEADLINE
+        } else {
+            DISCOVER_TOP_UP
+        };
+        let deadline = tokio::time::Instant::now() + wait;
         let request = FetchRequest {
             tags: tags.clone(),
             limit: (limit as u32).min(MAX_FETCH),
         };
-        let providers: Vec<PeerId> = providers
-            .into_iter()
-            .filter(|p| *p != self.peer_id)
-            .take(DISCOVER_PROVIDERS)
-            .collect();
-        let deadline = tokio::time::Instant::now() + DISCOVER_DEADLINE;
         let work = async {
+            // Providers of the first tag; their answers are filtered by all tags on their side
+            // and checked again on ours.
+            let providers = self
+                .call(|reply| Command::Providers {
+                    tag: tags[0].clone(),
+                    deadline: Some(Instant::now() + DISCOVER_PROVIDERS_WAIT.min(wait)),
+                    reply,
+                })
+                .await?;
+            let providers: Vec<PeerId> = providers
+                .into_iter()
+                .filter(|p| *p != self.peer_id)
+                .take(DISCOVER_PROVIDERS)
+                .collect();
             // Answers are handled as they come, DISCOVER_BATCH fetches in flight.
             let mut answers = futures::stream::iter(providers.iter().copied())
                 .map(|peer| {
@@ -611,7 +648,12 @@ impl Client {
     /// The PeerIds of nodes providing `tag` in the DHT.
     pub async fn providers(&self, tag: &str) -> Result<Vec<PeerId>, Error> {
         let tag = tags::normalize(tag).ok_or_else(|| Error::Network(format!("bad tag {tag:?}")))?;
-        self.call(|reply| Command::Providers { tag, reply }).await
+        self.call(|reply| Command::Providers {
+            tag,
+            deadline: None,
+            reply,
+        })
+        .await
     }
 
     /// Dial an address and wait for the connection (with or without a `/p2p/` component; the
@@ -643,8 +685,9 @@ impl Client {
     }
 
     /// Send bytes on the advertisement topic WITHOUT validating or storing them: what an
-    /// adversarial peer does. For testnets and experiments on how the network defends itself;
-    /// an honest node never needs it.
+    /// adversarial peer does. For tests and the simulation (feature `test-utils`); an honest
+    /// node never needs it.
+    #[cfg(feature = "test-utils")]
     pub async fn gossip_unchecked(&self, bytes: Vec<u8>) -> Result<(), Error> {
         self.call(|reply| Command::GossipUnchecked { bytes, reply })
             .await?
@@ -684,6 +727,7 @@ fn traffic_from_metrics(text: &str) -> Traffic {
 
 struct PendingProviders {
     remaining: usize,
+    deadline: Option<Instant>,
     found: HashSet<PeerId>,
     reply: oneshot::Sender<Vec<PeerId>>,
 }
@@ -715,6 +759,12 @@ struct Node {
     pending_dials: HashMap<ConnectionId, (Multiaddr, oneshot::Sender<Result<(), Error>>)>,
     peer_addrs: HashMap<PeerId, Vec<Multiaddr>>,
     bootstrapped: bool,
+    /// The bootstrap addresses and their redials.
+    bootstraps: Bootstraps,
+    /// Our listeners, closed first at teardown.
+    listeners: Vec<libp2p::core::transport::ListenerId>,
+    /// The first bootstrap dials were made.
+    bootstraps_started: bool,
     /// The node's token (see [`Client`]); helper tasks stop on it.
     cancel: CancellationToken,
     /// Every helper task (validations, fetch answers, sweeps, peer writes): `run` waits for all
@@ -780,6 +830,9 @@ pub async fn spawn(
         pending_dials: HashMap::new(),
         peer_addrs: HashMap::new(),
         bootstrapped: false,
+        bootstraps: Bootstraps::new(&cfg.bootstrap, Instant::now(), unix_now()),
+        bootstraps_started: false,
+        listeners: Vec::new(),
         cancel: cancel.clone(),
         tasks,
         slots: slots.clone(),
@@ -802,18 +855,16 @@ pub async fn spawn(
         .subscribe(&topic)
         .map_err(|e| Error::Start(format!("subscribing to {TOPIC}: {e}")))?;
     for addr in &cfg.listen {
-        node.swarm
+        swarm::probe_listen(addr)?;
+    }
+    for addr in &cfg.listen {
+        let id = node
+            .swarm
             .listen_on(addr.clone())
-            .map_err(|e| Error::Start(format!("listening on {addr}: {e}")))?;
+            .map_err(|e| Error::Start(format!("listening on {addr}: {e:?}")))?;
+        node.listeners.push(id);
     }
-    for addr in &cfg.bootstrap {
-        if let Some(peer) = peer_of(addr) {
-            node.add_kad_address(peer, addr.clone());
-        }
-        if let Err(e) = node.swarm.dial(addr.clone()) {
-            tracing::warn!(%addr, error = %e, "dialing bootstrap peer");
-        }
-    }
+    node.dial_bootstraps();
     if cfg.redial_peers > 0 {
         let s = store.clone();
         match blocking(move || s.peers()).await {
@@ -831,6 +882,7 @@ pub async fn spawn(
         metrics: Arc::new(Mutex::new(registry)),
         cancel: cancel.clone(),
         slots,
+        bootstrap: node.bootstraps.status(),
         _stop_on_drop: Arc::new(cancel.clone().drop_guard()),
     };
     let handle = tokio::spawn(node.run(cmd_rx, internal_rx));
@@ -881,6 +933,16 @@ impl Node {
         provide.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut expire = tokio::time::interval(PROVIDER_EXPIRY_INTERVAL);
         expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Kademlia's own periodic bootstrap is off (see `build_behaviour`); this one skips a
+        // node with an empty routing table instead of warning about it.
+        let refresh_every = self.cfg.kad_bootstrap_interval.unwrap_or(Duration::MAX);
+        let mut refresh = tokio::time::interval_at(
+            tokio::time::Instant::now()
+                .checked_add(refresh_every)
+                .unwrap_or_else(tokio::time::Instant::now),
+            refresh_every.min(Duration::from_secs(365 * 24 * 3600)),
+        );
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let cancel = self.cancel.clone();
         loop {
             tokio::select! {
@@ -889,15 +951,30 @@ impl Node {
                 Some(ev) = internal_rx.recv() => self.on_internal(ev),
                 ev = self.swarm.select_next_some() => self.on_swarm(ev),
                 _ = sweep.tick() => self.sweep(),
-                _ = trim.tick() => self.trim_connections(),
-                _ = provide.tick() => self.provide_due(),
+                _ = trim.tick() => {
+                    self.trim_connections();
+                    self.dial_bootstraps();
+                }
+                _ = provide.tick() => {
+                    self.provide_due();
+                    self.providers_due();
+                }
+                _ = refresh.tick(), if self.cfg.kad_bootstrap_interval.is_some() => {
+                    if self.routing_table_len() > 0 {
+                        let _ = self.swarm.behaviour_mut().kad.bootstrap();
+                    }
+                }
                 _ = expire.tick() => self.expire_provider_records(),
             }
         }
         // Teardown, in this order:
         // 1. No new work: commands are refused from here on (callers get `Error::Stopped`),
-        //    and no helper is spawned any more (`close`).
+        //    no helper is spawned any more (`close`), and the listeners close (the memory
+        //    transport frees its port only then: a node restarted on it can listen again).
         cmd_rx.close();
+        for id in std::mem::take(&mut self.listeners) {
+            self.swarm.remove_listener(id);
+        }
         self.tasks.close();
         // 2. Helpers stop at their next await point on the cancelled token (a validation
         //    waiting for a DID document, the peer writer); a blocking store call in progress
@@ -930,6 +1007,89 @@ impl Node {
             }
             sweeping.store(false, Ordering::Release);
         });
+    }
+
+    /// Dial the bootstrap addresses that are due (all at start; then, while the node has no
+    /// peer, those not connected, with backoff: see `bootstrap`). Each is put back in the
+    /// routing table first: Kademlia must not lose it.
+    fn dial_bootstraps(&mut self) {
+        let now = Instant::now();
+        let due = self.bootstraps.due(
+            self.connected_since.is_empty(),
+            self.bootstraps_started,
+            now,
+        );
+        self.bootstraps_started = true;
+        for i in due {
+            let Some((addr, peer)) = self.bootstraps.addr(i) else {
+                continue;
+            };
+            let addr = addr.clone();
+            if let Some(peer) = peer {
+                self.add_kad_address(peer, addr.clone());
+            }
+            // A new port, not the listener's (see `build_swarm`).
+            let opts = DialOpts::unknown_peer_id()
+                .address(addr.clone())
+                .allocate_new_port()
+                .build();
+            let id = opts.connection_id();
+            let started = self
+                .swarm
+                .dial(opts)
+                .map(|()| id)
+                .map_err(|e| e.to_string());
+            let error = started.as_ref().err().cloned();
+            match self.bootstraps.dialing(i, started, now, unix_now()) {
+                Outcome::Changed(_) => {
+                    tracing::warn!(address = %addr, error = ?error, "cannot dial bootstrap peer; retrying while the node has no peer")
+                }
+                Outcome::Same(_) => {
+                    tracing::debug!(address = %addr, error = ?error, "cannot dial bootstrap peer")
+                }
+                Outcome::Other => {}
+            }
+        }
+    }
+
+    /// Peers in the Kademlia routing table.
+    fn routing_table_len(&mut self) -> usize {
+        self.swarm
+            .behaviour_mut()
+            .kad
+            .kbuckets()
+            .map(|b| b.num_entries())
+            .sum()
+    }
+
+    /// Answer the providers lookups whose deadline passed with what they found; their queries
+    /// end.
+    fn providers_due(&mut self) {
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .pending_providers
+            .iter()
+            .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            let queries: Vec<QueryId> = self
+                .provider_queries
+                .iter()
+                .filter(|(_, p)| **p == id)
+                .map(|(q, _)| *q)
+                .collect();
+            for q in queries {
+                self.provider_queries.remove(&q);
+                if let Some(mut query) = self.swarm.behaviour_mut().kad.query_mut(&q) {
+                    query.finish();
+                }
+            }
+            if let Some(p) = self.pending_providers.remove(&id) {
+                tracing::debug!(found = p.found.len(), "providers lookup deadline passed");
+                let _ = p.reply.send(p.found.into_iter().collect());
+            }
+        }
     }
 
     /// Remove inbound provider records whose time is up.
@@ -977,6 +1137,7 @@ impl Node {
             let opts = DialOpts::peer_id(peer)
                 .condition(PeerCondition::DisconnectedAndNotDialing)
                 .addresses(addrs)
+                .allocate_new_port()
                 .build();
             match self.swarm.dial(opts) {
                 Ok(()) => dialed += 1,
@@ -1014,7 +1175,11 @@ impl Node {
                 }
                 let _ = reply.send(Ok(()));
             }
-            Command::Providers { tag, reply } => {
+            Command::Providers {
+                tag,
+                deadline,
+                reply,
+            } => {
                 let id = self.next_pending;
                 self.next_pending += 1;
                 for shard in 0..tags::SHARDS {
@@ -1029,6 +1194,7 @@ impl Node {
                     id,
                     PendingProviders {
                         remaining: tags::SHARDS as usize,
+                        deadline,
                         found: HashSet::new(),
                         reply,
                     },
@@ -1066,7 +1232,10 @@ impl Node {
                 }
                 // Tracked by connection id: a failed dial to an address without `/p2p/`
                 // reports no peer id.
-                let opts = DialOpts::unknown_peer_id().address(addr.clone()).build();
+                let opts = DialOpts::unknown_peer_id()
+                    .address(addr.clone())
+                    .allocate_new_port()
+                    .build();
                 let id = opts.connection_id();
                 match self.swarm.dial(opts) {
                     Ok(()) => {
@@ -1095,6 +1264,7 @@ impl Node {
             Command::ListenAddrs { reply } => {
                 let _ = reply.send(self.swarm.listeners().cloned().collect());
             }
+            #[cfg(feature = "test-utils")]
             Command::GossipUnchecked { bytes, reply } => {
                 let r = self
                     .swarm
@@ -1510,6 +1680,12 @@ impl Node {
                 if let Some((_, reply)) = self.pending_dials.remove(&connection_id) {
                     let _ = reply.send(Ok(()));
                 }
+                if let Outcome::Changed(address) =
+                    self.bootstraps
+                        .connected(connection_id, peer_id, Instant::now(), unix_now())
+                {
+                    tracing::info!(%address, peer = %peer_id, "connected to bootstrap peer");
+                }
                 if !self.bootstrapped {
                     self.bootstrapped = true;
                     let _ = self.swarm.behaviour_mut().kad.bootstrap();
@@ -1529,6 +1705,7 @@ impl Node {
                 self.rates.remove(&peer_id);
                 self.peer_addrs.remove(&peer_id);
                 self.connected_since.remove(&peer_id);
+                self.bootstraps.disconnected(peer_id, unix_now());
             }
             SwarmEvent::OutgoingConnectionError {
                 peer_id,
@@ -1539,8 +1716,30 @@ impl Node {
                 if let Some((a, reply)) = self.pending_dials.remove(&connection_id) {
                     let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
                 }
+                let e = error.to_string();
+                match self
+                    .bootstraps
+                    .failed(connection_id, &e, Instant::now(), unix_now())
+                {
+                    Outcome::Changed(address) => {
+                        tracing::warn!(%address, error = %e, "dialing bootstrap peer failed; retrying while the node has no peer")
+                    }
+                    Outcome::Same(address) => {
+                        tracing::debug!(%address, error = %e, "dialing bootstrap peer failed")
+                    }
+                    Outcome::Other => {}
+                }
             }
-            SwarmEvent::NewListenAddr { address, .. } => tracing::info!(%address, "listening"),
+            SwarmEvent::NewListenAddr { address, .. } => {
+                tracing::info!(%address, "listening");
+                // Kademlia schedules a bootstrap on a new listen address when no peer is
+                // connected, and warns "Failed to trigger bootstrap: No known peers" half a
+                // second later on the first node of a network. A bootstrap call that finds the
+                // routing table empty cancels that schedule and says nothing.
+                if self.routing_table_len() == 0 {
+                    let _ = self.swarm.behaviour_mut().kad.bootstrap();
+                }
+            }
             _ => {}
         }
     }

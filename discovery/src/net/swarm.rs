@@ -80,10 +80,12 @@ pub(super) fn build_behaviour(
 
     let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
     kad_cfg.set_query_timeout(Duration::from_secs(20));
-    // Kademlia re-bootstraps by itself every `kad_bootstrap_interval` and whenever its routing
-    // table is short of peers; the connections its queries open close again after
-    // `idle_timeout` (see `Config::kad_bootstrap_interval` for why not libp2p's 5 minutes).
-    kad_cfg.set_periodic_bootstrap_interval(cfg.kad_bootstrap_interval);
+    // Kademlia re-bootstraps by itself whenever its routing table is short of peers; the
+    // periodic refresh every `kad_bootstrap_interval` is the swarm task's (`Node::run`), which
+    // skips a node with no peer where Kademlia's warns "Failed to trigger bootstrap". The
+    // connections its queries open close again after `idle_timeout` (see
+    // `Config::kad_bootstrap_interval` for why not libp2p's 5 minutes).
+    kad_cfg.set_periodic_bootstrap_interval(None);
     // Peers enter the routing table through `Node::add_kad_address` only.
     kad_cfg.set_kbucket_inserts(kad::BucketInserts::Manual);
     // Inbound records are reported, not stored: `Node::on_inbound_provider` admits provider
@@ -156,6 +158,14 @@ pub(super) fn build_swarm(
     let swarm = match cfg.transport {
         TransportKind::Network => libp2p::SwarmBuilder::with_existing_identity(keypair)
             .with_tokio()
+            // Ports: libp2p-tcp sets SO_REUSEPORT on every listener and, for dials that ask
+            // for `PortUse::Reuse` (Kademlia's and request-response's do), binds the dial to
+            // the listener's port. Reused ports only help hole punching, which agentnet does
+            // not do; SO_REUSEPORT also let a second node listen on a port another holds, the
+            // kernel sharing connections between them. So: listen ports are probe-bound
+            // without SO_REUSEPORT first (`probe_listen`, refused if taken), and our own dials
+            // (bootstrap, `Client::dial`, redials) take a new port. The behaviours' dials keep
+            // libp2p's default; a reused port whose 4-tuple is taken falls back to a new one.
             .with_tcp(
                 tcp::Config::default().nodelay(true),
                 noise::Config::new,
@@ -189,4 +199,35 @@ pub(super) fn build_swarm(
             .build(),
     };
     Ok(swarm)
+}
+
+/// Refuse a listen address whose TCP port another socket holds. libp2p-tcp listens with
+/// SO_REUSEPORT, so a second node of the same user on a taken port listened too and the
+/// kernel spread connections, bootstrap dials included, over both nodes. A plain bind (no
+/// SO_REUSEPORT) of each concrete `/ip4|ip6/…/tcp/<port>` fails while any socket listens there;
+/// port 0 and other transports are not probed.
+pub(super) fn probe_listen(addr: &Multiaddr) -> Result<(), Error> {
+    use libp2p::multiaddr::Protocol;
+    let mut it = addr.iter();
+    let ip: std::net::IpAddr = match it.next() {
+        Some(Protocol::Ip4(ip)) => ip.into(),
+        Some(Protocol::Ip6(ip)) => ip.into(),
+        _ => return Ok(()),
+    };
+    let port = match it.next() {
+        Some(Protocol::Tcp(port)) if port != 0 => port,
+        _ => return Ok(()),
+    };
+    match std::net::TcpListener::bind((ip, port)) {
+        Ok(probe) => {
+            drop(probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(Error::Start(format!(
+            "{addr} is already in use by another process; pick another port with --listen"
+        ))),
+        // Not ours to judge (an address not on this host, no permission): libp2p's own
+        // listen reports it.
+        Err(_) => Ok(()),
+    }
 }
