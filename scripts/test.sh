@@ -19,6 +19,9 @@ bash interop/setup.sh
 # rest); here they were just installed, so a skip would hide a failure: make it one.
 export AGENTNET_INTEROP_REQUIRED=1
 
+echo "== imports run one way: no circle between the modules of any crate"
+for crate in did a2a discovery node; do bash scripts/tests/module-cycles.sh "$crate" >/dev/null; done
+
 echo "== the test graph reuses the binary's RocksDB build (checked from cargo's unit graph, no build)"
 bash scripts/tests/shared-build.sh
 
