@@ -120,12 +120,7 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
         );
     }
     for p in view["published"].as_array().into_iter().flatten() {
-        let tags: Vec<String> = p["tags"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|t| s(t))
-            .collect();
+        let tags: Vec<String> = p["tags"].as_array().into_iter().flatten().map(&s).collect();
         let expires = p["expires_at"].as_u64().unwrap_or_default();
         println!(
             "published {} ({}), tags {}, seq {}, expires {}",
