@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use agentnet_a2a::auth::Policy;
 use agentnet_did::card;
 use libp2p::Multiaddr;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Most hosted agents.
 pub const MAX_AGENTS: usize = 64;
@@ -112,7 +112,7 @@ pub enum ConfigError {
 }
 
 /// The configuration file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// Node settings; each has a flag of `agentnet up` that overrides it.
@@ -133,7 +133,7 @@ pub struct FileConfig {
 }
 
 /// `[mcp]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpSection {
     /// Let `/mcp`'s tools call agents on loopback and private addresses over plain http
@@ -142,7 +142,7 @@ pub struct McpSection {
 }
 
 /// `[node]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
     /// `--data-dir`.
@@ -163,7 +163,7 @@ pub struct NodeSection {
 }
 
 /// `[tasks]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TasksSection {
     /// Keep tasks that are not running this many hours after their last status: 168.
@@ -185,7 +185,7 @@ pub struct TasksSection {
 }
 
 /// `[auth]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSection {
     /// Live nonces per DID.
@@ -204,7 +204,7 @@ pub struct AuthSection {
 }
 
 /// What an agent does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Kind {
@@ -219,7 +219,7 @@ pub enum Kind {
 }
 
 /// Who may call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyName {
     /// Callers must sign with their DID.
@@ -230,7 +230,7 @@ pub enum PolicyName {
 }
 
 /// `[[agent]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// The path segment: `/a2a/<id>`; 1 to 64 of `a-z 0-9 - _`.
@@ -524,6 +524,29 @@ impl FileConfig {
     }
 }
 
+impl FileConfig {
+    /// This file with `flags` merged into its `[node]` section and the defaults filled in there
+    /// (the data directory: `data_dir`, the one the node would use), checked as
+    /// [`FileConfig::node`] checks it: what `agentnet config check` prints.
+    pub fn effective(&self, flags: &Overrides, data_dir: &Path) -> Result<FileConfig, ConfigError> {
+        self.check()?;
+        let s = self.node(flags)?;
+        let addrs = |a: &[Multiaddr]| a.iter().map(ToString::to_string).collect();
+        Ok(FileConfig {
+            node: NodeSection {
+                data_dir: Some(data_dir.to_owned()),
+                http: Some(s.http.to_string()),
+                admin: Some(s.admin.to_string()),
+                listen: Some(addrs(&s.listen)),
+                bootstrap: Some(addrs(&s.bootstrap)),
+                public_url: s.public_url,
+                mdns: Some(s.mdns),
+            },
+            ..self.clone()
+        })
+    }
+}
+
 /// Each of `addrs` (the values of `--<flag>`) as a multiaddr.
 pub fn parse_multiaddrs(
     flag: &'static str,
@@ -625,6 +648,32 @@ mod tests {
         let e =
             config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nallow_private = true\n").unwrap_err();
         assert!(e.to_string().contains("allow_private"), "{e}");
+    }
+
+    #[test]
+    fn the_effective_config_prints_as_toml_that_reads_back() {
+        let cfg = config(
+            "[node]\nhttp = \"127.0.0.1:9000\"\n[tasks]\nmax_tasks = 5\n\
+             [[agent]]\nid = \"c\"\nkind = \"command\"\ncommand = [\"tr\"]\n\
+             env = { A = \"1\" }\npolicy = \"open\"\nmcp = true\n",
+        )
+        .unwrap();
+        let flags = Overrides {
+            http: Some("127.0.0.1:9001".into()),
+            no_mdns: true,
+            ..Default::default()
+        };
+        let eff = cfg.effective(&flags, Path::new("/d")).unwrap();
+        let text = toml::to_string(&eff).unwrap();
+        let back = config(&text).unwrap();
+        assert_eq!(back.node.http.as_deref(), Some("127.0.0.1:9001"), "{text}");
+        assert_eq!(back.node.admin.as_deref(), Some(DEFAULT_ADMIN), "{text}");
+        assert_eq!(back.node.mdns, Some(false));
+        assert_eq!(back.node.data_dir.as_deref(), Some(Path::new("/d")));
+        assert_eq!(back.tasks.max_tasks, Some(5));
+        assert_eq!(back.agent[0].env.as_ref().unwrap()["A"], "1");
+        assert_eq!(back.agent[0].policy, PolicyName::Open);
+        assert_eq!(back.agent[0].mcp, Some(true));
     }
 
     #[test]

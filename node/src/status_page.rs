@@ -13,7 +13,9 @@
 //!
 //! What `/admin/v1/status` answers ([`Report`]): the node (DID, peer id, uptime), its
 //! connected peers and network counters, the hosted agents, the newest live advertisements in
-//! its index with their verification, the newest tasks ([`TaskDb::recent`]) and a history of
+//! its index with their verification, the node's own live advertisements (`published`, at most
+//! [`MAX_PUBLISHED`]), the bootstrap addresses and how their dials went, the store's use, the
+//! newest tasks ([`TaskDb::recent`]) and a history of
 //! the counters, sampled every [`SAMPLE_EVERY`] by a task of this module for the last
 //! [`HISTORY`] samples, which the page draws as charts.
 
@@ -50,6 +52,9 @@ pub const MAX_DISCOVERED: usize = 50;
 pub const MAX_TASKS: usize = 20;
 /// Most peers listed.
 pub const MAX_PEERS: usize = 100;
+/// Most of the node's own advertisements listed (the newest), out of the
+/// [`agentnet_discovery::store::MAX_FIND_LIMIT`] newest of the index.
+pub const MAX_PUBLISHED: usize = 100;
 /// Longest card name or description shown, in characters.
 const MAX_TEXT: usize = 200;
 
@@ -147,16 +152,38 @@ impl Status {
         let now = unix_now();
         let store = self.client().store().clone();
         let tasks = self.tasks.clone();
-        let (found, total, recent) = tokio::task::spawn_blocking(move || {
+        let own_peer = peers.peer_id.clone();
+        let (found, own, total, recent) = tokio::task::spawn_blocking(move || {
             let found = store.find(&[], MAX_DISCOVERED, now);
+            let own = store
+                .find(&[], agentnet_discovery::store::MAX_FIND_LIMIT, now)
+                .map(|all| {
+                    all.into_iter()
+                        .filter(|a| a.peer_id == own_peer)
+                        .take(MAX_PUBLISHED)
+                        .collect::<Vec<_>>()
+                });
             let total = store.len();
             let recent = tasks.recent(MAX_TASKS);
-            (found, total, recent)
+            (found, own, total, recent)
         })
         .await
         .map_err(|e| Error::Store(format!("reading the store: {e}")))?;
         let found = found.map_err(|e| Error::Store(format!("listing advertisements: {e}")))?;
+        let own_adverts = own.map_err(|e| Error::Store(format!("listing advertisements: {e}")))?;
         let recent = recent.map_err(|e| Error::Store(format!("listing tasks: {e}")))?;
+        let published = own_adverts
+            .into_iter()
+            .map(crate::directory::found)
+            .map(|f| PublishedAgent {
+                name: text(&f.card["name"]),
+                did: f.did,
+                seq: f.seq,
+                tags: f.tags,
+                expires_at: f.expires_at,
+            })
+            .collect();
+        let usage = self.client().store().usage();
         let own = &peers.peer_id;
         let discovered = found
             .into_iter()
@@ -197,6 +224,18 @@ impl Status {
             peers: peers.peers.into_iter().take(MAX_PEERS).collect(),
             stats: peers.stats,
             hosted: self.hosted.to_vec(),
+            published,
+            bootstrap: self.client().bootstrap_status(),
+            store: StoreUse {
+                bytes: usage.bytes,
+                max_bytes: self.client().store().limits().max_total_bytes,
+                adverts: usage.adverts,
+                refused: usage.refused.store_full
+                    + usage.refused.peer_quota
+                    + usage.refused.did_quota
+                    + usage.refused.disk_low,
+                free_disk_bytes: self.client().store().free_disk_bytes(),
+            },
             discovered,
             discovered_total: total.unwrap_or_default(),
             tasks: Tasks {
@@ -255,6 +294,13 @@ pub struct Report {
     pub stats: Stats,
     /// The hosted agents.
     pub hosted: Vec<HostedAgent>,
+    /// The node's own live advertisements (hosted agents and `agentnet publish`), newest first,
+    /// at most [`MAX_PUBLISHED`].
+    pub published: Vec<PublishedAgent>,
+    /// The bootstrap addresses and their last dial ([`net::Client::bootstrap_status`]).
+    pub bootstrap: Vec<agentnet_discovery::BootstrapStatus>,
+    /// The advert index's use.
+    pub store: StoreUse,
     /// The newest [`MAX_DISCOVERED`] live advertisements of the index, newest first.
     pub discovered: Vec<Discovered>,
     /// Advertisements in the index, live or not yet swept.
@@ -314,6 +360,37 @@ impl HostedAgent {
             mcp: h.mcp.is_some(),
         }
     }
+}
+
+/// One of the node's own live advertisements.
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishedAgent {
+    /// The agent's DID.
+    pub did: String,
+    /// Its card's name.
+    pub name: String,
+    /// Sequence number.
+    pub seq: u64,
+    /// Skill tags.
+    pub tags: Vec<String>,
+    /// Unix seconds.
+    pub expires_at: u64,
+}
+
+/// The advert index's use ([`agentnet_discovery::store::Store::usage`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreUse {
+    /// Bytes charged (adverts, their index and replay records).
+    pub bytes: u64,
+    /// The most it keeps of other nodes' adverts (`--store-max-mib`).
+    pub max_bytes: u64,
+    /// Adverts stored, expired ones until swept.
+    pub adverts: usize,
+    /// Adverts of other nodes refused for space since the node started (store full, a peer's
+    /// or a DID's quota, low disk).
+    pub refused: u64,
+    /// Free bytes on the store's disk, if known.
+    pub free_disk_bytes: Option<u64>,
 }
 
 /// An advertisement of the index.

@@ -6,6 +6,7 @@
 //! - `network`: `publish`, `discover`, `peers`;
 //! - `cards`: `card sign|verify`; `dids`: `resolve`, `identity new|show`;
 //! - `calls`: `call`, `tools`, `tool`; [`testnet`]: `testnet`;
+//! - `status`: `status`, `config check`, and the log format (`--log-format`);
 //! - `output`: tables and JSON for the terminal.
 
 use std::io::Read as _;
@@ -35,6 +36,7 @@ mod dids;
 mod network;
 mod node;
 mod output;
+mod status;
 pub mod testnet;
 
 use calls::{call_cmd, tool_cmd, tools_cmd};
@@ -43,6 +45,7 @@ use dids::{identity_new, identity_show, resolve};
 use network::{discover, peers, publish};
 use node::{init, mcp_stdio, up};
 use output::{json_line, json_text, print_table};
+use status::{config_check, status, LogFormat};
 
 /// Largest card, DID document or JWK file we read.
 const MAX_INPUT: u64 = 1024 * 1024;
@@ -53,6 +56,16 @@ const MAX_INPUT: u64 = 1024 * 1024;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How logs are written on standard error: text (coloured on a terminal only), or json
+    /// (one JSON object per line).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "AGENTNET_LOG_FORMAT",
+        default_value_t
+    )]
+    log_format: LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +158,20 @@ enum Command {
     /// the data directory, or starts one in this process (stopped when standard input ends).
     /// Standard output carries only MCP messages; logs go to standard error.
     Mcp(McpArgs),
+    /// Show the running node: DID, uptime, addresses, peers, bootstrap dials, hosted and
+    /// published agents with their expiry, store use.
+    Status {
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON (times also as RFC 3339).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the node's configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Show the running node's peers and counters.
     Peers {
         #[command(flatten)]
@@ -175,6 +202,13 @@ enum Command {
         #[arg(long)]
         keep: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Print the configuration `up` would run with these flags and this file (TOML, or JSON
+    /// with --json), or say on one line why it is invalid (exit 1); starts nothing.
+    Check(UpArgs),
 }
 
 #[derive(Debug, Args)]
@@ -444,27 +478,21 @@ enum KeyFormatArg {
 /// Run the command line; the process exit code is 0 on success, 1 on failure, 2 on bad usage.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AGENTNET_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    status::init_logging(cli.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: starting the runtime: {e}");
+            status::notice("ERROR", &format!("starting the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", text::sanitize(&format!("{e:#}")));
+            status::notice("ERROR", &text::sanitize(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -552,6 +580,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => discover(&skills, limit, &node, json).await,
         Command::Peers { node, json } => peers(&node, json).await,
+        Command::Status { node, json } => status(&node, json).await,
+        Command::Config {
+            command: ConfigCommand::Check(args),
+        } => config_check(&args),
         Command::Mcp(args) => mcp_stdio(args).await,
         Command::Testnet {
             nodes,

@@ -55,7 +55,8 @@ pub(super) async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
 /// where everything listens.
 fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
     if let Some(path) = node.created_key() {
-        eprintln!("created a new node key at {}", path.display());
+        let line = format!("created a new node key at {}", path.display());
+        super::status::notice("INFO", &line);
     }
     let info = &node.info;
     if json_out {
