@@ -176,8 +176,9 @@ impl std::fmt::Debug for Publisher {
 /// (each with a `url` and a `protocolBinding`) and has skill tags.
 pub fn check_card(card: &Value) -> Result<Vec<String>, PublishError> {
     a2a::normalize(card).map_err(CardSignatureError::from)?;
+    let tags = advert::card_tags(card).map_err(PublishError::Tags)?;
     check_interfaces(card)?;
-    advert::card_tags(card).map_err(PublishError::Tags)
+    Ok(tags)
 }
 
 fn check_interfaces(card: &Value) -> Result<(), PublishError> {
@@ -513,17 +514,36 @@ impl Publisher {
                         (Instant::now() + retry, None)
                     }
                 };
-                if let Some(e) = self
+                let gone = match self
                     .entries
                     .lock()
                     .expect("publisher lock poisoned")
                     .get_mut(&did)
                 {
-                    // A publish that replaced the entry meanwhile set its own schedule.
-                    if e.due <= now {
-                        e.due = next_due;
-                        if let Some(t) = expires_at {
-                            e.expires_at = t;
+                    Some(e) => {
+                        // A publish that replaced the entry meanwhile set its own schedule.
+                        if e.due <= now {
+                            e.due = next_due;
+                            if let Some(t) = expires_at {
+                                e.expires_at = t;
+                            }
+                        }
+                        false
+                    }
+                    None => true,
+                };
+                if gone && expires_at.is_some() {
+                    // Unpublished while this re-announce was under way: take its advert out
+                    // of the index again.
+                    let store = self.store.clone();
+                    let d = did.clone();
+                    match tokio::task::spawn_blocking(move || store.remove(&d)).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(error)) => {
+                            tracing::warn!(%error, %did, "removing an unpublished advert")
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, %did, "removing an unpublished advert")
                         }
                     }
                 }
@@ -535,4 +555,55 @@ impl Publisher {
 
 fn reannounce_at(ttl: u64) -> Instant {
     Instant::now() + Duration::from_millis(ttl.saturating_mul(2000) / 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn card(interfaces: Option<Value>) -> Value {
+        let mut c = json!({
+            "name": "T",
+            "description": "Translates text.",
+            "version": "1.0.0",
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "capabilities": {},
+            "skills": [{"id": "t", "name": "T", "description": "Any pair.", "tags": ["translation"]}]
+        });
+        if let Some(i) = interfaces {
+            c["supportedInterfaces"] = i;
+        }
+        c
+    }
+
+    #[test]
+    fn publisher_check_card_wants_an_interface_with_url_and_binding() {
+        let good = json!([{"url": "https://t.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]);
+        assert_eq!(check_card(&card(Some(good))).unwrap(), ["translation"]);
+        for bad in [
+            None,
+            Some(json!([])),
+            Some(json!([{"url": "", "protocolBinding": "JSONRPC"}])),
+            Some(json!([{"url": "https://t.example/a2a", "protocolBinding": " "}])),
+            Some(json!([{"url": "https://t.example/a2a"}])),
+        ] {
+            let e = check_card(&card(bad.clone())).expect_err(&format!("{bad:?}"));
+            let text = e.to_string();
+            assert!(text.contains("supportedInterfaces"), "{bad:?}: {text}");
+            assert!(!text.contains('\n'), "{text}");
+        }
+    }
+
+    #[test]
+    fn publisher_saved_round_trips() {
+        let s = Saved {
+            did: "did:key:z6Mk".into(),
+            card: card(None),
+            ttl: 60,
+        };
+        let back: Saved = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+        assert_eq!((back.did, back.card, back.ttl), (s.did, s.card, s.ttl));
+    }
 }
