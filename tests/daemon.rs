@@ -237,6 +237,21 @@ fn a_card_published_on_one_node_is_discovered_on_another() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("DID"), "{}", stdout(&o));
     assert!(stdout(&o).contains(&agent_did), "{}", stdout(&o));
+
+    // C holds a copy but did not publish it: it cannot unpublish it, and its copy stays.
+    let o = agentnet(&["unpublish", "--did", &agent_did, "--data-dir", c.data_dir()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not published"), "{}", stderr(&o));
+    let status = rt().block_on(async {
+        http_client()
+            .get(format!("{}/admin/v1/adverts/{agent_did}", c.admin()))
+            .bearer_auth(c.token())
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(status, 200);
 }
 
 #[test]

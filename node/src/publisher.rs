@@ -305,6 +305,7 @@ impl Publisher {
         let store = self.store.clone();
         let family = self.kept.clone();
         let d = did.to_owned();
+        let in_memory = entry.is_some();
         let keep_err = |source| PublishError::Keep {
             did: did.to_owned(),
             source,
@@ -321,7 +322,8 @@ impl Publisher {
                 None => false,
             };
             let expiry = store.get(&d, unix_now())?.map(|a| a.expires_at);
-            if was_kept || expiry.is_some() {
+            // An advert of a DID this node does not publish (gossiped) stays.
+            if was_kept || in_memory {
                 store.remove(&d)?;
             }
             Ok::<_, StoreError>((was_kept, expiry))
