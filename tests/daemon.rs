@@ -237,6 +237,21 @@ fn a_card_published_on_one_node_is_discovered_on_another() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("DID"), "{}", stdout(&o));
     assert!(stdout(&o).contains(&agent_did), "{}", stdout(&o));
+
+    // C holds a copy but did not publish it: it cannot unpublish it, and its copy stays.
+    let o = agentnet(&["unpublish", "--did", &agent_did, "--data-dir", c.data_dir()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not published"), "{}", stderr(&o));
+    let status = rt().block_on(async {
+        http_client()
+            .get(format!("{}/admin/v1/adverts/{agent_did}", c.admin()))
+            .bearer_auth(c.token())
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(status, 200);
 }
 
 #[test]
@@ -666,7 +681,8 @@ fn a_restarted_node_answers_from_its_store_and_refuses_replays() {
         a.data_dir(),
     ]);
     assert_eq!(dids(&found), [did.as_str()]);
-    assert_eq!(found[0]["seq"], 2);
+    // The kept publication was announced again at start, above the stored seq 2.
+    assert_eq!(found[0]["seq"], 3);
 
     // A new token at every start: the old one is refused.
     assert_ne!(a.token(), old_token);
@@ -698,7 +714,7 @@ fn a_restarted_node_answers_from_its_store_and_refuses_replays() {
     assert_eq!(stats["ignored"], 1, "{stats}");
 
     // The sequence counter survived too.
-    assert_eq!(publish(&a)["seq"], 3);
+    assert_eq!(publish(&a)["seq"], 4);
 }
 
 #[test]

@@ -939,6 +939,43 @@ impl Store {
         Ok((swept, due.len() >= SWEEP_BATCH))
     }
 
+    /// Delete `did`'s advert and its index entries now, before it expires (the node stopped
+    /// publishing it). Its seq stays, so that no older advert of the DID is taken again and
+    /// the next own seq still goes above it. `false` if no advert was stored.
+    pub fn remove(&self, did: &str) -> Result<bool, StoreError> {
+        check_did(did)?;
+        let (adverts, tags_cf, expiry) =
+            (self.cf(CF_ADVERTS)?, self.cf(CF_TAGS)?, self.cf(CF_EXPIRY)?);
+        let _guard = lock(&self.inner.write);
+        let mut batch = WriteBatch::default();
+        let mut released = 0u64;
+        match self.read_record(did) {
+            Ok(Some(record)) => {
+                record.delete_index(&mut batch, tags_cf, expiry, did);
+                batch.delete_cf(adverts, did.as_bytes());
+                let bytes = record.stored_footprint(did);
+                released = bytes;
+                let mut deltas = BTreeMap::new();
+                for tag in &record.tags {
+                    *deltas.entry(tag.clone()).or_default() -= 1;
+                }
+                let mut peer_deltas: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+                peer_deltas.insert(record.peer_id.clone(), (-(bytes as i64), -1));
+                self.adjust_tag_counts(&mut batch, &deltas)?;
+                self.adjust_peer_usage(&mut batch, &peer_deltas)?;
+            }
+            Ok(None) => return Ok(false),
+            Err(error @ StoreError::Corrupt { .. }) => {
+                warn!(%error, %did, "deleting corrupt advert");
+                batch.delete_cf(adverts, did.as_bytes());
+            }
+            Err(e) => return Err(e),
+        }
+        self.write_releasing(batch, released, || format!("removing the advert of {did}"))?;
+        saturating_sub(&self.inner.adverts, 1);
+        Ok(true)
+    }
+
     /// One batch of seqs due for pruning: how many were deleted, and whether more may be due.
     fn prune_seqs_batch(&self, now: u64) -> Result<(usize, bool), StoreError> {
         let (seqs, seq_expiry) = (self.cf(CF_SEQS)?, self.cf(CF_SEQ_EXPIRY)?);

@@ -33,7 +33,7 @@ pub use crate::data_dir::{NodeFile, NODE_FILE};
 use crate::hosted::{self, Hosted};
 use crate::http::{self, WellKnown};
 use crate::identity::Identity;
-use crate::publisher::Publisher;
+use crate::publisher::{self, Publisher};
 use crate::server::{self, Limits as HttpLimits};
 use crate::tasks::{self, Retention, TaskDb};
 
@@ -298,7 +298,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let store_path = opts.data_dir.join(STORE_DIR);
     let store_limits = opts.store_limits.clone();
     let store = tokio::task::spawn_blocking(move || {
-        Store::open_with_families(&store_path, store_limits, &tasks::FAMILIES)
+        let mut families = tasks::FAMILIES.to_vec();
+        families.push(publisher::CF_PUBLISHED);
+        Store::open_with_families(&store_path, store_limits, &families)
     })
     .await
     .map_err(|source| Error::Task {
@@ -411,7 +413,10 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         net::spawn(&key, cfg, store.clone(), validator, net_stop.clone()).await?;
     let peer_id = client.peer_id();
 
-    let publisher = Arc::new(Publisher::new(client.clone(), store.clone(), max_ttl));
+    let publisher = Arc::new(
+        Publisher::new(client.clone(), store.clone(), max_ttl)
+            .keeping_in(store.family(publisher::CF_PUBLISHED)?),
+    );
     let publisher_stop = stop.child_token();
     let publisher_task = {
         let p = publisher.clone();
@@ -424,6 +429,45 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         if let Err(error) = publisher.publish(&h.card, id, h.ttl.min(max_ttl)).await {
             tracing::warn!(agent = %h.id, %error, "publishing a hosted agent");
         }
+    }
+    // What `agentnet publish` asked for, again, with fresh seqs, until `agentnet unpublish`.
+    // An entry that cannot be published (its key gone, its card refused) is logged and kept.
+    let saved = {
+        let p = publisher.clone();
+        tokio::task::spawn_blocking(move || p.saved())
+            .await
+            .map_err(|source| Error::Task {
+                what: "reading the kept publications",
+                source,
+            })?
+    };
+    match saved {
+        Ok(saved) => {
+            let agent_keys = AgentKeys::new(&opts.data_dir);
+            for s in saved {
+                let id = if s.did == did.as_str() {
+                    Ok(Identity::did_key(SecretKey::from_seed(&key.seed())))
+                } else {
+                    let keys = agent_keys.clone();
+                    let d = s.did.clone();
+                    match tokio::task::spawn_blocking(move || keys.load_identity(&d)).await {
+                        Ok(r) => r.map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                };
+                let id = match id {
+                    Ok(id) => id,
+                    Err(error) => {
+                        tracing::warn!(%error, did = %s.did, "publishing a kept publication again");
+                        continue;
+                    }
+                };
+                if let Err(error) = publisher.publish(&s.card, id, s.ttl.min(max_ttl)).await {
+                    tracing::warn!(%error, did = %s.did, "publishing a kept publication again");
+                }
+            }
+        }
+        Err(error) => tracing::warn!(%error, "reading the kept publications"),
     }
     let sweep_stop = stop.child_token();
     let sweep_task = {

@@ -1,9 +1,12 @@
 //! Publishing Agent Cards: sign the card if needed, wrap it in an advertisement with a fresh
 //! sequence number, hand it to the network, and re-announce it at 2/3 of its lifetime.
 //!
-//! What was published is remembered in memory only. Sequence numbers come from
-//! [`Store::next_own_seq`], which persists them, so a re-announce after a restart still goes
-//! above everything the network has seen from us.
+//! What `agentnet publish` asked for is also kept in the store's [`CF_PUBLISHED`] family (key:
+//! the DID; value: [`Saved`], the card as given, the signing DID and the ttl), and the daemon
+//! publishes each entry again at start ([`Publisher::saved`]) until `agentnet unpublish`
+//! ([`Publisher::unpublish`]). Sequence numbers come from [`Store::next_own_seq`], which persists
+//! them, so a re-announce after a restart still goes above everything the network has seen from
+//! us.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,7 +17,7 @@ use agentnet_did::card::{self, CardSignatureError};
 use agentnet_did::key::PublicKey;
 use agentnet_discovery::advert::{self, Draft, Reject};
 use agentnet_discovery::net::{self, unix_now};
-use agentnet_discovery::store::{Store, StoreError};
+use agentnet_discovery::store::{Family, FamilyOp, Store, StoreError};
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -22,8 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::identity::Identity;
 
-/// Most agents one node re-announces.
+/// Most agents one node re-announces (and most entries read back from [`CF_PUBLISHED`]).
 pub const MAX_PUBLISHED: usize = 1024;
+/// The store's column family of kept publications, keyed by DID.
+pub const CF_PUBLISHED: &str = "published";
 /// Shortest lifetime accepted, seconds.
 pub const MIN_TTL: u64 = 2;
 /// Most listen addresses put in an advertisement (the validator's default limit).
@@ -38,6 +43,10 @@ pub enum PublishError {
     /// The card does not fit the A2A 1.0 model, or cannot be signed.
     #[error("malformed card: {0}")]
     Card(#[from] CardSignatureError),
+    /// The card names no interface to call it at (A2A 1.0 requires at least one, each with a
+    /// `url` and a `protocolBinding`).
+    #[error("malformed card: {0}")]
+    Interfaces(String),
     /// The card has no usable skill tags (or too many); nothing to index it under.
     #[error("{0}")]
     Tags(Reject),
@@ -52,6 +61,14 @@ pub enum PublishError {
     /// Already re-announcing [`MAX_PUBLISHED`] agents.
     #[error("this node already publishes {MAX_PUBLISHED} agents")]
     TooMany,
+    /// Reading or writing the kept publications failed.
+    #[error("keeping the publication of {did}: {source}")]
+    Keep {
+        /// The agent.
+        did: String,
+        /// The store error.
+        source: StoreError,
+    },
     /// Allocating the sequence number failed.
     #[error("allocating a sequence number for {did}: {source}")]
     Seq {
@@ -95,6 +112,39 @@ pub struct Published {
     pub tags: Vec<String>,
     /// Unix seconds.
     pub expires_at: u64,
+    /// The different card this one replaced under the same DID, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<Replaced>,
+}
+
+/// The card a publication replaced.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Replaced {
+    /// Its `name`.
+    pub name: String,
+    /// The sequence number of its advertisement.
+    pub seq: u64,
+}
+
+/// What [`Publisher::unpublish`] did.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Unpublished {
+    /// The agent's DID.
+    pub did: String,
+    /// When the last advertisement sent expires, Unix seconds: copies other nodes hold stay
+    /// until then.
+    pub expires_at: Option<u64>,
+}
+
+/// One kept publication, the value in [`CF_PUBLISHED`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Saved {
+    /// The agent's DID, whose key is the node key or in `<data-dir>/agents/`.
+    pub did: String,
+    /// The card as given.
+    pub card: Value,
+    /// Lifetime of each advertisement, seconds.
+    pub ttl: u64,
 }
 
 struct Entry {
@@ -102,6 +152,7 @@ struct Entry {
     card: Value,
     ttl: u64,
     due: Instant,
+    expires_at: u64,
 }
 
 /// Publishes cards and keeps them announced. Share it behind an `Arc`; [`Publisher::run`] is
@@ -112,6 +163,7 @@ pub struct Publisher {
     max_ttl: u64,
     entries: Mutex<HashMap<String, Entry>>,
     changed: Notify,
+    kept: Option<Family>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -120,10 +172,48 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
-/// Check a card before anything is signed: it fits the A2A model and has skill tags.
+/// Check a card before anything is signed: it fits the A2A model, names at least one interface
+/// (each with a `url` and a `protocolBinding`) and has skill tags.
 pub fn check_card(card: &Value) -> Result<Vec<String>, PublishError> {
     a2a::normalize(card).map_err(CardSignatureError::from)?;
-    advert::card_tags(card).map_err(PublishError::Tags)
+    let tags = advert::card_tags(card).map_err(PublishError::Tags)?;
+    check_interfaces(card)?;
+    Ok(tags)
+}
+
+fn check_interfaces(card: &Value) -> Result<(), PublishError> {
+    let bad = |why: &str| {
+        Err(PublishError::Interfaces(format!(
+            "supportedInterfaces {why}"
+        )))
+    };
+    let Some(list) = card.get("supportedInterfaces").and_then(Value::as_array) else {
+        return bad("is missing: add one {\"url\", \"protocolBinding\"} callers can reach");
+    };
+    if list.is_empty() {
+        return bad("is empty: add one {\"url\", \"protocolBinding\"} callers can reach");
+    }
+    for (i, iface) in list.iter().enumerate() {
+        for field in ["url", "protocolBinding"] {
+            let ok = iface
+                .get(field)
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.trim().is_empty());
+            if !ok {
+                return bad(&format!("[{i}] has no {field}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The card without its signatures, to tell a changed card from the same one signed again.
+fn unsigned(card: &Value) -> Value {
+    let mut c = card.clone();
+    if let Some(o) = c.as_object_mut() {
+        o.remove("signatures");
+    }
+    c
 }
 
 /// `card`, signed by `id` (JWS `kid` = its verification method), unless a signature by that
@@ -146,7 +236,135 @@ impl Publisher {
             max_ttl,
             entries: Mutex::new(HashMap::new()),
             changed: Notify::new(),
+            kept: None,
         }
+    }
+
+    /// Keep what [`Publisher::publish_kept`] publishes in `family` ([`CF_PUBLISHED`]).
+    pub fn keeping_in(mut self, family: Family) -> Self {
+        self.kept = Some(family);
+        self
+    }
+
+    /// The kept publications, at most [`MAX_PUBLISHED`]; an unreadable entry is logged and
+    /// skipped. Blocking.
+    pub fn saved(&self) -> Result<Vec<Saved>, StoreError> {
+        let Some(family) = &self.kept else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        family.scan(&[], &[0xff; 8], MAX_PUBLISHED, |key, value| {
+            match serde_json::from_slice::<Saved>(value) {
+                Ok(s) if s.did.as_bytes() == key => out.push(s),
+                Ok(_) => tracing::warn!(key = %String::from_utf8_lossy(key), "kept publication under another DID's key, skipped"),
+                Err(error) => tracing::warn!(%error, key = %String::from_utf8_lossy(key), "unreadable kept publication, skipped"),
+            }
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// [`Publisher::publish`], and keep it: it is published again at every start until
+    /// [`Publisher::unpublish`].
+    pub async fn publish_kept(
+        &self,
+        card: &Value,
+        id: Identity,
+        ttl: u64,
+    ) -> Result<Published, PublishError> {
+        let did = id.did().to_string();
+        let saved = Saved {
+            did: did.clone(),
+            card: card.clone(),
+            ttl,
+        };
+        let published = self.publish(card, id, ttl).await?;
+        if let Some(family) = self.kept.clone() {
+            let value = serde_json::to_vec(&saved).expect("a Saved always serializes");
+            let key = did.clone().into_bytes();
+            tokio::task::spawn_blocking(move || family.write(vec![FamilyOp::Put(key, value)]))
+                .await
+                .map_err(|e| PublishError::Net {
+                    did: did.clone(),
+                    source: net::Error::Store(format!("keeping task failed: {e}")),
+                })?
+                .map_err(|source| PublishError::Keep { did, source })?;
+        }
+        Ok(published)
+    }
+
+    /// Stop re-announcing `did`, forget its kept publication and delete its advert from the
+    /// local index. `None` if this node does not publish it.
+    pub async fn unpublish(&self, did: &str) -> Result<Option<Unpublished>, PublishError> {
+        let entry = self
+            .entries
+            .lock()
+            .expect("publisher lock poisoned")
+            .remove(did);
+        self.changed.notify_one();
+        let store = self.store.clone();
+        let family = self.kept.clone();
+        let d = did.to_owned();
+        let in_memory = entry.is_some();
+        let keep_err = |source| PublishError::Keep {
+            did: did.to_owned(),
+            source,
+        };
+        let (was_kept, advert_expiry) = tokio::task::spawn_blocking(move || {
+            let was_kept = match &family {
+                Some(f) => {
+                    let was = f.get(d.as_bytes())?.is_some();
+                    if was {
+                        f.write(vec![FamilyOp::Delete(d.clone().into_bytes())])?;
+                    }
+                    was
+                }
+                None => false,
+            };
+            let expiry = store.get(&d, unix_now())?.map(|a| a.expires_at);
+            // An advert of a DID this node does not publish (gossiped) stays.
+            if was_kept || in_memory {
+                store.remove(&d)?;
+            }
+            Ok::<_, StoreError>((was_kept, expiry))
+        })
+        .await
+        .map_err(|e| PublishError::Net {
+            did: did.to_owned(),
+            source: net::Error::Store(format!("unpublish task failed: {e}")),
+        })?
+        .map_err(keep_err)?;
+        if entry.is_none() && !was_kept {
+            return Ok(None);
+        }
+        tracing::info!(%did, "unpublished");
+        Ok(Some(Unpublished {
+            did: did.to_owned(),
+            expires_at: entry.map(|e| e.expires_at).or(advert_expiry),
+        }))
+    }
+
+    /// The different card the own advert of `did` in the store carries, if any.
+    async fn replaces(&self, did: &str, card: &Value) -> Option<Replaced> {
+        let store = self.store.clone();
+        let d = did.to_owned();
+        let stored = tokio::task::spawn_blocking(move || store.get(&d, unix_now()))
+            .await
+            .ok()?
+            .ok()??;
+        let ad: Value = serde_json::from_slice(&stored.bytes).ok()?;
+        let old = ad.get("card")?;
+        if unsigned(old) == unsigned(card) {
+            return None;
+        }
+        Some(Replaced {
+            name: old
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            seq: stored.seq,
+        })
     }
 
     /// Publish `card` for the agent `id` (a did:key, or a did:web/did:wba identity whose
@@ -172,12 +390,24 @@ impl Publisher {
                 return Err(PublishError::TooMany);
             }
         }
-        let published = self.announce(&id, &card, ttl).await?;
+        let replaced = self.replaces(&did, &card).await;
+        let mut published = self.announce(&id, &card, ttl).await?;
+        published.replaced = replaced;
         let due = reannounce_at(ttl);
+        let expires_at = published.expires_at;
         self.entries
             .lock()
             .expect("publisher lock poisoned")
-            .insert(did, Entry { id, card, ttl, due });
+            .insert(
+                did,
+                Entry {
+                    id,
+                    card,
+                    ttl,
+                    due,
+                    expires_at,
+                },
+            );
         self.changed.notify_one();
         Ok(published)
     }
@@ -238,6 +468,7 @@ impl Publisher {
             seq: v.seq,
             tags: v.tags,
             expires_at: v.expires_at,
+            replaced: None,
         })
     }
 
@@ -273,26 +504,49 @@ impl Publisher {
                 .map(|(did, e)| (did.clone(), e.id.clone(), e.card.clone(), e.ttl))
                 .collect();
             for (did, id, card, ttl) in due {
-                let next_due = match self.announce(&id, &card, ttl).await {
+                let (next_due, expires_at) = match self.announce(&id, &card, ttl).await {
                     Ok(p) => {
                         tracing::debug!(did = %p.did, seq = p.seq, "re-announced");
-                        reannounce_at(ttl)
+                        (reannounce_at(ttl), Some(p.expires_at))
                     }
                     Err(error) => {
                         tracing::warn!(%error, %did, "re-announcing");
-                        Instant::now()
-                            + RETRY.min(Duration::from_secs(ttl / 3).max(Duration::from_secs(1)))
+                        let retry =
+                            RETRY.min(Duration::from_secs(ttl / 3).max(Duration::from_secs(1)));
+                        (Instant::now() + retry, None)
                     }
                 };
-                if let Some(e) = self
+                let gone = match self
                     .entries
                     .lock()
                     .expect("publisher lock poisoned")
                     .get_mut(&did)
                 {
-                    // A publish that replaced the entry meanwhile set its own schedule.
-                    if e.due <= now {
-                        e.due = next_due;
+                    Some(e) => {
+                        // A publish that replaced the entry meanwhile set its own schedule.
+                        if e.due <= now {
+                            e.due = next_due;
+                            if let Some(t) = expires_at {
+                                e.expires_at = t;
+                            }
+                        }
+                        false
+                    }
+                    None => true,
+                };
+                if gone && expires_at.is_some() {
+                    // Unpublished while this re-announce was under way: take its advert out
+                    // of the index again.
+                    let store = self.store.clone();
+                    let d = did.clone();
+                    match tokio::task::spawn_blocking(move || store.remove(&d)).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(error)) => {
+                            tracing::warn!(%error, %did, "removing an unpublished advert")
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, %did, "removing an unpublished advert")
+                        }
                     }
                 }
             }
@@ -303,4 +557,55 @@ impl Publisher {
 
 fn reannounce_at(ttl: u64) -> Instant {
     Instant::now() + Duration::from_millis(ttl.saturating_mul(2000) / 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn card(interfaces: Option<Value>) -> Value {
+        let mut c = json!({
+            "name": "T",
+            "description": "Translates text.",
+            "version": "1.0.0",
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "capabilities": {},
+            "skills": [{"id": "t", "name": "T", "description": "Any pair.", "tags": ["translation"]}]
+        });
+        if let Some(i) = interfaces {
+            c["supportedInterfaces"] = i;
+        }
+        c
+    }
+
+    #[test]
+    fn publisher_check_card_wants_an_interface_with_url_and_binding() {
+        let good = json!([{"url": "https://t.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]);
+        assert_eq!(check_card(&card(Some(good))).unwrap(), ["translation"]);
+        for bad in [
+            None,
+            Some(json!([])),
+            Some(json!([{"url": "", "protocolBinding": "JSONRPC"}])),
+            Some(json!([{"url": "https://t.example/a2a", "protocolBinding": " "}])),
+            Some(json!([{"url": "https://t.example/a2a"}])),
+        ] {
+            let e = check_card(&card(bad.clone())).expect_err(&format!("{bad:?}"));
+            let text = e.to_string();
+            assert!(text.contains("supportedInterfaces"), "{bad:?}: {text}");
+            assert!(!text.contains('\n'), "{text}");
+        }
+    }
+
+    #[test]
+    fn publisher_saved_round_trips() {
+        let s = Saved {
+            did: "did:key:z6Mk".into(),
+            card: card(None),
+            ttl: 60,
+        };
+        let back: Saved = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+        assert_eq!((back.did, back.card, back.ttl), (s.did, s.card, s.ttl));
+    }
 }

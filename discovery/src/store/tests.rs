@@ -1109,3 +1109,32 @@ mod model {
         }
     }
 }
+
+#[test]
+fn remove_deletes_one_advert_and_its_index_but_keeps_its_seq() {
+    let (_dir, store) = open();
+    store
+        .put_own(&advert("did:key:a", 5, 100, 1_000, &["x", "y"]))
+        .unwrap();
+    store
+        .put(&advert("did:key:b", 1, 100, 1_000, &["x"]))
+        .unwrap();
+    assert!(store.remove("did:key:a").unwrap());
+    assert!(store.get("did:key:a", 200).unwrap().is_none());
+    assert_eq!(index_entries(&store, "did:key:a"), 0);
+    assert_eq!(
+        dids(&store.find(&tags(&["x"]), 10, 200).unwrap()),
+        ["did:key:b"]
+    );
+    assert_eq!(store.len().unwrap(), 1);
+    assert_usage_consistent(&store);
+    // The seq stays: a replay of the removed advert is stale, the next own seq above it.
+    assert!(matches!(
+        store.put(&advert("did:key:a", 5, 100, 1_000, &["x"])),
+        Ok(PutOutcome::Stale { .. })
+    ));
+    assert!(store.next_own_seq("did:key:a").unwrap() > 5);
+    // Nothing left to remove.
+    assert!(!store.remove("did:key:a").unwrap());
+    assert!(store.remove("did:\0").is_err());
+}

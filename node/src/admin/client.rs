@@ -111,6 +111,15 @@ impl Client {
             .await
     }
 
+    /// `POST /admin/v1/unpublish`.
+    pub async fn unpublish(&self, did: &str) -> Result<Unpublished, ClientError> {
+        let req = UnpublishRequest {
+            did: did.to_owned(),
+        };
+        self.send(self.http.post(self.url("/admin/v1/unpublish")).json(&req))
+            .await
+    }
+
     /// `GET /admin/v1/discover`.
     pub async fn discover(
         &self,

@@ -17,7 +17,8 @@
 //!
 //! | route | body / query | answer |
 //! |---|---|---|
-//! | `POST /admin/v1/publish` | [`PublishRequest`] | [`Published`] |
+//! | `POST /admin/v1/publish` | [`PublishRequest`] | [`Published`] (kept, published again at every start) |
+//! | `POST /admin/v1/unpublish` | [`UnpublishRequest`] | [`Unpublished`]; 404 `not_found` if this node does not publish it |
 //! | `GET /admin/v1/discover?skill=a&skill=b&limit=N` | | `[`[`Found`]`]` |
 //! | `GET /admin/v1/peers` | | [`Peers`] |
 //! | `POST /admin/v1/adverts` | a signed advertisement | [`Published`] |
@@ -55,7 +56,7 @@ use crate::data_dir::{AgentKeyError, AgentKeys};
 use crate::directory::{
     self, check_tags, AgentSummary, BoxFuture, Directory, Peer, Stats, TagError,
 };
-use crate::publisher::{PublishError, Published, Publisher};
+use crate::publisher::{PublishError, Published, Publisher, Unpublished};
 
 mod client;
 mod server;
@@ -85,6 +86,14 @@ pub struct PublishRequest {
     /// the node's own DID and key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub did: Option<String>,
+}
+
+/// `POST /admin/v1/unpublish`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnpublishRequest {
+    /// The agent's DID.
+    pub did: String,
 }
 
 fn default_ttl() -> u64 {
@@ -163,12 +172,18 @@ impl From<PublishError> for ApiError {
             return Self::rejected(r, e.to_string());
         }
         match &e {
-            PublishError::Card(_) => Self::new(StatusCode::BAD_REQUEST, "bad_card", e.to_string()),
+            PublishError::Card(_) | PublishError::Interfaces(_) => {
+                Self::new(StatusCode::BAD_REQUEST, "bad_card", e.to_string())
+            }
             PublishError::Ttl { .. } => Self::bad_request(e.to_string()),
             PublishError::TooMany => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many", e.to_string())
             }
             PublishError::Seq {
+                source: StoreError::InvalidInput { .. },
+                ..
+            } => Self::bad_request(e.to_string()),
+            PublishError::Keep {
                 source: StoreError::InvalidInput { .. },
                 ..
             } => Self::bad_request(e.to_string()),

@@ -47,6 +47,7 @@ pub fn router(state: AdminState, guard: Guard) -> Router {
 pub fn router_with(state: AdminState, guard: Guard, extra: Router) -> Router {
     Router::new()
         .route("/admin/v1/publish", post(publish))
+        .route("/admin/v1/unpublish", post(unpublish))
         .route("/admin/v1/discover", get(discover))
         .route("/admin/v1/peers", get(peers))
         .route("/admin/v1/adverts", post(import))
@@ -161,8 +162,26 @@ async fn publish(
         }
         _ => crate::identity::Identity::did_key(node_key),
     };
-    let published = state.publisher.publish(&req.card, id, req.ttl_secs).await?;
+    let published = state
+        .publisher
+        .publish_kept(&req.card, id, req.ttl_secs)
+        .await?;
     Ok(Json(published))
+}
+
+async fn unpublish(
+    State(state): State<AdminState>,
+    body: Result<Json<UnpublishRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Unpublished>, ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    match state.publisher.unpublish(&req.did).await? {
+        Some(u) => Ok(Json(u)),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{} is not published by this node", req.did),
+        )),
+    }
 }
 
 /// Parse `skill=a&skill=b&limit=N` (repeated keys, which serde's query parsing does not do).
@@ -294,6 +313,7 @@ async fn import(State(state): State<AdminState>, body: Bytes) -> Result<Json<Pub
         seq: v.seq,
         tags: v.tags,
         expires_at: v.expires_at,
+        replaced: None,
     }))
 }
 

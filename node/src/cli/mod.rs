@@ -3,7 +3,7 @@
 //! - this module: the arguments, [`main`], and what the commands share (input files, the
 //!   resolver options, the admin client);
 //! - `node`: `init`, `up` (and its banner), `mcp`;
-//! - `network`: `publish`, `discover`, `peers`;
+//! - `network`: `publish`, `unpublish`, `discover`, `peers`;
 //! - `cards`: `card sign|verify`; `dids`: `resolve`, `identity new|show`;
 //! - `calls`: `call`, `tools`, `tool`; [`testnet`]: `testnet`;
 //! - `status`: `status`, `config check`, and the log format (`--log-format`);
@@ -42,7 +42,7 @@ pub mod testnet;
 use calls::{call_cmd, tool_cmd, tools_cmd};
 use cards::{sign_card, verify_card};
 use dids::{identity_new, identity_show, resolve};
-use network::{discover, peers, publish};
+use network::{discover, peers, publish, unpublish};
 use node::{init, mcp_stdio, up};
 use output::{json_line, json_text, print_table};
 use status::{config_check, status, LogFormat};
@@ -102,7 +102,8 @@ enum Command {
     /// Run the node: the libp2p network, the store, the public HTTP listener (well-known files)
     /// and the loopback admin listener the other commands use.
     Up(UpArgs),
-    /// Publish an Agent Card through the running node, re-announced until the node stops.
+    /// Publish an Agent Card through the running node, re-announced (after restarts too) until
+    /// `agentnet unpublish`.
     Publish {
         /// The Agent Card JSON file (`-` for standard input); it needs skills with tags.
         #[arg(long)]
@@ -119,6 +120,18 @@ enum Command {
         /// made by `agentnet identity new`, or a did:key installed by an earlier `--key`).
         #[arg(long = "as", value_name = "DID")]
         as_did: Option<String>,
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop publishing an agent: no more re-announcing, and its advert leaves this node's index
+    /// (copies other nodes hold expire at their TTL).
+    Unpublish {
+        /// The agent's DID.
+        #[arg(long)]
+        did: String,
         #[command(flatten)]
         node: NodeArg,
         /// Print JSON.
@@ -550,6 +563,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             node,
             json,
         } => publish(&card, ttl, key.as_deref(), as_did, &node, json).await,
+        Command::Unpublish { did, node, json } => unpublish(&did, &node, json).await,
         Command::Identity {
             command:
                 IdentityCommand::New {

@@ -1,4 +1,4 @@
-//! The commands that ask the running node: `publish`, `discover`, `peers`.
+//! The commands that ask the running node: `publish`, `unpublish`, `discover`, `peers`.
 
 use super::*;
 
@@ -49,13 +49,41 @@ pub(super) async fn publish(
     if json_out {
         println!("{}", json_line(&published)?);
     } else {
+        let replaces = match &published.replaced {
+            Some(r) => format!("; replaces {} (seq {})", r.name, r.seq),
+            None => String::new(),
+        };
         println!(
-            "published {} (seq {}, tags {}, expires at {})",
+            "published {} (seq {}, tags {}, expires at {}){replaces}",
             published.did,
             published.seq,
             published.tags.join(","),
             published.expires_at
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn unpublish(
+    did: &str,
+    node: &NodeArg,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let client = admin_client(node)?;
+    let done = client.unpublish(did).await.map_err(|e| match &e {
+        admin::ClientError::Refused { status: 404, .. } => {
+            anyhow::anyhow!("{did} is not published by this node")
+        }
+        _ => e.into(),
+    })?;
+    if json_out {
+        println!("{}", json_line(&done)?);
+    } else {
+        let copies = match done.expires_at {
+            Some(t) => format!("copies other nodes hold expire at their TTL, at {t}"),
+            None => "copies other nodes hold expire at their TTL".to_owned(),
+        };
+        println!("unpublished {} ({copies})", done.did);
     }
     Ok(ExitCode::SUCCESS)
 }
