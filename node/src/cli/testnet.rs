@@ -302,8 +302,9 @@ async fn call_sample(
     )
     .await
     {
-        progress.line(format!("the A2A call failed: {e:#}"));
-        r.error = Some(format!("{e:#}"));
+        let e = super::one_line(&e);
+        progress.line(format!("the A2A call failed: {e}"));
+        r.error = Some(e);
     }
     r
 }
@@ -364,8 +365,9 @@ async fn mcp_sample(
     )
     .await
     {
-        progress.line(format!("the MCP call failed: {e:#}"));
-        r.error = Some(format!("{e:#}"));
+        let e = super::one_line(&e);
+        progress.line(format!("the MCP call failed: {e}"));
+        r.error = Some(e);
     }
     r
 }

@@ -859,18 +859,20 @@ mod tests {
             &'a self,
             _: &'a [String],
             _: usize,
-        ) -> crate::admin::BoxFuture<'a, Result<Vec<Found>, crate::admin::ClientError>> {
+        ) -> crate::directory::BoxFuture<'a, Result<Vec<crate::Found>, crate::admin::ClientError>>
+        {
             Box::pin(async { Ok(Vec::new()) })
         }
         fn advert<'a>(
             &'a self,
             _: &'a str,
-        ) -> crate::admin::BoxFuture<'a, Result<Option<Value>, crate::admin::ClientError>> {
+        ) -> crate::directory::BoxFuture<'a, Result<Option<Value>, crate::admin::ClientError>>
+        {
             Box::pin(async { Ok(None) })
         }
         fn peers(
             &self,
-        ) -> crate::admin::BoxFuture<'_, Result<crate::admin::Peers, crate::admin::ClientError>>
+        ) -> crate::directory::BoxFuture<'_, Result<crate::admin::Peers, crate::admin::ClientError>>
         {
             let peers = (0..self.peers)
                 .map(|i| serde_json::json!({"peer_id": format!("12D3KooW{i}"), "addrs": []}))
