@@ -50,12 +50,16 @@ pub enum ConfigError {
     #[error("{} is larger than {MAX_CONFIG} bytes", .0.display())]
     TooLarge(PathBuf),
     /// Not TOML of our shape (unknown keys included).
-    #[error("{}: {source}", path.display())]
+    #[error("{}: line {line}, column {column}: {message}", path.display())]
     Parse {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: toml::de::Error,
+        /// Where, from 1 (0 when the parser gave no place).
+        line: usize,
+        /// The column, in characters from 1.
+        column: usize,
+        /// What is wrong, one line.
+        message: String,
     },
     /// A value that parses but cannot be used.
     #[error("agent {agent:?}: {reason}")]
@@ -291,9 +295,16 @@ impl FileConfig {
         if text.len() as u64 > MAX_CONFIG {
             return Err(ConfigError::TooLarge(path.to_owned()));
         }
-        let cfg: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
+        let cfg: FileConfig = toml::from_str(&text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map_or((0, 0), |span| line_column(&text, span.start));
+            ConfigError::Parse {
+                path: path.to_owned(),
+                line,
+                column,
+                message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+            }
         })?;
         cfg.check()?;
         Ok(cfg)
@@ -547,6 +558,18 @@ impl FileConfig {
     }
 }
 
+/// Line and column (from 1, the column in characters) of byte `at` in `text`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[start..].chars().count() + 1)
+}
+
 /// Each of `addrs` (the values of `--<flag>`) as a multiaddr.
 pub fn parse_multiaddrs(
     flag: &'static str,
@@ -559,7 +582,19 @@ pub fn parse_multiaddrs(
                 .map_err(|e: libp2p::multiaddr::Error| ConfigError::Flag {
                     flag,
                     value: a.clone(),
-                    reason: format!("is not a multiaddr: {e}"),
+                    reason: match a.parse::<SocketAddr>() {
+                        Ok(SocketAddr::V4(v4)) => format!(
+                            "is not a multiaddr; write it /ip4/{}/tcp/{}",
+                            v4.ip(),
+                            v4.port()
+                        ),
+                        Ok(SocketAddr::V6(v6)) => format!(
+                            "is not a multiaddr; write it /ip6/{}/tcp/{}",
+                            v6.ip(),
+                            v6.port()
+                        ),
+                        Err(_) => format!("is not a multiaddr: {e}"),
+                    },
                 })
         })
         .collect()
@@ -604,6 +639,20 @@ mod tests {
     fn config(text: &str) -> Result<FileConfig, ConfigError> {
         let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
         cfg.check().map(|()| cfg)
+    }
+
+    #[test]
+    fn a_file_that_is_not_toml_is_one_line_with_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "# ok\n[node\n").unwrap();
+        let e = FileConfig::read(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: line 2, column ", path.display())),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        assert_eq!(line_column("ab\ncé\nd", 6), (2, 3));
     }
 
     #[test]

@@ -119,6 +119,17 @@ pub enum Error {
         /// Why.
         source: agentnet_did::key::KeyError,
     },
+    /// Another node holds the data directory (RocksDB's lock), the pid from its `node.json`.
+    #[error(
+        "a node, pid {pid}, is already running on {}; stop it, or give this one another --data-dir",
+        dir.display()
+    )]
+    AlreadyRunning {
+        /// The running node's process id.
+        pid: u32,
+        /// The data directory.
+        dir: PathBuf,
+    },
     /// The store could not be opened.
     #[error("opening the store: {0}")]
     Store(#[from] agentnet_discovery::store::StoreError),
@@ -297,7 +308,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
 
     let store_path = opts.data_dir.join(STORE_DIR);
     let store_limits = opts.store_limits.clone();
-    let store = tokio::task::spawn_blocking(move || {
+    let opened = tokio::task::spawn_blocking(move || {
         let mut families = tasks::FAMILIES.to_vec();
         families.push(publisher::CF_PUBLISHED);
         Store::open_with_families(&store_path, store_limits, &families)
@@ -306,7 +317,23 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     .map_err(|source| Error::Task {
         what: "opening the store",
         source,
-    })??;
+    })?;
+    let store = match opened {
+        Ok(store) => store,
+        // RocksDB's lock is held: name the node holding it when its node.json says.
+        Err(e) if e.to_string().contains("LOCK") => {
+            match crate::data_dir::NodeFile::read(&opts.data_dir) {
+                Ok(running) => {
+                    return Err(Error::AlreadyRunning {
+                        pid: running.pid,
+                        dir: opts.data_dir.clone(),
+                    })
+                }
+                Err(_) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
     let task_cfg = &opts.hosted.tasks;
     let retention = Retention {
         keep: task_cfg

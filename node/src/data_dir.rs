@@ -13,13 +13,26 @@ pub const NODE_FILE: &str = "node.json";
 pub const KEY_FILE: &str = "node.key";
 
 /// The data directory to use. `flag` already includes the environment variable (clap reads it).
+/// A path that exists but is not a directory is refused here, before anything is created in
+/// it (`create_dir_all` would say only "File exists").
 pub fn resolve(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = flag {
-        return Ok(p.to_owned());
+    let dir = match flag {
+        Some(p) => p.to_owned(),
+        None => dirs::data_dir()
+            .map(|d| d.join("agentnet"))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no platform data directory; pass --data-dir or set AGENTNET_DATA_DIR"
+                )
+            })?,
+    };
+    if std::fs::metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+        anyhow::bail!(
+            "{} is not a directory; give --data-dir a directory (it is created if missing)",
+            dir.display()
+        );
     }
-    dirs::data_dir().map(|d| d.join("agentnet")).ok_or_else(|| {
-        anyhow::anyhow!("no platform data directory; pass --data-dir or set AGENTNET_DATA_DIR")
-    })
+    Ok(dir)
 }
 
 /// The node key file inside `dir`.

@@ -115,6 +115,27 @@ pub enum DomainSpec {
     Wba(String),
 }
 
+/// `host:18080:path`: a port written with a colon reads as a first path segment of digits
+/// (`https://host/18080/path`); refused with the `%3A` form to write instead.
+fn refuse_colon_port(spec: &DomainSpec) -> Result<(), IdentityError> {
+    let (DomainSpec::Web(id) | DomainSpec::Wba(id)) = spec;
+    let bare = id
+        .strip_prefix("did:web:")
+        .or_else(|| id.strip_prefix("did:wba:"))
+        .unwrap_or(id);
+    let mut parts = bare.splitn(3, ':');
+    let (Some(host), Some(port)) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(());
+    }
+    let rest = parts.next().map(|r| format!(":{r}")).unwrap_or_default();
+    Err(IdentityError::Invalid(format!(
+        "`{id}`: a port is written `%3A`: `{host}%3A{port}{rest}`"
+    )))
+}
+
 /// The DID and the DID document of a new identity under a domain for `key`. `created` is the
 /// proof's XML Schema dateTime (did:wba only).
 pub fn create(
@@ -123,6 +144,7 @@ pub fn create(
     created: &str,
 ) -> Result<(Did, Document), IdentityError> {
     let invalid = |m: String| IdentityError::Invalid(m);
+    refuse_colon_port(spec)?;
     let did = match spec {
         DomainSpec::Web(id) => {
             let id = id.strip_prefix("did:web:").unwrap_or(id);
@@ -229,6 +251,8 @@ mod tests {
             DomainSpec::Web("exa mple.com".into()),
             DomainSpec::Web("example.com:..:x".into()),
             DomainSpec::Web("127.0.0.1%3Abad".into()),
+            DomainSpec::Web("localhost:18080:agents:y".into()),
+            DomainSpec::Wba("did:wba:localhost:18080:agents".into()),
             DomainSpec::Wba("example.com".into()),
             DomainSpec::Wba("example.com:agents:e1_abc".into()),
             DomainSpec::Wba("example.com%3A99999:a".into()),

@@ -49,15 +49,15 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
             "url": remote.endpoint.url.as_str(),
             "tools": tools,
         });
-        println!("{}", json_line(&out)?);
+        out!("{}", json_line(&out)?)?;
     } else {
         for t in &tools {
             let d = t.description.as_deref().unwrap_or("");
-            println!(
+            out!(
                 "{}\t{}",
                 text::sanitize(&t.name),
                 text::sanitize(&d.chars().take(300).collect::<String>())
-            );
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -78,7 +78,7 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
             "tool": args.name,
             "result": result,
         });
-        println!("{}", json_line(&out)?);
+        out!("{}", json_line(&out)?)?;
     } else {
         let texts: Vec<String> = result
             .content
@@ -87,11 +87,11 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
             .collect();
         if texts.is_empty() {
             if let Some(s) = &result.structured_content {
-                println!("{}", json_line(s)?);
+                out!("{}", json_line(s)?)?;
             }
         }
         for t in texts {
-            println!("{}", text::sanitize(&t));
+            out!("{}", text::sanitize(&t))?;
         }
     }
     if failed {
@@ -164,10 +164,10 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
             "interface": {"url": agent.endpoint.url.as_str(), "binding": agent.endpoint.binding.name()},
             "result": body,
         });
-        println!("{}", json_line(&out)?);
+        out!("{}", json_line(&out)?)?;
     } else {
         for t in call::texts(&outcome) {
-            println!("{}", text::sanitize(&t));
+            out!("{}", text::sanitize(&t))?;
         }
         if let call::Outcome::Task(t) = &outcome {
             if matches!(
@@ -175,7 +175,7 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
                 agentnet_a2a::types::TaskState::InputRequired
             ) {
                 if let Some(q) = call::status_text(t) {
-                    println!("{}", text::sanitize(&q));
+                    out!("{}", text::sanitize(&q))?;
                 }
                 eprintln!(
                     "the agent waits for input: agentnet call --did {} --task {} \"…\"",

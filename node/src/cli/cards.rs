@@ -29,7 +29,7 @@ pub(super) fn sign_card(
         eprintln!("warning: {path} is not part of the A2A 1.0 Agent Card; the signature does not cover it");
     }
     let signed = card::sign(&card, &key, &kid)?;
-    println!("{}", json_text(&signed)?);
+    out!("{}", json_text(&signed)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -59,20 +59,20 @@ pub(super) async fn verify_card(
                     .iter()
                     .map(|s| json!({"kid": s.kid, "alg": s.alg}))
                     .collect();
-                println!("{}", json_line(&json!({"ok": true, "signatures": list}))?);
+                out!("{}", json_line(&json!({"ok": true, "signatures": list}))?)?;
             } else {
                 for s in &sigs {
-                    println!("ok: {} signature by {}", s.alg, s.kid);
+                    out!("ok: {} signature by {}", s.alg, s.kid)?;
                 }
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
             if json_out {
-                println!(
+                out!(
                     "{}",
                     json_line(&json!({"ok": false, "error": e.to_string()}))?
-                );
+                )?;
             }
             eprintln!("error: {}", text::sanitize(&e.to_string()));
             Ok(ExitCode::FAILURE)

@@ -17,9 +17,9 @@ pub(super) async fn resolve(
                     "didResolutionMetadata": {"contentType": "application/did+json"},
                     "didDocumentMetadata": {}
                 });
-                println!("{}", json_text(&out)?);
+                out!("{}", json_text(&out)?)?;
             } else {
-                println!("{}", json_text(&doc)?);
+                out!("{}", json_text(&doc)?)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -30,7 +30,7 @@ pub(super) async fn resolve(
                     "didResolutionMetadata": {"error": e.code(), "errorMessage": e.to_string()},
                     "didDocumentMetadata": {}
                 });
-                println!("{}", json_text(&out)?);
+                out!("{}", json_text(&out)?)?;
             }
             eprintln!("error: {}", text::sanitize(&e.to_string()));
             Ok(ExitCode::FAILURE)
@@ -60,7 +60,7 @@ pub(super) fn identity_new(
             .with_context(|| format!("writing {} (it must not exist)", out.display()))?;
     }
     if json_out {
-        println!(
+        out!(
             "{}",
             json_line(&json!({
                 "did": did.as_str(),
@@ -70,15 +70,17 @@ pub(super) fn identity_new(
                 "url": url.as_str(),
                 "document": doc.to_json(),
             }))?
-        );
+        )?;
     } else {
-        println!("{did}");
+        // Standard output: the DID, then where its document must be served (the URL tells
+        // whether the name meant what was intended, a port for instance).
+        out!("{did}")?;
         eprintln!("key:      {} (mode 0600)", key_file.display());
         eprintln!("document: {}", doc_file.display());
-        eprintln!(
+        out!(
             "serve the document at {url} (HTTPS, Content-Type: application/json), then \
              publish with `agentnet publish --as {did}`"
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -88,7 +90,7 @@ pub(super) fn identity_show(did: &str, dir: Option<&Path>) -> anyhow::Result<Exi
     let keys = data_dir::AgentKeys::new(&dir);
     let id = keys.load_identity(did)?;
     let doc = read_json(&keys.document_file(did)?)?;
-    println!("{}", json_text(&doc)?);
+    out!("{}", json_text(&doc)?)?;
     eprintln!(
         "signs as {}; serve this document at {}",
         id.kid(),

@@ -21,7 +21,8 @@ use agentnet_did::resolver::Options as ResolverOptions;
 use agentnet_did::web::HttpOptions;
 use agentnet_did::{json, text, DidUrl, Resolver, SecretKey};
 use anyhow::{bail, Context as _};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::admin::{self, PublishRequest};
@@ -30,12 +31,13 @@ use crate::directory::Directory;
 use crate::{call, daemon, data_dir, identity};
 use agentnet_discovery::store::Limits as StoreLimits;
 
+#[macro_use]
+mod output;
 mod calls;
 mod cards;
 mod dids;
 mod network;
 mod node;
-mod output;
 mod status;
 pub mod testnet;
 
@@ -328,11 +330,12 @@ enum IdentityCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").args(["did", "skill"]).required(true).multiple(true)))]
 struct CallArgs {
     /// The message.
     text: String,
     /// The agent's DID (looked up in the node's index; with --skill, only this agent).
-    #[arg(long, required_unless_present = "skill")]
+    #[arg(long)]
     did: Option<String>,
     /// A skill tag the agent must have (repeat to require several); the first agent found
     /// whose card verifies and offers an interface we speak is called.
@@ -367,9 +370,10 @@ struct CallArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").args(["did", "skill"]).required(true)))]
 struct RemoteMcpArgs {
     /// The agent's DID (its card is looked up in the node's index).
-    #[arg(long, required_unless_present = "skill", conflicts_with = "skill")]
+    #[arg(long)]
     did: Option<String>,
     /// Or: the first agent with this skill tag (repeatable: all of them) whose verified card
     /// advertises an MCP endpoint.
@@ -437,8 +441,9 @@ enum CardCommand {
         card: PathBuf,
         #[command(flatten)]
         dir: DataDirArg,
-        /// Sign with this key file (a private Ed25519 JWK) instead of the node's key.
-        #[arg(long, conflicts_with = "data_dir")]
+        /// Sign with this key file (a private Ed25519 JWK) instead of the node's key; not with
+        /// a --data-dir on the command line (AGENTNET_DATA_DIR is then ignored).
+        #[arg(long)]
         key: Option<PathBuf>,
         /// The kid (verification method DID URL); default: the key's did:key.
         #[arg(long)]
@@ -490,7 +495,9 @@ enum KeyFormatArg {
 
 /// Run the command line; the process exit code is 0 on success, 1 on failure, 2 on bad usage.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    refuse_typed_conflicts(&matches);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     status::init_logging(cli.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -504,9 +511,57 @@ pub fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(code) => code,
+        Err(e) if output::is_reader_gone(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            status::notice("ERROR", &text::sanitize(&format!("{e:#}")));
+            status::notice("ERROR", &text::sanitize(&one_line(&e)));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `error` and its causes on one line, each said once: where an error's message already
+/// includes its source's (thiserror's `"…: {0}"` with `#[source]`), `{:#}` would repeat it.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+        if message.is_empty() || line.contains(&message) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&message);
+    }
+    line
+}
+
+/// Conflicts clap's `conflicts_with` cannot express: it counts a value from the environment as
+/// given, and `AGENTNET_DATA_DIR` set for the other commands must not stop `card sign --key`.
+/// Exits with clap's usage error (code 2) naming both flags.
+fn refuse_typed_conflicts(matches: &clap::ArgMatches) {
+    let Some(("card", card)) = matches.subcommand() else {
+        return;
+    };
+    let Some(("sign", sign)) = card.subcommand() else {
+        return;
+    };
+    if sign.value_source("key") == Some(ValueSource::CommandLine)
+        && sign.value_source("data_dir") == Some(ValueSource::CommandLine)
+    {
+        let kind = clap::error::ErrorKind::ArgumentConflict;
+        let why = "the argument '--key <KEY>' cannot be used with '--data-dir <DATA_DIR>': \
+                   give the key file or the data directory whose node key signs, not both";
+        // The usage line of `agentnet card sign`, not of `agentnet`.
+        let mut cli = Cli::command();
+        cli.build();
+        match cli
+            .find_subcommand_mut("card")
+            .and_then(|card| card.find_subcommand_mut("sign"))
+        {
+            Some(sign) => sign.error(kind, why).exit(),
+            None => Cli::command().error(kind, why).exit(),
         }
     }
 }
@@ -682,3 +737,24 @@ const FILE_JSON: json::Limits = json::Limits {
     max_depth: 128,
     max_values: 1 << 20,
 };
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("binding an HTTP listener to 127.0.0.1:1: {0}")]
+    struct Bind(#[source] std::io::Error);
+
+    #[test]
+    fn an_error_says_each_cause_once_on_one_line() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        let e = anyhow::Error::new(Bind(io)).context("starting the node");
+        assert_eq!(
+            one_line(&e),
+            "starting the node: binding an HTTP listener to 127.0.0.1:1: Address already in use"
+        );
+        let e = anyhow::anyhow!("first\n  second").context("outer");
+        assert_eq!(one_line(&e), "outer: first second");
+    }
+}

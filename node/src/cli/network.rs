@@ -47,19 +47,19 @@ pub(super) async fn publish(
         _ => e.into(),
     })?;
     if json_out {
-        println!("{}", json_line(&published)?);
+        out!("{}", json_line(&published)?)?;
     } else {
         let replaces = match &published.replaced {
             Some(r) => format!("; replaces {} (seq {})", r.name, r.seq),
             None => String::new(),
         };
-        println!(
+        out!(
             "published {} (seq {}, tags {}, expires at {}){replaces}",
             published.did,
             published.seq,
             published.tags.join(","),
             published.expires_at
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -99,7 +99,7 @@ pub(super) async fn discover(
     }
     let found = admin_client(node)?.discover(skills, limit).await?;
     if json_out {
-        println!("{}", json_text(&found)?);
+        out!("{}", json_text(&found)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     if found.is_empty() {
@@ -117,36 +117,39 @@ pub(super) async fn discover(
             [did, f.tags.join(","), f.peer_id.clone()]
         })
         .collect();
-    print_table(["DID", "TAGS", "PEER"], &rows);
+    print_table(["DID", "TAGS", "PEER"], &rows)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub(super) async fn peers(node: &NodeArg, json_out: bool) -> anyhow::Result<ExitCode> {
     let p = admin_client(node)?.peers().await?;
     if json_out {
-        println!("{}", json_text(&p)?);
+        out!("{}", json_text(&p)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("peer id: {}", p.peer_id);
+    out!("peer id: {}", p.peer_id)?;
     for a in &p.listen {
-        println!("listening on {a}");
+        out!("listening on {a}")?;
     }
-    println!("{} connected peer(s)", p.peers.len());
+    out!("{} connected peer(s)", p.peers.len())?;
     let rows: Vec<[String; 2]> = p
         .peers
         .iter()
         .map(|x| [x.peer_id.clone(), x.addrs.join(" ")])
         .collect();
     if !rows.is_empty() {
-        print_table(["PEER", "ADDRESSES"], &rows);
+        print_table(["PEER", "ADDRESSES"], &rows)?;
     }
     let rejected: u64 = p.stats.rejected_by_reason.values().sum();
-    println!(
+    out!(
         "advertisements: {} accepted, {} ignored, {} rejected, {} throttled",
-        p.stats.accepted, p.stats.ignored, rejected, p.stats.throttled
-    );
+        p.stats.accepted,
+        p.stats.ignored,
+        rejected,
+        p.stats.throttled
+    )?;
     for (reason, n) in &p.stats.rejected_by_reason {
-        println!("  rejected {reason}: {n}");
+        out!("  rejected {reason}: {n}")?;
     }
     Ok(ExitCode::SUCCESS)
 }

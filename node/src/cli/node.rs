@@ -60,30 +60,30 @@ fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
     }
     let info = &node.info;
     if json_out {
-        println!("{}", serde_json::to_string(info)?);
+        out!("{}", serde_json::to_string(info)?)?;
         return Ok(());
     }
-    println!("did: {}", info.did);
-    println!("peer id: {}", info.peer_id);
-    println!(
+    out!("did: {}", info.did)?;
+    out!("peer id: {}", info.peer_id)?;
+    out!(
         "listening on http://{} (well-known files, hosted agents)",
         info.http
-    );
+    )?;
     for h in node.hosted() {
-        println!(
+        out!(
             "hosting {} ({}) at {}",
             h.id,
             h.key.did_key(),
             crate::hosted::agent_url(node.public_url(), &h.id)
-        );
+        )?;
     }
-    println!(
+    out!(
         "admin API on http://{} (token in {})",
         info.admin,
         crate::auth::token_file(node.data_dir()).display()
-    );
+    )?;
     for a in &info.listen {
-        println!("listening on {a}");
+        out!("listening on {a}")?;
     }
     Ok(())
 }
@@ -144,17 +144,17 @@ pub(super) fn init(dir: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
     let (key, created) = SecretKey::load_or_create(&path)?;
     let did = key.did_key();
     if json {
-        println!(
+        out!(
             "{}",
             json!({"did": did.as_str(), "keyFile": path, "created": created})
-        );
+        )?;
     } else {
         if created {
             eprintln!("created a new node key at {}", path.display());
         } else {
             eprintln!("using the node key at {}", path.display());
         }
-        println!("{did}");
+        out!("{did}")?;
     }
     Ok(ExitCode::SUCCESS)
 }

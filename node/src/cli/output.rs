@@ -1,8 +1,63 @@
-//! What the commands print: tables and JSON with hidden characters escaped.
+//! What the commands print: tables and JSON with hidden characters escaped, all through
+//! [`line`] (the [`out!`] macro), which ends the command quietly once the reader is gone.
+
+use std::fmt;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentnet_did::text;
 
-pub(super) fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+/// `println!` for the commands: one line on standard output through [`line`], `?` to stop
+/// when the reader is gone.
+macro_rules! out {
+    () => {
+        $crate::cli::output::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::output::line(format_args!($($arg)*))
+    };
+}
+
+/// Set once standard output found its reader gone; later lines are not written.
+static READER_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Standard output's reader is gone (`agentnet … | head -1` once `head` has its line): not a
+/// failure, the command stops and exits 0. SIGPIPE stays ignored, as Rust sets it, so the
+/// node's sockets keep getting `EPIPE` rather than killing the process.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output is closed")]
+pub(crate) struct ReaderGone;
+
+/// Write `args` and a newline to standard output. A closed pipe is [`ReaderGone`] (and every
+/// later call too); `println!` would panic there.
+pub(crate) fn line(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
+    if READER_GONE.load(Ordering::Relaxed) {
+        return Err(ReaderGone.into());
+    }
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(args)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            READER_GONE.store(true, Ordering::Relaxed);
+            Err(ReaderGone.into())
+        }
+        Err(e) => Err(anyhow::anyhow!("writing to standard output: {e}")),
+    }
+}
+
+/// Whether `error` is [`ReaderGone`].
+pub(crate) fn is_reader_gone(error: &anyhow::Error) -> bool {
+    error.downcast_ref::<ReaderGone>().is_some()
+}
+
+pub(super) fn print_table<const N: usize>(
+    header: [&str; N],
+    rows: &[[String; N]],
+) -> anyhow::Result<()> {
     let mut width = header.map(str::len);
     for r in rows {
         for (w, c) in width.iter_mut().zip(r) {
@@ -15,7 +70,7 @@ pub(super) fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]
         .map(|r| std::array::from_fn(|i| text::sanitize(&r[i]).into_owned()))
         .collect();
     let rows = &rows[..];
-    let line = |cells: [&str; N]| {
+    let row = |cells: [&str; N]| {
         let mut out = String::new();
         for (i, c) in cells.iter().enumerate() {
             if i + 1 == N {
@@ -24,12 +79,13 @@ pub(super) fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]
                 out.push_str(&format!("{c:<w$}  ", w = width[i]));
             }
         }
-        println!("{out}");
+        out!("{out}")
     };
-    line(header);
+    row(header)?;
     for r in rows {
-        line(std::array::from_fn(|i| r[i].as_str()));
+        row(std::array::from_fn(|i| r[i].as_str()))?;
     }
+    Ok(())
 }
 
 /// `value` as JSON for standard output, with every character a terminal would act on or hide

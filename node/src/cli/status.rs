@@ -75,24 +75,24 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
     let now = agentnet_discovery::net::unix_now();
     let view = view(&report);
     if json_out {
-        println!("{}", json_text(&view)?);
+        out!("{}", json_text(&view)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let s = |v: &Value| text::sanitize(v.as_str().unwrap_or_default()).into_owned();
     let n = &view["node"];
-    println!("did: {}", s(&n["did"]));
-    println!("peer id: {}", s(&n["peer_id"]));
-    println!(
+    out!("did: {}", s(&n["did"]))?;
+    out!("peer id: {}", s(&n["peer_id"]))?;
+    out!(
         "version {}, up {} (since {})",
         s(&n["version"]),
         duration(n["uptime_secs"].as_u64().unwrap_or_default()),
         s(&n["started"])
-    );
-    println!("public URL: {}", s(&n["public_url"]));
+    )?;
+    out!("public URL: {}", s(&n["public_url"]))?;
     for a in n["listen"].as_array().into_iter().flatten() {
-        println!("listening on {}", s(a));
+        out!("listening on {}", s(a))?;
     }
-    println!("{} connected peer(s)", view["peers"]);
+    out!("{} connected peer(s)", view["peers"])?;
     for b in view["bootstrap"].as_array().into_iter().flatten() {
         let since = b["since"].as_u64().unwrap_or_default();
         let mut line = format!(
@@ -104,10 +104,10 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
         if b["last_error"].is_string() {
             line.push_str(&format!(" (last error: {})", s(&b["last_error"])));
         }
-        println!("{line}");
+        out!("{line}")?;
     }
     for h in view["hosted"].as_array().into_iter().flatten() {
-        println!(
+        out!(
             "hosting {} ({}) at {}{}",
             s(&h["id"]),
             s(&h["did"]),
@@ -117,12 +117,12 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
             } else {
                 ""
             }
-        );
+        )?;
     }
     for p in view["published"].as_array().into_iter().flatten() {
         let tags: Vec<String> = p["tags"].as_array().into_iter().flatten().map(&s).collect();
         let expires = p["expires_at"].as_u64().unwrap_or_default();
-        println!(
+        out!(
             "published {} ({}), tags {}, seq {}, expires {}",
             s(&p["did"]),
             s(&p["name"]),
@@ -133,7 +133,7 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
             } else {
                 "now".into()
             }
-        );
+        )?;
     }
     let st = &view["store"];
     let mib = |v: &Value| v.as_u64().unwrap_or_default() as f64 / f64::from(1u32 << 20);
@@ -150,14 +150,14 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
             mib(&st["free_disk_bytes"])
         ));
     }
-    println!("{line}");
+    out!("{line}")?;
     let t = &view["tasks"];
-    println!(
+    out!(
         "tasks: {} ({:.1} MiB), {} unreadable set aside",
         t["total"],
         mib(&t["bytes"]),
         t["quarantined"]
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -255,14 +255,14 @@ pub(super) fn config_check(args: &UpArgs) -> anyhow::Result<ExitCode> {
             .map(|(f, n)| ((*f).to_owned(), json!(n)))
             .collect::<serde_json::Map<_, _>>()
             .into();
-        println!("{}", json_text(&v)?);
+        out!("{}", json_text(&v)?)?;
     } else {
-        print!("{}", toml::to_string(&effective)?);
+        out!("{}", toml::to_string(&effective)?.trim_end())?;
         let flags: Vec<String> = flags.iter().map(|(f, n)| format!("--{f} {n}")).collect();
-        println!(
+        out!(
             "# and the flags without a place in the file: {}",
             flags.join(" ")
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,11 +7,11 @@
 //! `agentnet discover` takes: its index, which gossip fills, then the DHT) and reports how long
 //! each took. Then the A2A call: node 1 hosts a sample agent (`greeter`, kind `ask`, DID
 //! policy); the last node finds it by its skill tag, verifies its card, and calls it with
-//! RFC 9421-signed requests under a fresh caller did:key: the agent asks for a name
+//! RFC 9421-signed requests under the last node's did:key: the agent asks for a name
 //! (INPUT_REQUIRED), the caller answers, the task completes with its artifact. Then MCP: node 1
 //! also hosts `mcp-echo` (kind `echo`, DID policy, `mcp = true`); the last node finds it by
 //! skill, verifies its card, reads the MCP endpoint the card advertises and calls its `echo`
-//! tool over MCP with every HTTP request RFC 9421-signed by the same caller DID. Nodes are
+//! tool over MCP with every HTTP request RFC 9421-signed by the same DID. Nodes are
 //! numbered from 1 in the output, JSON included.
 
 use std::net::SocketAddr;
@@ -282,10 +282,10 @@ async fn call_sample(
     host_dir: &Path,
     host: &admin::Client,
     caller_admin: &admin::Client,
+    caller_key: SecretKey,
     host_node: &Running,
     progress: &Progress,
 ) -> CallReport {
-    let caller_key = SecretKey::generate();
     let mut r = CallReport {
         tag: CALL_TAG.into(),
         caller: caller_key.did_key().to_string(),
@@ -302,8 +302,9 @@ async fn call_sample(
     )
     .await
     {
-        progress.line(format!("the A2A call failed: {e:#}"));
-        r.error = Some(format!("{e:#}"));
+        let e = super::one_line(&e);
+        progress.line(format!("the A2A call failed: {e}"));
+        r.error = Some(e);
     }
     r
 }
@@ -342,10 +343,10 @@ async fn mcp_sample(
     host_dir: &Path,
     host: &admin::Client,
     caller_admin: &admin::Client,
+    caller_key: SecretKey,
     host_node: &Running,
     progress: &Progress,
 ) -> McpReport {
-    let caller_key = SecretKey::generate();
     let mut r = McpReport {
         tag: MCP_TAG.into(),
         caller: caller_key.did_key().to_string(),
@@ -364,8 +365,9 @@ async fn mcp_sample(
     )
     .await
     {
-        progress.line(format!("the MCP call failed: {e:#}"));
-        r.error = Some(format!("{e:#}"));
+        let e = super::one_line(&e);
+        progress.line(format!("the MCP call failed: {e}"));
+        r.error = Some(e);
     }
     r
 }
@@ -595,7 +597,9 @@ impl Progress {
         if self.json {
             eprintln!("{s}");
         } else {
-            println!("{s}");
+            // Once the reader is gone the testnet still runs to its end and stops its nodes;
+            // the report's own output then ends the command (exit 0).
+            let _ = out!("{s}");
         }
     }
 }
@@ -637,10 +641,14 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
             return Err(e);
         }
     };
-    if opts.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    let printed = if opts.json {
+        super::json_text(&report).and_then(|text| out!("{text}"))
     } else {
-        print_summary(&report);
+        print_summary(&report)
+    };
+    if let Err(e) = printed {
+        shutdown(nodes, progress).await;
+        return Err(e);
     }
     if opts.keep {
         let last = report
@@ -861,10 +869,31 @@ async fn exercise(
     // The A2A call: node 1 announces its hosted agent again now that the network is up (at its
     // start it had no peer to tell), and the last node finds it by skill, verifies its card,
     // and calls it with DID-signed requests, through the INPUT_REQUIRED round.
-    let call = call_sample(&dirs[0], &clients[0], &clients[n - 1], &nodes[0], &progress).await;
+    // Both calls come from the last node: signed with its node key, under its did:key.
+    let last_key = || {
+        SecretKey::load(&crate::data_dir::key_file(&dirs[n - 1]))
+            .with_context(|| format!("node {n}'s key"))
+    };
+    let call = call_sample(
+        &dirs[0],
+        &clients[0],
+        &clients[n - 1],
+        last_key()?,
+        &nodes[0],
+        &progress,
+    )
+    .await;
     // MCP: the last node calls the echo tool of node 1's `mcp-echo` agent, its endpoint read
     // from the verified card, every request signed.
-    let mcp = mcp_sample(&dirs[0], &clients[0], &clients[n - 1], &nodes[0], &progress).await;
+    let mcp = mcp_sample(
+        &dirs[0],
+        &clients[0],
+        &clients[n - 1],
+        last_key()?,
+        &nodes[0],
+        &progress,
+    )
+    .await;
 
     let mut node_reports = Vec::with_capacity(n);
     for (i, (r, c)) in nodes.iter().zip(&clients).enumerate() {
@@ -991,54 +1020,57 @@ fn short(peer_id: &str) -> String {
     }
 }
 
-fn print_summary(r: &Report) {
-    println!();
-    println!("summary ({} ms)", r.elapsed_ms);
-    println!("  nodes:");
+fn print_summary(r: &Report) -> anyhow::Result<()> {
+    out!()?;
+    out!("summary ({} ms)", r.elapsed_ms)?;
+    out!("  nodes:")?;
     for node in &r.nodes {
-        println!(
+        out!(
             "    {:>2}  {}  http://{}  {} peer(s)",
-            node.node, node.peer_id, node.http, node.peers
-        );
+            node.node,
+            node.peer_id,
+            node.http,
+            node.peers
+        )?;
     }
-    println!("  published {} advert(s):", r.published.len());
+    out!("  published {} advert(s):", r.published.len())?;
     for p in &r.published {
-        println!(
+        out!(
             "    {:<10}  {}  from node {}  [{}]",
             p.name,
             p.did,
             p.node,
             p.tags.join(",")
-        );
+        )?;
     }
-    println!("  discovered from node {}:", r.nodes.len());
+    out!("  discovered from node {}:", r.nodes.len())?;
     for d in &r.discoveries {
         if d.found {
-            println!(
+            out!(
                 "    {:<13} → {:<10}  {:>5} ms  via {}",
                 d.tag,
                 d.name,
                 d.ms,
                 d.via.as_deref().unwrap_or("?")
-            );
+            )?;
         } else {
-            println!(
+            out!(
                 "    {:<13} → {:<10}  NOT FOUND after {} ms: {}",
                 d.tag,
                 d.name,
                 d.ms,
                 d.error.as_deref().unwrap_or("no answer")
-            );
+            )?;
         }
     }
     let c = &r.call;
-    println!(
+    out!(
         "  A2A call from node {} (signed as {}):",
         r.nodes.len(),
         c.caller
-    );
+    )?;
     match &c.error {
-        None => println!(
+        None => out!(
             "    {} → {}  found in {} ms; task {}: asked {:?}, then {} in {} ms: {}",
             c.tag,
             c.did.as_deref().unwrap_or("?"),
@@ -1048,17 +1080,17 @@ fn print_summary(r: &Report) {
             c.state.as_deref().unwrap_or("?"),
             c.call_ms,
             c.answer.join(" ")
-        ),
-        Some(e) => println!("    FAILED: {e}"),
+        )?,
+        Some(e) => out!("    FAILED: {e}")?,
     }
     let m = &r.mcp;
-    println!(
+    out!(
         "  MCP tool call from node {} (signed as {}):",
         r.nodes.len(),
         m.caller
-    );
+    )?;
     match &m.error {
-        None => println!(
+        None => out!(
             "    {} → {}  found in {} ms; {} tools [{}]; {}({:?}) → {} in {} ms",
             m.tag,
             m.did.as_deref().unwrap_or("?"),
@@ -1069,10 +1101,11 @@ fn print_summary(r: &Report) {
             m.sent,
             m.result.as_ref().map(|v| v.to_string()).unwrap_or_default(),
             m.call_ms
-        ),
-        Some(e) => println!("    FAILED: {e}"),
+        )?,
+        Some(e) => out!("    FAILED: {e}")?,
     }
-    println!("  node 1's well-known files:");
-    println!("    curl {}", r.well_known.did_json);
-    println!("    curl {}", r.well_known.agent_card_json);
+    out!("  node 1's well-known files:")?;
+    out!("    curl {}", r.well_known.did_json)?;
+    out!("    curl {}", r.well_known.agent_card_json)?;
+    Ok(())
 }
