@@ -40,8 +40,8 @@ use crate::tasks::{RecentTask, TaskDb};
 
 /// The page's path.
 pub const PATH: &str = "/status";
-/// The JSON's path (behind the admin guard).
-pub const API_PATH: &str = "/admin/v1/status";
+/// The JSON's path (behind the admin guard), as the admin client names it.
+pub use crate::admin::STATUS_PATH as API_PATH;
 /// How often the counters are sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// Samples kept: half an hour at [`SAMPLE_EVERY`].

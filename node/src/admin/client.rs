@@ -142,10 +142,9 @@ impl Client {
         self.send(self.http.get(self.url("/admin/v1/peers"))).await
     }
 
-    /// `GET /admin/v1/status`: the [`crate::status_page::Report`], as JSON.
+    /// `GET /admin/v1/status`: the status page's report, as JSON.
     pub async fn status(&self) -> Result<Value, ClientError> {
-        self.send(self.http.get(self.url(crate::status_page::API_PATH)))
-            .await
+        self.send(self.http.get(self.url(super::STATUS_PATH))).await
     }
 
     /// `GET /admin/v1/adverts/{did}`: the node's stored advertisement of `did`, or `None` if it

@@ -24,7 +24,7 @@
 //! | `POST /admin/v1/adverts` | a signed advertisement | [`Published`] |
 //! | `GET /admin/v1/adverts/{did}` | | the stored advertisement, as received |
 //! | `GET /admin/v1/metrics` | | libp2p metrics (gossipsub, bandwidth) and the node's own counters (`agentnet_*`) in the Prometheus text format |
-//! | `GET /admin/v1/status` | | what the status page (`GET /status`, no token) shows: [`crate::status_page::Report`] |
+//! | `GET /admin/v1/status` | | what the status page (`GET /status`, no token) shows (the status page's report) |
 //!
 //! Errors are [`ApiError`] bodies: `{"error": "...", "reason": "..."}`, where `reason` is the
 //! validator's short reason (`stale_seq`, `bad_card`, …) when it refused an advertisement, and
@@ -60,6 +60,9 @@ use crate::publisher::{PublishError, Published, Publisher, Unpublished};
 
 mod client;
 mod server;
+
+/// The JSON's path (behind the admin guard).
+pub const STATUS_PATH: &str = "/admin/v1/status";
 
 pub use client::Client;
 pub use server::{router, router_with, AdminState, Guard};

@@ -43,7 +43,7 @@ pub fn router(state: AdminState, guard: Guard) -> Router {
 }
 
 /// [`router`] with `extra` routes behind the same guard (the status page's
-/// `/admin/v1/status`, [`crate::status_page::api`]).
+/// `/admin/v1/status`).
 pub fn router_with(state: AdminState, guard: Guard, extra: Router) -> Router {
     Router::new()
         .route("/admin/v1/publish", post(publish))
