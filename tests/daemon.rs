@@ -31,13 +31,7 @@ use common::UpNode as Node;
 impl Node {
     /// `agentnet up` on loopback with data directory `dir`.
     fn start(dir: &Path, bootstrap: &[&str]) -> Node {
-        let mut args = vec![
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ];
+        let mut args = LOOPBACK.to_vec();
         for b in bootstrap {
             args.extend(["--bootstrap", b]);
         }
@@ -235,7 +229,7 @@ fn a_card_published_on_one_node_is_discovered_on_another() {
         c.data_dir(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).starts_with("DID"), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("NAME"), "{}", stdout(&o));
     assert!(stdout(&o).contains(&agent_did), "{}", stdout(&o));
 
     // C holds a copy but did not publish it: it cannot unpublish it, and its copy stays.

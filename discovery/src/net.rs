@@ -782,6 +782,18 @@ struct Node {
     sweeping: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// The libp2p identity of the node key: the same Ed25519 key.
+fn keypair(key: &agentnet_did::SecretKey) -> Result<libp2p::identity::Keypair, Error> {
+    let mut seed = key.seed();
+    libp2p::identity::Keypair::ed25519_from_bytes(&mut seed)
+        .map_err(|e| Error::Start(format!("node key: {e}")))
+}
+
+/// The PeerId a node with `key` has (what `agentnet init` prints before the node runs).
+pub fn peer_id_of(key: &agentnet_did::SecretKey) -> Result<PeerId, Error> {
+    Ok(keypair(key)?.public().to_peer_id())
+}
+
 /// Start the network: build the swarm from the node's key, listen, dial the bootstrap peers, and
 /// run the swarm task until `shutdown` fires.
 pub async fn spawn(
@@ -791,9 +803,7 @@ pub async fn spawn(
     validator: Validator,
     shutdown: CancellationToken,
 ) -> Result<(Client, tokio::task::JoinHandle<()>), Error> {
-    let mut seed = key.seed();
-    let keypair = libp2p::identity::Keypair::ed25519_from_bytes(&mut seed)
-        .map_err(|e| Error::Start(format!("node key: {e}")))?;
+    let keypair = keypair(key)?;
     let peer_id = keypair.public().to_peer_id();
     let stats = Arc::new(Stats::default());
     let mut registry = Registry::default();

@@ -16,10 +16,15 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use agentnet_a2a::auth::Policy;
 use agentnet_did::card;
 use libp2p::Multiaddr;
 use serde::{Deserialize, Serialize};
+
+use crate::a2a_auth::DidAuthConfig;
+use crate::tasks::Retention;
 
 /// Most hosted agents.
 pub const MAX_AGENTS: usize = 64;
@@ -129,7 +134,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub auth: AuthSection,
     /// The hosted agents.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agent: Vec<AgentConfig>,
     /// The MCP server on the admin listener (`/mcp`).
     #[serde(default)]
@@ -164,6 +169,11 @@ pub struct NodeSection {
     pub public_url: Option<String>,
     /// mDNS (`--no-mdns` turns it off).
     pub mdns: Option<bool>,
+    /// `--local`: a network on one machine or a LAN. The node and the commands run on its data
+    /// directory call agents and MCP endpoints on loopback and private addresses over plain
+    /// http, and resolve did:web/did:wba on loopback over plain http; default false: https to
+    /// public addresses only.
+    pub local: Option<bool>,
 }
 
 /// `[tasks]`.
@@ -205,6 +215,75 @@ pub struct AuthSection {
     /// Lifetime of the access tokens given to verified callers, seconds; 0: none; at most
     /// [`MAX_TOKEN_TTL_SECS`].
     pub token_ttl_secs: Option<u64>,
+}
+
+impl TasksSection {
+    /// The task store's bounds: each key's value, or [`Retention`]'s default; the disk margin
+    /// is the advert store's (`--store-min-free-mib`).
+    pub fn retention(&self, min_free_bytes: u64) -> Retention {
+        let d = Retention::default();
+        let mib = |v: Option<u64>, default: u64| v.map_or(default, |m| m.saturating_mul(1 << 20));
+        Retention {
+            keep: self
+                .retention_hours
+                .map_or(d.keep, |h| Duration::from_secs(h.saturating_mul(3600))),
+            max_tasks: self.max_tasks.unwrap_or(d.max_tasks),
+            max_per_owner: self.max_per_owner.unwrap_or(d.max_per_owner),
+            max_per_source: self.max_per_source.unwrap_or(d.max_per_source),
+            max_bytes: mib(self.max_total_mib, d.max_bytes),
+            max_owner_bytes: mib(self.max_per_owner_mib, d.max_owner_bytes),
+            max_source_bytes: mib(self.max_per_source_mib, d.max_source_bytes),
+            min_free_bytes,
+            new_per_second_per_source: self
+                .new_per_second_per_source
+                .unwrap_or(d.new_per_second_per_source),
+        }
+    }
+
+    /// Every key with the value in effect (what `config check` shows).
+    fn filled(&self) -> TasksSection {
+        let r = self.retention(0);
+        TasksSection {
+            retention_hours: Some(r.keep.as_secs() / 3600),
+            max_tasks: Some(r.max_tasks),
+            max_per_owner: Some(r.max_per_owner),
+            max_per_source: Some(r.max_per_source),
+            max_total_mib: Some(r.max_bytes >> 20),
+            max_per_owner_mib: Some(r.max_owner_bytes >> 20),
+            max_per_source_mib: Some(r.max_source_bytes >> 20),
+            new_per_second_per_source: Some(r.new_per_second_per_source),
+        }
+    }
+}
+
+impl AuthSection {
+    /// The DID verifier's configuration for hosted agents reached at `public_base`: each key's
+    /// value, or [`DidAuthConfig`]'s default (`per_source_nonces`: `max_nonces / 32`).
+    pub fn verifier(&self, public_base: String) -> DidAuthConfig {
+        let mut c = DidAuthConfig::new(public_base);
+        c.per_did_nonces = self.per_did_nonces.unwrap_or(c.per_did_nonces);
+        c.max_nonces = self.max_nonces.unwrap_or(c.max_nonces);
+        c.per_source_nonces = self.per_source_nonces.unwrap_or((c.max_nonces / 32).max(1));
+        c.fetch_burst = self.fetch_burst.unwrap_or(c.fetch_burst);
+        c.fetches_per_minute = self.fetches_per_minute.unwrap_or(c.fetches_per_minute);
+        if let Some(secs) = self.token_ttl_secs {
+            c.token_ttl = Duration::from_secs(secs);
+        }
+        c
+    }
+
+    /// Every key with the value in effect (what `config check` shows).
+    fn filled(&self) -> AuthSection {
+        let c = self.verifier(String::new());
+        AuthSection {
+            per_did_nonces: Some(c.per_did_nonces),
+            per_source_nonces: Some(c.per_source_nonces),
+            max_nonces: Some(c.max_nonces),
+            fetch_burst: Some(c.fetch_burst),
+            fetches_per_minute: Some(c.fetches_per_minute),
+            token_ttl_secs: Some(c.token_ttl.as_secs()),
+        }
+    }
 }
 
 /// What an agent does.
@@ -471,6 +550,8 @@ pub struct Overrides {
     pub public_url: Option<String>,
     /// `--no-mdns`.
     pub no_mdns: bool,
+    /// `--local` (or `$AGENTNET_LOCAL`).
+    pub local: bool,
 }
 
 /// The `[node]` settings in effect, each parsed: a flag wins over the file, the file over the
@@ -491,6 +572,8 @@ pub struct NodeSettings {
     pub public_url: Option<String>,
     /// mDNS on the LAN.
     pub mdns: bool,
+    /// A local network ([`NodeSection::local`]).
+    pub local: bool,
 }
 
 impl FileConfig {
@@ -526,6 +609,7 @@ impl FileConfig {
             admin: parse_addr("admin", &admin)?,
             public_url: flags.public_url.clone().or_else(|| n.public_url.clone()),
             mdns: !flags.no_mdns && n.mdns.unwrap_or(true),
+            local: flags.local || n.local.unwrap_or(false),
         };
         check_admin(settings.admin)?;
         if let Some(u) = &settings.public_url {
@@ -552,8 +636,14 @@ impl FileConfig {
                 bootstrap: Some(addrs(&s.bootstrap)),
                 public_url: s.public_url,
                 mdns: Some(s.mdns),
+                local: Some(s.local),
             },
-            ..self.clone()
+            tasks: self.tasks.filled(),
+            auth: self.auth.filled(),
+            mcp: McpSection {
+                allow_private: Some(self.mcp.allow_private.unwrap_or(s.local)),
+            },
+            agent: self.agent.clone(),
         })
     }
 }
@@ -720,6 +810,23 @@ mod tests {
         assert_eq!(back.node.mdns, Some(false));
         assert_eq!(back.node.data_dir.as_deref(), Some(Path::new("/d")));
         assert_eq!(back.tasks.max_tasks, Some(5));
+        // Every key of [tasks] and [auth] is shown with the value in effect, and means it.
+        let defaults = Retention::default();
+        assert_eq!(
+            back.tasks.retention_hours,
+            Some(defaults.keep.as_secs() / 3600)
+        );
+        assert_eq!(back.tasks.max_total_mib, Some(defaults.max_bytes >> 20));
+        assert_eq!(
+            back.tasks.retention(0).max_per_source,
+            defaults.max_per_source
+        );
+        let verifier = DidAuthConfig::new(String::new());
+        assert_eq!(back.auth.max_nonces, Some(verifier.max_nonces));
+        assert_eq!(back.auth.per_source_nonces, Some(verifier.max_nonces / 32));
+        assert_eq!(back.auth.token_ttl_secs, Some(verifier.token_ttl.as_secs()));
+        assert_eq!(back.mcp.allow_private, Some(false));
+        assert_eq!(back.node.local, Some(false));
         assert_eq!(back.agent[0].env.as_ref().unwrap()["A"], "1");
         assert_eq!(back.agent[0].policy, PolicyName::Open);
         assert_eq!(back.agent[0].mcp, Some(true));

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::a2a_auth::{DidAuthConfig, DidAuthenticator};
+use crate::a2a_auth::DidAuthenticator;
 use crate::admin::{AdminState, Guard};
 use crate::auth::{Token, TokenError};
 use crate::data_dir::{AgentKeys, NodeFileError};
@@ -35,7 +35,7 @@ use crate::http::{self, WellKnown};
 use crate::identity::Identity;
 use crate::publisher::{self, Publisher};
 use crate::server::{self, Limits as HttpLimits};
-use crate::tasks::{self, Retention, TaskDb};
+use crate::tasks::{self, TaskDb};
 
 /// Store directory inside the data directory.
 pub const STORE_DIR: &str = "store";
@@ -82,6 +82,11 @@ pub struct Options {
     /// How the node resolves did:web and did:wba (advert validation and the hosted agents'
     /// callers); default: public HTTPS only. Tests and local testnets allow loopback here.
     pub resolver: ResolverOptions,
+    /// A local network (`agentnet up --local`): did:web/did:wba resolve on loopback over plain
+    /// http, `/mcp` calls agents on loopback and private addresses (unless `[mcp]
+    /// allow_private = false`), and `node.json` says so for the commands run on the data
+    /// directory.
+    pub local: bool,
 }
 
 impl Options {
@@ -103,6 +108,7 @@ impl Options {
             public_url: None,
             hosted: FileConfig::default(),
             resolver: ResolverOptions::default(),
+            local: false,
         }
     }
 }
@@ -334,30 +340,10 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         }
         Err(e) => return Err(e.into()),
     };
-    let task_cfg = &opts.hosted.tasks;
-    let retention = Retention {
-        keep: task_cfg
-            .retention_hours
-            .map(|h| Duration::from_secs(h.saturating_mul(3600)))
-            .unwrap_or(Retention::default().keep),
-        max_tasks: task_cfg.max_tasks.unwrap_or(Retention::default().max_tasks),
-        max_per_owner: task_cfg
-            .max_per_owner
-            .unwrap_or(Retention::default().max_per_owner),
-        max_per_source: task_cfg
-            .max_per_source
-            .unwrap_or(Retention::default().max_per_source),
-        max_bytes: mib(task_cfg.max_total_mib).unwrap_or(Retention::default().max_bytes),
-        max_owner_bytes: mib(task_cfg.max_per_owner_mib)
-            .unwrap_or(Retention::default().max_owner_bytes),
-        max_source_bytes: mib(task_cfg.max_per_source_mib)
-            .unwrap_or(Retention::default().max_source_bytes),
-        // The advert store's watermark (`--store-min-free-mib`): one margin for the disk.
-        min_free_bytes: opts.store_limits.min_free_bytes,
-        new_per_second_per_source: task_cfg
-            .new_per_second_per_source
-            .unwrap_or(Retention::default().new_per_second_per_source),
-    };
+    let retention = opts
+        .hosted
+        .tasks
+        .retention(opts.store_limits.min_free_bytes);
     let task_db = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || {
@@ -380,7 +366,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             source,
         })??
     };
-    let resolver = Resolver::new(opts.resolver.clone()).map_err(Error::Resolver)?;
+    let mut resolver_opts = opts.resolver.clone();
+    if opts.local {
+        resolver_opts.http.allow_loopback = true;
+        resolver_opts.http.allow_http_loopback = true;
+    }
+    let resolver = Resolver::new(resolver_opts).map_err(Error::Resolver)?;
     let limits = Limits::default();
     let max_ttl = limits.max_ttl;
     let validator = Validator::new(resolver.clone(), limits);
@@ -395,18 +386,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
 
     // The hosted agents, on the public listener.
     let public_base = public_url.unwrap_or_else(|| format!("http://{http_addr}"));
-    let a = &opts.hosted.auth;
-    let mut auth_cfg = DidAuthConfig::new(public_base.clone());
-    auth_cfg.per_did_nonces = a.per_did_nonces.unwrap_or(auth_cfg.per_did_nonces);
-    auth_cfg.max_nonces = a.max_nonces.unwrap_or(auth_cfg.max_nonces);
-    auth_cfg.per_source_nonces = a
-        .per_source_nonces
-        .unwrap_or((auth_cfg.max_nonces / 32).max(1));
-    auth_cfg.fetch_burst = a.fetch_burst.unwrap_or(auth_cfg.fetch_burst);
-    auth_cfg.fetches_per_minute = a.fetches_per_minute.unwrap_or(auth_cfg.fetches_per_minute);
-    if let Some(secs) = a.token_ttl_secs {
-        auth_cfg.token_ttl = Duration::from_secs(secs);
-    }
+    let auth_cfg = opts.hosted.auth.verifier(public_base.clone());
     let mcp_resolver = resolver.clone();
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
     // Proxy agents sign their upstream requests as the node.
@@ -542,7 +522,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             signer: Some(Arc::new(crate::call::DidSigner::new(Identity::did_key(
                 SecretKey::from_seed(&key.seed()),
             )))),
-            allow_private: opts.hosted.mcp.allow_private.unwrap_or(false),
+            allow_private: opts.hosted.mcp.allow_private.unwrap_or(opts.local),
         },
     );
     let status = crate::status_page::Status::new(
@@ -595,6 +575,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         peer_id: peer_id.to_string(),
         did: did.to_string(),
         listen,
+        local: opts.local,
     };
     info.write(&opts.data_dir)?;
 
@@ -662,6 +643,15 @@ impl Running {
 
     /// Serve until Ctrl-C or SIGTERM (or an HTTP listener fails), then shut down.
     pub async fn wait(self) -> Result<(), Error> {
+        let stop = self.stop_requested().await;
+        self.shutdown().await;
+        stop
+    }
+
+    /// Resolves when the node should stop: SIGINT or SIGTERM (`Ok`), or an HTTP listener that
+    /// stopped by itself or a failed signal handler (`Err`, logged). Stops nothing: then
+    /// [`Running::shutdown`].
+    pub async fn stop_requested(&self) -> Result<(), Error> {
         // A failed signal handler must not take the node down with it silently: stop cleanly.
         let stop = tokio::select! {
             r = terminated() => r,
@@ -670,7 +660,6 @@ impl Running {
         if let Err(error) = &stop {
             tracing::error!(%error, "stopping");
         }
-        self.shutdown().await;
         stop
     }
 
@@ -739,9 +728,4 @@ impl Running {
         NodeFile::remove_if_ours(&self.data_dir, self.pid);
         tracing::info!("node stopped");
     }
-}
-
-/// MiB from the config file as bytes.
-fn mib(v: Option<u64>) -> Option<u64> {
-    v.map(|m| m.saturating_mul(1 << 20))
 }

@@ -55,6 +55,10 @@ pub struct NodeFile {
     pub did: String,
     /// libp2p listen addresses, each ending in `/p2p/<peer id>`.
     pub listen: Vec<String>,
+    /// Started with `--local`: the commands run on this data directory allow agents and
+    /// did:web/did:wba documents on loopback and private addresses, as `--local` does.
+    #[serde(default)]
+    pub local: bool,
 }
 
 impl NodeFile {

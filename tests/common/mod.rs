@@ -10,6 +10,15 @@ use serde_json::Value;
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_agentnet");
 
+/// The flags of an `agentnet up` on loopback only: libp2p and HTTP on free ports, no mDNS.
+pub const LOOPBACK: [&str; 5] = [
+    "--listen",
+    "/ip4/127.0.0.1/tcp/0",
+    "--http",
+    "127.0.0.1:0",
+    "--no-mdns",
+];
+
 /// Run `agentnet args` to completion, without the caller's `AGENTNET_DATA_DIR` and with no stdin.
 pub fn agentnet(args: &[&str]) -> Output {
     Command::new(BIN)

@@ -15,9 +15,11 @@ async fn remote_mcp(
         ),
     };
     let signer: Arc<dyn agentnet_a2a::client::Signer> = Arc::new(call::DidSigner::new(id));
-    let resolver = Resolver::new(resolver_options(&a.net)?).map_err(anyhow::Error::msg)?;
+    let local = is_local(&a.net, &dir);
+    let resolver = Resolver::new(resolver_options(&a.net, local)?).map_err(anyhow::Error::msg)?;
+    let allow_private = a.allow_private || local;
     let opts = call::CallOptions {
-        allow_private: a.allow_private,
+        allow_private,
         timeout: std::time::Duration::from_secs(a.timeout_secs.max(1)),
         ..Default::default()
     };
@@ -27,12 +29,13 @@ async fn remote_mcp(
         Some(signer),
         opts,
     );
-    let mut progress = |p: call::Progress| eprintln!("{}", text::sanitize(&p.to_string()));
+    let mut progress = progress_lines();
     let remote = match &a.did {
-        Some(did) => crate::mcp::client::Remote::find(&caller, did, None, &mut progress).await?,
-        None => crate::mcp::client::Remote::find_by_skill(&caller, &a.skill, &mut progress).await?,
-    };
-    eprintln!(
+        Some(did) => crate::mcp::client::Remote::find(&caller, did, None, &mut progress).await,
+        None => crate::mcp::client::Remote::find_by_skill(&caller, &a.skill, &mut progress).await,
+    }
+    .map_err(|e| private_hint(e.into(), allow_private))?;
+    say!(
         "MCP endpoint {} ({})",
         text::sanitize(remote.endpoint.url.as_str()),
         remote.endpoint.versions.join(", ")
@@ -95,7 +98,7 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if failed {
-        eprintln!("error: the tool reported an error (isError)");
+        say!("error: the tool reported an error (isError)");
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -115,11 +118,14 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         };
         Some(Arc::new(call::DidSigner::new(id)))
     };
-    let resolver = Resolver::new(resolver_options(&args.net)?).map_err(anyhow::Error::msg)?;
+    let local = is_local(&args.net, &dir);
+    let resolver =
+        Resolver::new(resolver_options(&args.net, local)?).map_err(anyhow::Error::msg)?;
     let admin = admin_client(&args.node)?;
+    let allow_private = args.allow_private || local;
     let opts = call::CallOptions {
         stream: args.stream,
-        allow_private: args.allow_private,
+        allow_private,
         timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
         ..Default::default()
     };
@@ -132,8 +138,11 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
             did: args.did.clone(),
         }
     };
-    let mut progress = |p: call::Progress| eprintln!("{}", text::sanitize(&p.to_string()));
-    let agent = caller.find(&target, &mut progress).await?;
+    let mut progress = progress_lines();
+    let agent = caller
+        .find(&target, &mut progress)
+        .await
+        .map_err(|e| private_hint(e.into(), allow_private))?;
     let result = match &args.task {
         Some(t) => {
             caller
@@ -177,16 +186,15 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
                 if let Some(q) = call::status_text(t) {
                     out!("{}", text::sanitize(&q))?;
                 }
-                eprintln!(
-                    "the agent waits for input: agentnet call --did {} --task {} \"…\"",
-                    agent.did,
-                    text::sanitize(&t.id)
+                say!(
+                    "the agent waits for input; answer with: {}",
+                    text::sanitize(&answer_command(&args, agent.did.as_str(), &t.id))
                 );
             }
         }
     }
     if let Some(e) = failed {
-        eprintln!("error: {}", text::sanitize(&e));
+        say!("error: {}", text::sanitize(&e));
         return Ok(ExitCode::FAILURE);
     }
     let ok = match &state {
@@ -194,7 +202,7 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         Some(s) => !s.is_terminal() || *s == agentnet_a2a::types::TaskState::Completed,
     };
     if !ok {
-        eprintln!(
+        say!(
             "error: task {} ended {}",
             text::sanitize(task_id.as_deref().unwrap_or("")),
             state.as_ref().map(call::state_name).unwrap_or_default()
@@ -202,4 +210,58 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Progress on standard error, a line each, a line said twice in a row said once (the state a
+/// send returned and the first poll's are the same).
+fn progress_lines() -> impl FnMut(call::Progress) {
+    let mut last = String::new();
+    move |p: call::Progress| {
+        let line = text::sanitize(&p.to_string()).into_owned();
+        if line != last {
+            say!("{line}");
+            last = line;
+        }
+    }
+}
+
+/// The `agentnet call` that answers task `task` of `did`, to run as printed: the flags of this
+/// call that choose the node, the identity and the transport, and a placeholder answer.
+fn answer_command(args: &CallArgs, did: &str, task: &str) -> String {
+    let mut words: Vec<String> = ["agentnet", "call", "--did", did, "--task", task]
+        .map(String::from)
+        .into();
+    let mut flag = |name: &str, value: Option<String>| {
+        words.push(format!("--{name}"));
+        words.extend(value);
+    };
+    if let Some(d) = &args.node.data_dir {
+        flag("data-dir", Some(d.display().to_string()));
+    }
+    if let Some(n) = &args.node.node {
+        flag("node", Some(n.clone()));
+    }
+    if let Some(a) = &args.as_did {
+        flag("as", Some(a.clone()));
+    }
+    for (name, set) in [
+        ("anonymous", args.anonymous),
+        ("stream", args.stream),
+        ("allow-private", args.allow_private),
+        ("local", args.net.local),
+        ("allow-http-loopback", args.net.allow_http_loopback),
+    ] {
+        if set {
+            flag(name, None);
+        }
+    }
+    if let Some(ca) = &args.net.ca_cert {
+        flag("ca-cert", Some(ca.display().to_string()));
+    }
+    words.push("your answer".into());
+    words
+        .iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

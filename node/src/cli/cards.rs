@@ -26,7 +26,7 @@ pub(super) fn sign_card(
         bail!("--kid must name a verification method (a DID URL with a #fragment)");
     }
     for path in agentnet_did::a2a::unknown_fields(&card) {
-        eprintln!("warning: {path} is not part of the A2A 1.0 Agent Card; the signature does not cover it");
+        say!("warning: {path} is not part of the A2A 1.0 Agent Card; the signature does not cover it");
     }
     let signed = card::sign(&card, &key, &kid)?;
     out!("{}", json_text(&signed)?)?;
@@ -40,7 +40,7 @@ pub(super) async fn verify_card(
     json_out: bool,
 ) -> anyhow::Result<ExitCode> {
     let card = read_json(card_path)?;
-    let resolver = Resolver::new(resolver_options(net)?).map_err(anyhow::Error::msg)?;
+    let resolver = Resolver::new(resolver_options(net, net.local)?).map_err(anyhow::Error::msg)?;
     let jwk: Option<Jwk> = match jwk {
         Some(p) => Some(
             serde_json::from_value(read_json(p)?)
@@ -74,7 +74,7 @@ pub(super) async fn verify_card(
                     json_line(&json!({"ok": false, "error": e.to_string()}))?
                 )?;
             }
-            eprintln!("error: {}", text::sanitize(&e.to_string()));
+            say!("error: {}", text::sanitize(&e.to_string()));
             Ok(ExitCode::FAILURE)
         }
     }

@@ -1,4 +1,4 @@
-//! `resolve` and `identity new|show`: DIDs and their documents.
+//! `resolve`, `identity new|show` and `key new`: DIDs, their documents and keys.
 
 use super::*;
 
@@ -32,7 +32,7 @@ pub(super) async fn resolve(
                 });
                 out!("{}", json_text(&out)?)?;
             }
-            eprintln!("error: {}", text::sanitize(&e.to_string()));
+            say!("error: {}", text::sanitize(&e.to_string()));
             Ok(ExitCode::FAILURE)
         }
     }
@@ -75,8 +75,8 @@ pub(super) fn identity_new(
         // Standard output: the DID, then where its document must be served (the URL tells
         // whether the name meant what was intended, a port for instance).
         out!("{did}")?;
-        eprintln!("key:      {} (mode 0600)", key_file.display());
-        eprintln!("document: {}", doc_file.display());
+        say!("key:      {} (mode 0600)", key_file.display());
+        say!("document: {}", doc_file.display());
         out!(
             "serve the document at {url} (HTTPS, Content-Type: application/json), then \
              publish with `agentnet publish --as {did}`"
@@ -91,10 +91,26 @@ pub(super) fn identity_show(did: &str, dir: Option<&Path>) -> anyhow::Result<Exi
     let id = keys.load_identity(did)?;
     let doc = read_json(&keys.document_file(did)?)?;
     out!("{}", json_text(&doc)?)?;
-    eprintln!(
+    say!(
         "signs as {}; serve this document at {}",
         id.kid(),
         agentnet_did::web::document_url(id.did())?
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `agentnet key new FILE`: a new Ed25519 key as a private JWK (mode 0600, never over an
+/// existing file), for an agent's did:key (`agentnet publish --key FILE`, `card sign --key
+/// FILE`); prints the did:key.
+pub(super) fn key_new(file: &Path, json_out: bool) -> anyhow::Result<ExitCode> {
+    let key = SecretKey::generate();
+    key.save(file)?;
+    let did = key.did_key();
+    if json_out {
+        out!("{}", json!({"did": did.as_str(), "keyFile": file}))?;
+    } else {
+        say!("wrote the key to {} (mode 0600)", file.display());
+        out!("{did}")?;
+    }
     Ok(ExitCode::SUCCESS)
 }

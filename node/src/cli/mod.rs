@@ -4,7 +4,7 @@
 //!   resolver options, the admin client);
 //! - `node`: `init`, `up` (and its banner), `mcp`;
 //! - `network`: `publish`, `unpublish`, `discover`, `peers`;
-//! - `cards`: `card sign|verify`; `dids`: `resolve`, `identity new|show`;
+//! - `cards`: `card sign|verify`; `dids`: `resolve`, `identity new|show`, `key new`;
 //! - `calls`: `call`, `tools`, `tool`; [`testnet`]: `testnet`;
 //! - `status`: `status`, `config check`, and the log format (`--log-format`);
 //! - `output`: tables and JSON for the terminal.
@@ -43,10 +43,12 @@ pub mod testnet;
 
 use calls::{call_cmd, tool_cmd, tools_cmd};
 use cards::{sign_card, verify_card};
-use dids::{identity_new, identity_show, resolve};
+use dids::{identity_new, identity_show, key_new, resolve};
 use network::{discover, peers, publish, unpublish};
 use node::{init, mcp_stdio, up};
-use output::{json_line, json_text, print_table};
+use output::{
+    duration, expires_in, json_line, json_text, print_table, rfc3339, shell_word, unix_time,
+};
 use status::{config_check, status, LogFormat};
 
 /// Largest card, DID document or JWK file we read.
@@ -139,6 +141,11 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Create keys for agents' did:key identities.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
     },
     /// Create and list agent identities under a domain (did:web, did:wba).
     Identity {
@@ -291,6 +298,20 @@ struct NodeArg {
     /// The node's data directory.
     #[arg(long, env = "AGENTNET_DATA_DIR")]
     data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCommand {
+    /// Write a new Ed25519 key (a private JWK, mode 0600; an existing file is never
+    /// overwritten) and print its did:key: an agent's identity for `publish --key` and
+    /// `card sign --key`.
+    New {
+        /// The key file to create.
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -473,6 +494,17 @@ struct DataDirArg {
 
 #[derive(Debug, Args)]
 struct NetArgs {
+    /// A network on this machine or a LAN: agents and MCP endpoints on loopback and private
+    /// addresses over plain http, did:web/did:wba on loopback over plain http. `agentnet up
+    /// --local` records it in <data-dir>/node.json, and the commands run on that data directory
+    /// follow it without the flag.
+    #[arg(
+        long,
+        env = "AGENTNET_LOCAL",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    local: bool,
     /// Allow did:web/did:wba on loopback hosts over plain http (local testnets, tests).
     #[arg(long)]
     allow_http_loopback: bool,
@@ -576,7 +608,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             key_format,
             key_agreement,
         } => {
-            let mut opts = resolver_options(&net)?;
+            let mut opts = resolver_options(&net, net.local)?;
             opts.did_key = didkey::Options {
                 format: match key_format {
                     KeyFormatArg::Multikey => KeyFormat::Multikey,
@@ -619,6 +651,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => publish(&card, ttl, key.as_deref(), as_did, &node, json).await,
         Command::Unpublish { did, node, json } => unpublish(&did, &node, json).await,
+        Command::Key {
+            command: KeyCommand::New { file, json },
+        } => key_new(&file, json),
         Command::Identity {
             command:
                 IdentityCommand::New {
@@ -685,11 +720,20 @@ fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
     })
 }
 
-fn resolver_options(net: &NetArgs) -> anyhow::Result<ResolverOptions> {
+/// Whether a command runs on a local network: `--local` (or `$AGENTNET_LOCAL`), or the node
+/// running on `dir` was started with it (`local` in its `node.json`).
+fn is_local(net: &NetArgs, dir: &Path) -> bool {
+    net.local || daemon::NodeFile::read(dir).is_ok_and(|f| f.local)
+}
+
+/// The resolver options of `net`; `local` ([`is_local`]) allows did:web/did:wba on loopback
+/// over plain http, as `--allow-http-loopback` does.
+fn resolver_options(net: &NetArgs, local: bool) -> anyhow::Result<ResolverOptions> {
+    let loopback = net.allow_http_loopback || local;
     let mut http = HttpOptions {
         timeout: std::time::Duration::from_secs(net.timeout.max(1)),
-        allow_http_loopback: net.allow_http_loopback,
-        allow_loopback: net.allow_http_loopback,
+        allow_http_loopback: loopback,
+        allow_loopback: loopback,
         ..Default::default()
     };
     if let Some(ca) = &net.ca_cert {
@@ -701,6 +745,23 @@ fn resolver_options(net: &NetArgs) -> anyhow::Result<ResolverOptions> {
         http,
         ..Default::default()
     })
+}
+
+/// `error` with what to do when it is an agent interface or MCP endpoint refused for being on
+/// plain http or a private address, and the command did not allow those.
+fn private_hint(error: anyhow::Error, allowed: bool) -> anyhow::Error {
+    let refused = error
+        .chain()
+        .any(|c| matches!(c.downcast_ref(), Some(call::CallError::Address { .. })));
+    if refused && !allowed {
+        anyhow::anyhow!(
+            "{}; an agent on this machine or a LAN needs --local (or a node started with \
+             `agentnet up --local`)",
+            one_line(&error)
+        )
+    } else {
+        error
+    }
 }
 
 fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {

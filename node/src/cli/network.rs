@@ -53,12 +53,14 @@ pub(super) async fn publish(
             Some(r) => format!("; replaces {} (seq {})", r.name, r.seq),
             None => String::new(),
         };
+        let now = agentnet_discovery::net::unix_now();
         out!(
-            "published {} (seq {}, tags {}, expires at {}){replaces}",
+            "published {} (seq {}, tags {}, expires {}, at {}){replaces}",
             published.did,
             published.seq,
             published.tags.join(","),
-            published.expires_at
+            expires_in(published.expires_at, now),
+            unix_time(published.expires_at)
         )?;
     }
     Ok(ExitCode::SUCCESS)
@@ -77,16 +79,23 @@ pub(super) async fn unpublish(
         _ => e.into(),
     })?;
     if json_out {
-        println!("{}", json_line(&done)?);
+        out!("{}", json_line(&done)?)?;
     } else {
         let copies = match done.expires_at {
-            Some(t) => format!("copies other nodes hold expire at their TTL, at {t}"),
+            Some(t) => format!(
+                "copies other nodes hold expire at their TTL, {}, at {}",
+                expires_in(t, agentnet_discovery::net::unix_now()),
+                unix_time(t)
+            ),
             None => "copies other nodes hold expire at their TTL".to_owned(),
         };
-        println!("unpublished {} ({copies})", done.did);
+        out!("unpublished {} ({copies})", done.did)?;
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Longest agent name `discover` shows in its table, in characters (`--json` has it whole).
+const MAX_NAME_SHOWN: usize = 32;
 
 pub(super) async fn discover(
     skills: &[String],
@@ -103,10 +112,11 @@ pub(super) async fn discover(
         return Ok(ExitCode::SUCCESS);
     }
     if found.is_empty() {
-        eprintln!("no agent found with skill {}", skills.join(" + "));
+        say!("no agent found with skill {}", skills.join(" + "));
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<[String; 3]> = found
+    let now = agentnet_discovery::net::unix_now();
+    let rows: Vec<[String; 5]> = found
         .iter()
         .map(|f| {
             let did = if f.domain_verified {
@@ -114,10 +124,21 @@ pub(super) async fn discover(
             } else {
                 format!("{} (domain not verified)", f.did)
             };
-            [did, f.tags.join(","), f.peer_id.clone()]
+            let name = f.card["name"].as_str().unwrap_or("?");
+            let name = match name.char_indices().nth(MAX_NAME_SHOWN) {
+                Some((cut, _)) => format!("{}…", &name[..cut]),
+                None => name.to_owned(),
+            };
+            [
+                name,
+                did,
+                f.tags.join(","),
+                expires_in(f.expires_at, now),
+                f.peer_id.clone(),
+            ]
         })
         .collect();
-    print_table(["DID", "TAGS", "PEER"], &rows)?;
+    print_table(["NAME", "DID", "TAGS", "EXPIRES", "PEER"], &rows)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -13,15 +13,7 @@ pub(super) async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         Some(p) => FileConfig::read(p)?,
         None => Default::default(),
     };
-    let node = cfg.node(&Overrides {
-        data_dir: args.dir.data_dir.clone(),
-        listen: args.listen.clone(),
-        bootstrap: args.bootstrap.clone(),
-        http: args.http.clone(),
-        admin: args.admin.clone(),
-        public_url: args.public_url.clone(),
-        no_mdns: args.no_mdns,
-    })?;
+    let node = cfg.node(&super::status::overrides(&args))?;
     let opts = daemon::Options {
         data_dir: data_dir::resolve(node.data_dir.as_deref())?,
         listen: node.listen,
@@ -43,11 +35,16 @@ pub(super) async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         },
         mdns: node.mdns,
         hosted: cfg,
-        resolver: resolver_options(&args.net)?,
+        resolver: resolver_options(&args.net, node.local)?,
+        local: node.local,
     };
     let running = daemon::start(opts).await?;
     banner(&running, args.json)?;
-    running.wait().await?;
+    let stop = running.stop_requested().await;
+    say!("stopping...");
+    running.shutdown().await;
+    say!("stopped");
+    stop?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -92,11 +89,13 @@ fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
 /// API answers, else one started here (quiet, stopped when standard input ends, so that
 /// `node.json` does not outlive it).
 pub(super) async fn mcp_stdio(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let data_dir = data_dir::resolve(args.dir.data_dir.as_deref())?;
+    let local = is_local(&args.net, &data_dir);
     let opts = crate::mcp::stdio::Options {
-        data_dir: data_dir::resolve(args.dir.data_dir.as_deref())?,
+        data_dir,
         as_did: args.as_did,
-        allow_private: args.allow_private,
-        resolver: resolver_options(&args.net)?,
+        allow_private: args.allow_private || local,
+        resolver: resolver_options(&args.net, local)?,
     };
     let bootstrap = config::parse_multiaddrs("bootstrap", &args.bootstrap)?;
     let dir = &opts.data_dir;
@@ -111,6 +110,7 @@ pub(super) async fn mcp_stdio(args: McpArgs) -> anyhow::Result<ExitCode> {
             o.listen = vec![];
             o.bootstrap = bootstrap;
             o.mdns = true;
+            o.local = local;
             o.max_memory = Some(daemon::DEFAULT_MAX_MEMORY_MIB as usize * 1024 * 1024);
             let node = daemon::start(o).await?;
             tracing::info!(admin = %node.info.admin, "started a node in this process");
@@ -143,17 +143,31 @@ pub(super) fn init(dir: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
     let path = data_dir::key_file(&dir);
     let (key, created) = SecretKey::load_or_create(&path)?;
     let did = key.did_key();
+    let peer_id = agentnet_discovery::net::peer_id_of(&key)?;
+    // The address is the node's to choose (`--listen`); the PeerId is fixed by the key.
+    let bootstrap = format!("/ip4/<address>/tcp/<port>/p2p/{peer_id}");
     if json {
         out!(
             "{}",
-            json!({"did": did.as_str(), "keyFile": path, "created": created})
+            json!({
+                "did": did.as_str(),
+                "peerId": peer_id.to_string(),
+                "bootstrap": bootstrap,
+                "keyFile": path,
+                "created": created,
+            })
         )?;
     } else {
         if created {
-            eprintln!("created a new node key at {}", path.display());
+            say!("created a new node key at {}", path.display());
         } else {
-            eprintln!("using the node key at {}", path.display());
+            say!("using the node key at {}", path.display());
         }
+        say!("peer id: {peer_id}");
+        say!(
+            "other nodes bootstrap from {bootstrap}, where `agentnet up --listen \
+             /ip4/<address>/tcp/<port>` listens (`agentnet up` prints the full address)"
+        );
         out!("{did}")?;
     }
     Ok(ExitCode::SUCCESS)

@@ -18,6 +18,23 @@ macro_rules! out {
     };
 }
 
+/// `eprintln!` for the commands: one line on standard error through [`say_line`], which never
+/// panics (`eprintln!` does when standard error is closed) and never fails the command.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::output::say_line(format_args!($($arg)*))
+    };
+}
+
+/// Write `args` and a newline to standard error; a closed or full standard error loses the
+/// line, not the command.
+pub(crate) fn say_line(args: fmt::Arguments<'_>) {
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr
+        .write_fmt(args)
+        .and_then(|()| stderr.write_all(b"\n"));
+}
+
 /// Set once standard output found its reader gone; later lines are not written.
 static READER_GONE: AtomicBool = AtomicBool::new(false);
 
@@ -121,10 +138,90 @@ fn escape_hidden(raw: String) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Unix seconds (a JSON number) as RFC 3339 UTC, or an empty string.
+pub(super) fn rfc3339(secs: &serde_json::Value) -> String {
+    secs.as_u64().map(unix_time).unwrap_or_default()
+}
+
+/// Unix seconds as RFC 3339 UTC (`2026-12-01T16:02:35Z`).
+pub(super) fn unix_time(secs: u64) -> String {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// `secs` for people: `42 s`, `59 min`, `3 h 5 min`, `2 days 4 h`.
+pub(super) fn duration(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs} s"),
+        60..3600 => format!("{} min", secs / 60),
+        3600..86400 => match secs % 3600 / 60 {
+            0 => format!("{} h", secs / 3600),
+            m => format!("{} h {m} min", secs / 3600),
+        },
+        _ => {
+            let days = match secs / 86400 {
+                1 => "1 day".to_owned(),
+                d => format!("{d} days"),
+            };
+            match secs % 86400 / 3600 {
+                0 => days,
+                h => format!("{days} {h} h"),
+            }
+        }
+    }
+}
+
+/// When something expiring at Unix second `at` expires, seen at `now`: `in 59 min`, or
+/// `expired`.
+pub(super) fn expires_in(at: u64, now: u64) -> String {
+    if at > now {
+        format!("in {}", duration(at - now))
+    } else {
+        "expired".into()
+    }
+}
+
+/// `word` as a POSIX shell reads it back: as is when it is only safe characters, else in
+/// single quotes.
+pub(super) fn shell_word(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 #[cfg(test)]
 mod output_tests {
     use super::*;
     use serde_json::{json, Value};
+
+    #[test]
+    fn shell_words_read_back_as_given() {
+        assert_eq!(shell_word("did:key:z6Mk"), "did:key:z6Mk");
+        assert_eq!(shell_word("#x"), "'#x'");
+        assert_eq!(shell_word("your answer"), "'your answer'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn times_for_people() {
+        assert_eq!(duration(59 * 60 + 30), "59 min");
+        assert_eq!(duration(5), "5 s");
+        assert_eq!(duration(3 * 3600 + 300), "3 h 5 min");
+        assert_eq!(duration(2 * 86400 + 4 * 3600), "2 days 4 h");
+        assert_eq!(duration(3600), "1 h");
+        assert_eq!(duration(86400 + 60), "1 day");
+        assert_eq!(expires_in(100, 40), "in 1 min");
+        assert_eq!(expires_in(100, 100), "expired");
+        assert_eq!(unix_time(1_796_083_200), "2026-12-01T00:00:00Z");
+        assert_eq!(rfc3339(&json!("x")), "");
+    }
 
     #[test]
     fn json_output_escapes_what_a_terminal_would_obey_and_reads_back_the_same() {

@@ -46,11 +46,11 @@ pub(super) fn notice(level: &str, message: &str) {
             "fields": {"message": message},
             "target": "agentnet",
         });
-        eprintln!("{line}");
+        say!("{line}");
     } else if level == "ERROR" {
-        eprintln!("error: {message}");
+        say!("error: {message}");
     } else {
-        eprintln!("{message}");
+        say!("{message}");
     }
 }
 
@@ -128,11 +128,7 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
             s(&p["name"]),
             tags.join(","),
             p["seq"],
-            if expires > now {
-                format!("in {}", duration(expires - now))
-            } else {
-                "now".into()
-            }
+            expires_in(expires, now)
         )?;
     }
     let st = &view["store"];
@@ -186,25 +182,6 @@ fn view(r: &Value) -> Value {
     })
 }
 
-/// Unix seconds as RFC 3339 UTC, or an empty string.
-fn rfc3339(secs: &Value) -> String {
-    secs.as_u64()
-        .and_then(|s| i64::try_from(s).ok())
-        .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_default()
-}
-
-/// `secs` for people: `42 s`, `59 min`, `3 h 5 min`, `2 days 4 h`.
-fn duration(secs: u64) -> String {
-    match secs {
-        0..60 => format!("{secs} s"),
-        60..3600 => format!("{} min", secs / 60),
-        3600..86400 => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
-        _ => format!("{} days {} h", secs / 86400, secs % 86400 / 3600),
-    }
-}
-
 /// The `[node]` flags of `up` (and `config check`), as [`FileConfig::node`] takes them.
 pub(super) fn overrides(args: &UpArgs) -> Overrides {
     Overrides {
@@ -215,6 +192,7 @@ pub(super) fn overrides(args: &UpArgs) -> Overrides {
         admin: args.admin.clone(),
         public_url: args.public_url.clone(),
         no_mdns: args.no_mdns,
+        local: args.net.local,
     }
 }
 
@@ -288,11 +266,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_and_one_line_errors() {
-        assert_eq!(duration(59 * 60 + 30), "59 min");
-        assert_eq!(duration(5), "5 s");
-        assert_eq!(duration(3 * 3600 + 300), "3 h 5 min");
-        assert_eq!(duration(2 * 86400 + 4 * 3600), "2 days 4 h");
+    fn one_line_errors() {
         let e = "x.toml: TOML parse error at line 1, column 6\n  |\n1 | [node\n  |      ^\n\
                  invalid table header\nexpected `.`, `]`\n";
         assert_eq!(

@@ -595,7 +595,7 @@ struct Progress {
 impl Progress {
     fn line(self, s: impl std::fmt::Display) {
         if self.json {
-            eprintln!("{s}");
+            say!("{s}");
         } else {
             // Once the reader is gone the testnet still runs to its end and stops its nodes;
             // the report's own output then ends the command (exit 0).
@@ -644,7 +644,7 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
     let printed = if opts.json {
         super::json_text(&report).and_then(|text| out!("{text}"))
     } else {
-        print_summary(&report)
+        print_summary(&report, opts.keep)
     };
     if let Err(e) = printed {
         shutdown(nodes, progress).await;
@@ -654,11 +654,16 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
         let last = report
             .nodes
             .last()
-            .map(|n| n.data_dir.display().to_string())
+            .map(|n| super::shell_word(&n.data_dir.display().to_string()))
             .unwrap_or_default();
+        // Each line runs as printed: the nodes are `local` (their node.json says so), so the
+        // call needs no `--local`.
         progress.line(format!(
             "\nthe testnet keeps running; press Ctrl-C to stop it. Try, from another terminal:\n  \
              agentnet discover --data-dir {last} --skill translation\n  \
+             agentnet call --data-dir {last} --skill greeting Hello\n  \
+             agentnet tools --data-dir {last} --skill mcp-echo\n  \
+             agentnet status --data-dir {last}\n  \
              agentnet peers --data-dir {last}"
         ));
         if let Err(error) = daemon::terminated().await {
@@ -669,7 +674,7 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
     if report.ok {
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!(
+        say!(
             "error: {}",
             report.error.as_deref().unwrap_or("a discovery failed")
         );
@@ -724,6 +729,9 @@ async fn exercise(
                 Default::default()
             },
             resolver: Default::default(),
+            // On loopback: the commands run on the nodes' data directories (`--keep`) call
+            // their agents as printed.
+            local: true,
         })
         .await
         .with_context(|| format!("starting node {} in {}", i + 1, data_dir.display()))?;
@@ -1020,7 +1028,7 @@ fn short(peer_id: &str) -> String {
     }
 }
 
-fn print_summary(r: &Report) -> anyhow::Result<()> {
+fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
     out!()?;
     out!("summary ({} ms)", r.elapsed_ms)?;
     out!("  nodes:")?;
@@ -1104,7 +1112,12 @@ fn print_summary(r: &Report) -> anyhow::Result<()> {
         )?,
         Some(e) => out!("    FAILED: {e}")?,
     }
-    out!("  node 1's well-known files:")?;
+    if keep {
+        out!("  node 1's well-known files:")?;
+    } else {
+        // The nodes stop when the summary is printed: the lines work with `--keep` only.
+        out!("  node 1's well-known files (run with --keep to fetch them while the nodes run):")?;
+    }
     out!("    curl {}", r.well_known.did_json)?;
     out!("    curl {}", r.well_known.agent_card_json)?;
     Ok(())
