@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the build and the tests need, installed when missing (Debian, as root or with
-# sudo): libclang for bindgen in librocksdb-sys; chromium (headless) for the status page test
-# (tests/status_page.rs).
+# sudo): libclang for bindgen in librocksdb-sys; with `--tests`, also chromium (headless) for
+# the status page test (tests/status_page.rs). `scripts/run.sh` asks for the build's only, so
+# that the main job installs no browser; `scripts/test.sh` passes `--tests`.
 #
 # What counts as libclang is what clang-sys (bindgen's loader) can open: `libclang.so*` or
 # `libclang-<version>.so*`. A fresh Debian image ships `libclang-cpp.so.*` (the C++ API, from
@@ -29,22 +30,29 @@ have_chromium() {
   command -v chromium >/dev/null 2>&1
 }
 
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1 ;;
+  *) echo "usage: scripts/system-deps.sh [--tests]" >&2; exit 2 ;;
+esac
+
 missing=()
 have_libclang || missing+=(libclang-dev)
-have_chromium || missing+=(chromium)
+[ "$tests" -eq 0 ] || have_chromium || missing+=(chromium)
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "scripts/system-deps.sh: installing ${missing[*]} (libclang-dev: RocksDB bindings; chromium: the status page test)" >&2
+echo "scripts/system-deps.sh: installing ${missing[*]} (libclang-dev: RocksDB's bindings; chromium: the status page test)" >&2
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 if ! have_libclang; then
   echo "scripts/system-deps.sh: libclang-dev installed but no libclang.so found" >&2
   exit 1
 fi
-if ! have_chromium; then
+if [ "$tests" -eq 1 ] && ! have_chromium; then
   echo "scripts/system-deps.sh: chromium installed but no \`chromium\` on PATH" >&2
   exit 1
 fi

@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/agentnet/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 echo "== system packages"
-bash scripts/system-deps.sh
+bash scripts/system-deps.sh --tests
 bash scripts/tests/system-deps.sh
 
 echo "== interop tools (Python venv, node_modules)"

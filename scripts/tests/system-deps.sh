@@ -4,8 +4,8 @@
 # and `apt-get` is a fake that records its arguments. The script must ask for libclang-dev.
 # A second case adds a libclang.so.1 to the overlay: then it must not call apt-get at all.
 # `chromium` is hidden the same way (a whiteout in each PATH directory that has it) or given
-# as a fake on PATH: hidden, the script must ask for chromium, and for it alone when libclang
-# is there.
+# as a fake on PATH: hidden, the script with `--tests` must ask for chromium, and for it alone
+# when libclang is there; without `--tests` (the main job's build) it must not ask for it.
 # Needs root (mount namespaces and overlayfs); prints "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,10 +38,12 @@ done
 MULTIARCH="$(ls -d /usr/lib/*-linux-gnu | head -n1)"
 case " ${DIRS[*]} " in *" $MULTIARCH "*) ;; *) DIRS+=("$MULTIARCH") ;; esac
 
-# run_case NAME ADD_FAKE_LIBCLANG CHROMIUM: runs system-deps.sh in a namespace and leaves the
-# apt log; CHROMIUM is `hidden` (every chromium on PATH whited out) or `fake` (one on PATH).
+# run_case NAME ADD_FAKE_LIBCLANG CHROMIUM [MODE]: runs system-deps.sh in a namespace and leaves
+# the apt log; CHROMIUM is `hidden` (every chromium on PATH whited out) or `fake` (one on PATH);
+# MODE is `--tests` (the default) or `build` (no argument, as scripts/run.sh calls it).
 run_case() {
-  local name="$1" add_fake="$2" chromium="$3"
+  local name="$1" add_fake="$2" chromium="$3" mode="${4:---tests}"
+  [ "$mode" = build ] && mode=""
   local dir="$WORK/$name"
   mkdir -p "$dir/fakebin"
   : >"$dir/apt.log"
@@ -51,7 +53,7 @@ run_case() {
   fi
   # The inner script runs as root in its own mount namespace: nothing it mounts is seen outside.
   APT_LOG="$dir/apt.log" MULTIARCH="$MULTIARCH" PATH="$dir/fakebin:$WORK/bin:$PATH" ADD_FAKE="$add_fake" \
-    CHROMIUM="$chromium" CASE_DIR="$dir" \
+    CHROMIUM="$chromium" CASE_DIR="$dir" MODE="$mode" \
     unshare --mount --propagation private bash -euo pipefail -c '
       i=0
       if [ "$CHROMIUM" = hidden ]; then
@@ -80,7 +82,7 @@ run_case() {
       if [ "$ADD_FAKE" = 1 ]; then : >"$MULTIARCH/libclang.so.1"; fi
       unset LIBCLANG_PATH
       ls /usr/lib/*-linux-gnu/libclang-cpp.so* >/dev/null   # a fresh image keeps this one
-      bash scripts/system-deps.sh
+      bash scripts/system-deps.sh $MODE
     ' _ "${DIRS[@]}" >"$dir/out.txt" 2>&1
 }
 
@@ -114,8 +116,17 @@ case_chromium_only() {
     cat "$log" "$WORK/chromium-only/out.txt"; return 1
   fi
 }
+case_build_without_chromium() {
+  if run_case build 1 hidden build && [ ! -s "$WORK/build/apt.log" ]; then
+    echo "ok: the build's deps (scripts/run.sh), libclang present, no chromium -> no install"
+  else
+    echo "FAIL: the build's deps with libclang present asked apt-get for something:"
+    cat "$WORK/build/apt.log" "$WORK/build/out.txt"; return 1
+  fi
+}
 check case_hidden
 check case_present
 check case_chromium_only
+check case_build_without_chromium
 echo "system-deps: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
