@@ -14,7 +14,7 @@
 //! [`Store`], [`Validator`]. Feature `test-utils` adds an adversary's raw gossip
 //! (`Client::gossip_unchecked`) for tests and the simulation.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod advert;
 pub mod net;

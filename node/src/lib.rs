@@ -52,7 +52,7 @@
 //!   `identity`, `publish`, `discover`, `peers`, `call`, `mcp`, `tools`, `tool`, and
 //!   [`cli::testnet`], several nodes in one process): the only code that prints.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod a2a_auth;
 pub mod admin;

@@ -2,33 +2,56 @@
 
 use super::*;
 
+/// The identity requests are signed as: `--as DID` (its key in the data directory), else the
+/// node's did:key.
+fn signer(
+    dir: &Path,
+    as_did: Option<&str>,
+    flags: &str,
+) -> anyhow::Result<Arc<dyn agentnet_a2a::client::Signer>> {
+    let id = match as_did {
+        Some(did) => data_dir::AgentKeys::new(dir).load_identity(did)?,
+        None => identity::Identity::did_key(
+            SecretKey::load(&data_dir::key_file(dir)).with_context(|| {
+                format!("loading the node key to sign with (run `agentnet init`, or pass {flags})")
+            })?,
+        ),
+    };
+    Ok(Arc::new(call::DidSigner::new(id)))
+}
+
+/// A caller through the node of `reach`, on a local network if `--local` or the node says so
+/// (then agents on loopback and private addresses are allowed, as `--allow-private` does).
+fn caller(
+    reach: &Reach,
+    signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
+    mut opts: call::CallOptions,
+) -> anyhow::Result<call::Caller> {
+    let dir = data_dir::resolve(reach.node.data_dir.as_deref())?;
+    let local = is_local(&reach.net, &dir);
+    let resolver =
+        Resolver::new(resolver_options(&reach.net, local)?).map_err(anyhow::Error::msg)?;
+    opts.allow_private = reach.allow_private || local;
+    Ok(call::Caller::new(
+        Some(Arc::new(admin_client(&reach.node)?)),
+        resolver,
+        signer,
+        opts,
+    ))
+}
+
 /// The caller and the verified MCP endpoint of `agentnet tools` and `agentnet tool`.
 async fn remote_mcp(
     a: &RemoteMcpArgs,
 ) -> anyhow::Result<(call::Caller, crate::mcp::client::Remote)> {
-    let dir = data_dir::resolve(a.node.data_dir.as_deref())?;
-    let id = match &a.as_did {
-        Some(did) => data_dir::AgentKeys::new(&dir).load_identity(did)?,
-        None => identity::Identity::did_key(
-            SecretKey::load(&data_dir::key_file(&dir))
-                .context("loading the node key to sign with (run `agentnet init`, or pass --as)")?,
-        ),
-    };
-    let signer: Arc<dyn agentnet_a2a::client::Signer> = Arc::new(call::DidSigner::new(id));
-    let local = is_local(&a.net, &dir);
-    let resolver = Resolver::new(resolver_options(&a.net, local)?).map_err(anyhow::Error::msg)?;
-    let allow_private = a.allow_private || local;
+    let dir = data_dir::resolve(a.reach.node.data_dir.as_deref())?;
+    let signer = signer(&dir, a.as_did.as_deref(), "--as")?;
     let opts = call::CallOptions {
-        allow_private,
         timeout: std::time::Duration::from_secs(a.timeout_secs.max(1)),
         ..Default::default()
     };
-    let caller = call::Caller::new(
-        Some(Arc::new(admin_client(&a.node)?)),
-        resolver,
-        Some(signer),
-        opts,
-    );
+    let caller = caller(&a.reach, Some(signer), opts)?;
+    let allow_private = caller.options().allow_private;
     let mut progress = progress_lines();
     let remote = match &a.did {
         Some(did) => crate::mcp::client::Remote::find(&caller, did, None, &mut progress).await,
@@ -105,31 +128,19 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
-    let dir = data_dir::resolve(args.node.data_dir.as_deref())?;
-    let signer: Option<Arc<dyn agentnet_a2a::client::Signer>> = if args.anonymous {
+    let dir = data_dir::resolve(args.reach.node.data_dir.as_deref())?;
+    let signer = if args.anonymous {
         None
     } else {
-        let id = match &args.as_did {
-            Some(did) => data_dir::AgentKeys::new(&dir).load_identity(did)?,
-            None => identity::Identity::did_key(
-                SecretKey::load(&data_dir::key_file(&dir))
-                    .context("loading the node key to sign with (run `agentnet init`, or pass --as or --anonymous)")?,
-            ),
-        };
-        Some(Arc::new(call::DidSigner::new(id)))
+        Some(signer(&dir, args.as_did.as_deref(), "--as or --anonymous")?)
     };
-    let local = is_local(&args.net, &dir);
-    let resolver =
-        Resolver::new(resolver_options(&args.net, local)?).map_err(anyhow::Error::msg)?;
-    let admin = admin_client(&args.node)?;
-    let allow_private = args.allow_private || local;
     let opts = call::CallOptions {
         stream: args.stream,
-        allow_private,
         timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
         ..Default::default()
     };
-    let caller = call::Caller::new(Some(Arc::new(admin)), resolver, signer, opts);
+    let caller = caller(&args.reach, signer, opts)?;
+    let allow_private = caller.options().allow_private;
     let target = if args.skill.is_empty() {
         call::Target::Did(args.did.clone().unwrap_or_default())
     } else {
@@ -235,10 +246,10 @@ fn answer_command(args: &CallArgs, did: &str, task: &str) -> String {
         words.push(format!("--{name}"));
         words.extend(value);
     };
-    if let Some(d) = &args.node.data_dir {
+    if let Some(d) = &args.reach.node.data_dir {
         flag("data-dir", Some(d.display().to_string()));
     }
-    if let Some(n) = &args.node.node {
+    if let Some(n) = &args.reach.node.node {
         flag("node", Some(n.clone()));
     }
     if let Some(a) = &args.as_did {
@@ -247,15 +258,15 @@ fn answer_command(args: &CallArgs, did: &str, task: &str) -> String {
     for (name, set) in [
         ("anonymous", args.anonymous),
         ("stream", args.stream),
-        ("allow-private", args.allow_private),
-        ("local", args.net.local),
-        ("allow-http-loopback", args.net.allow_http_loopback),
+        ("allow-private", args.reach.allow_private),
+        ("local", args.reach.net.local),
+        ("allow-http-loopback", args.reach.net.allow_http_loopback),
     ] {
         if set {
             flag(name, None);
         }
     }
-    if let Some(ca) = &args.net.ca_cert {
+    if let Some(ca) = &args.reach.net.ca_cert {
         flag("ca-cert", Some(ca.display().to_string()));
     }
     words.push("your answer".into());

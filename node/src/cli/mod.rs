@@ -381,7 +381,15 @@ struct CallArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout_secs: u64,
-    /// Allow agent interfaces on loopback and private addresses, and plain http (testnets).
+    #[command(flatten)]
+    reach: Reach,
+}
+
+/// Where the commands that call agents find them and what they may reach.
+#[derive(Debug, Args)]
+struct Reach {
+    /// Allow agent interfaces and MCP endpoints on loopback and private addresses, and plain
+    /// http (testnets; `--local` implies it).
     #[arg(long)]
     allow_private: bool,
     #[command(flatten)]
@@ -410,13 +418,8 @@ struct RemoteMcpArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60)]
     timeout_secs: u64,
-    /// Allow MCP endpoints on loopback and private addresses, and plain http (testnets).
-    #[arg(long)]
-    allow_private: bool,
     #[command(flatten)]
-    node: NodeArg,
-    #[command(flatten)]
-    net: NetArgs,
+    reach: Reach,
 }
 
 #[derive(Debug, Args)]

@@ -291,7 +291,7 @@ async fn call_sample(
         caller: caller_key.did_key().to_string(),
         ..Default::default()
     };
-    if let Err(e) = call_inner(
+    let done = call_inner(
         host_dir,
         host,
         caller_admin,
@@ -300,13 +300,16 @@ async fn call_sample(
         progress,
         &mut r,
     )
-    .await
-    {
-        let e = super::one_line(&e);
-        progress.line(format!("the A2A call failed: {e}"));
-        r.error = Some(e);
-    }
+    .await;
+    r.error = failure(done, "the A2A call", progress);
     r
+}
+
+/// Why a sample step failed, on one line, also said on the progress lines; `None` if it did not.
+fn failure(done: anyhow::Result<()>, what: &str, progress: &Progress) -> Option<String> {
+    let e = super::one_line(&done.err()?);
+    progress.line(format!("{what} failed: {e}"));
+    Some(e)
 }
 
 /// Announce node 1's hosted agent `id` again, now that the network is up.
@@ -354,7 +357,7 @@ async fn mcp_sample(
         sent: "Hello over MCP".into(),
         ..Default::default()
     };
-    if let Err(e) = mcp_inner(
+    let done = mcp_inner(
         host_dir,
         host,
         caller_admin,
@@ -363,12 +366,8 @@ async fn mcp_sample(
         progress,
         &mut r,
     )
-    .await
-    {
-        let e = super::one_line(&e);
-        progress.line(format!("the MCP call failed: {e}"));
-        r.error = Some(e);
-    }
+    .await;
+    r.error = failure(done, "the MCP call", progress);
     r
 }
 
