@@ -257,6 +257,63 @@ fn a_publication_survives_a_restart_until_it_is_unpublished() {
 }
 
 #[test]
+fn a_kept_publication_whose_key_is_gone_is_shown_and_can_be_unpublished() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (key, did) = agent_key(&tmp.path().join("agent"));
+    let card = write(tmp.path(), "card.json", &card("T", &["translation"], true));
+    let data = tmp.path().join("node");
+    let node = up(&data);
+    let o = agentnet(&[
+        "publish",
+        "--card",
+        p(&card),
+        "--key",
+        p(&key),
+        "--data-dir",
+        p(&data),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let status = json_of(&["status", "--json", "--data-dir", p(&data)]);
+    let listed = status["published"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|p| p["did"] == did.as_str() && p["announced"] == true && p["name"] == "T"),
+        "{status}"
+    );
+    drop(node);
+
+    // The installed key is gone: the publication is kept, not announced, and said so.
+    let installed = data.join("agents").join(format!("{did}.jwk"));
+    std::fs::remove_file(&installed).unwrap();
+    let node = up(&data);
+    let o = agentnet(&["status", "--data-dir", p(&data)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = stdout(&o)
+        .lines()
+        .find(|l| l.contains(&did))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("{}", stdout(&o)));
+    assert!(
+        line.starts_with(&format!("kept publication {did}: not announced"))
+            && line.contains("agentnet unpublish --did"),
+        "{line}"
+    );
+    let o = agentnet(&["unpublish", "--did", &did, "--data-dir", p(&data)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let status = json_of(&["status", "--json", "--data-dir", p(&data)]);
+    assert!(
+        !status["published"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["did"] == did.as_str()),
+        "{status}"
+    );
+    drop(node);
+}
+
+#[test]
 fn publish_checks_the_card_and_says_what_it_replaces() {
     let tmp = tempfile::tempdir().unwrap();
     let (key, did) = agent_key(&tmp.path().join("agent"));

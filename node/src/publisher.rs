@@ -8,7 +8,7 @@
 //! them, so a re-announce after a restart still goes above everything the network has seen from
 //! us.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -59,7 +59,10 @@ pub enum PublishError {
         max: u64,
     },
     /// Already re-announcing [`MAX_PUBLISHED`] agents.
-    #[error("this node already publishes {MAX_PUBLISHED} agents")]
+    #[error(
+        "this node already publishes {MAX_PUBLISHED} agents (kept ones whose key is missing \
+         count too): `agentnet unpublish --did` one first"
+    )]
     TooMany,
     /// Reading or writing the kept publications failed.
     #[error("keeping the publication of {did}: {source}")]
@@ -155,6 +158,17 @@ struct Entry {
     expires_at: u64,
 }
 
+/// One of [`Publisher::list`].
+#[derive(Debug, Clone)]
+pub struct Listed {
+    /// The agent's DID.
+    pub did: String,
+    /// The card announced; `None` for a kept publication not announced (its key is missing).
+    pub card: Option<Value>,
+    /// Unix seconds its advert expires; 0 when not announced.
+    pub expires_at: u64,
+}
+
 /// Publishes cards and keeps them announced. Share it behind an `Arc`; [`Publisher::run`] is
 /// the re-announce loop.
 pub struct Publisher {
@@ -164,12 +178,22 @@ pub struct Publisher {
     entries: Mutex<HashMap<String, Entry>>,
     changed: Notify,
     kept: Option<Family>,
+    /// The DIDs kept in `kept`, re-announced or not (a kept publication whose key is missing
+    /// is not): each takes one of the [`MAX_PUBLISHED`] places, so that what is kept never
+    /// outgrows what [`Publisher::saved`] reads back at the next start.
+    kept_dids: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher").finish_non_exhaustive()
     }
+}
+
+/// Whether one more publication of `did` may be kept beside `kept`: its own place is reused,
+/// and there are at most `max`.
+fn admits(kept: &HashSet<String>, did: &str, max: usize) -> bool {
+    kept.contains(did) || kept.len() < max
 }
 
 /// Check a card before anything is signed: it fits the A2A model, names at least one interface
@@ -237,6 +261,7 @@ impl Publisher {
             entries: Mutex::new(HashMap::new()),
             changed: Notify::new(),
             kept: None,
+            kept_dids: Mutex::new(HashSet::new()),
         }
     }
 
@@ -255,7 +280,13 @@ impl Publisher {
         let mut out = Vec::new();
         family.scan(&[], &[0xff; 8], MAX_PUBLISHED, |key, value| {
             match serde_json::from_slice::<Saved>(value) {
-                Ok(s) if s.did.as_bytes() == key => out.push(s),
+                Ok(s) if s.did.as_bytes() == key => {
+                    self.kept_dids
+                        .lock()
+                        .expect("publisher lock poisoned")
+                        .insert(s.did.clone());
+                    out.push(s)
+                }
                 Ok(_) => tracing::warn!(key = %String::from_utf8_lossy(key), "kept publication under another DID's key, skipped"),
                 Err(error) => tracing::warn!(%error, key = %String::from_utf8_lossy(key), "unreadable kept publication, skipped"),
             }
@@ -273,6 +304,13 @@ impl Publisher {
         ttl: u64,
     ) -> Result<Published, PublishError> {
         let did = id.did().to_string();
+        if !admits(
+            &self.kept_dids.lock().expect("publisher lock poisoned"),
+            &did,
+            MAX_PUBLISHED,
+        ) {
+            return Err(PublishError::TooMany);
+        }
         let saved = Saved {
             did: did.clone(),
             card: card.clone(),
@@ -280,6 +318,7 @@ impl Publisher {
         };
         let published = self.publish(card, id, ttl).await?;
         if let Some(family) = self.kept.clone() {
+            let kept_did = did.clone();
             let value = serde_json::to_vec(&saved).expect("a Saved always serializes");
             let key = did.clone().into_bytes();
             tokio::task::spawn_blocking(move || family.write(vec![FamilyOp::Put(key, value)]))
@@ -289,8 +328,44 @@ impl Publisher {
                     source: net::Error::Store(format!("keeping task failed: {e}")),
                 })?
                 .map_err(|source| PublishError::Keep { did, source })?;
+            self.kept_dids
+                .lock()
+                .expect("publisher lock poisoned")
+                .insert(kept_did);
         }
         Ok(published)
+    }
+
+    /// What this node publishes, by DID: the agents it re-announces (hosted and `agentnet
+    /// publish`), each with its card and expiry, then the kept publications it could not
+    /// announce at start (their key is missing: card `None`), at most `max` in all.
+    pub fn list(&self, max: usize) -> Vec<Listed> {
+        let mut out: Vec<Listed> = {
+            let entries = self.entries.lock().expect("publisher lock poisoned");
+            entries
+                .iter()
+                .map(|(did, e)| Listed {
+                    did: did.clone(),
+                    card: Some(e.card.clone()),
+                    expires_at: e.expires_at,
+                })
+                .collect()
+        };
+        let kept = self.kept_dids.lock().expect("publisher lock poisoned");
+        let mut idle: Vec<Listed> = kept
+            .iter()
+            .filter(|d| !out.iter().any(|l| &l.did == *d))
+            .map(|did| Listed {
+                did: did.clone(),
+                card: None,
+                expires_at: 0,
+            })
+            .collect();
+        out.sort_by(|a, b| a.did.cmp(&b.did));
+        idle.sort_by(|a, b| a.did.cmp(&b.did));
+        out.extend(idle);
+        out.truncate(max);
+        out
     }
 
     /// Stop re-announcing `did`, forget its kept publication and delete its advert from the
@@ -334,6 +409,10 @@ impl Publisher {
             source: net::Error::Store(format!("unpublish task failed: {e}")),
         })?
         .map_err(keep_err)?;
+        self.kept_dids
+            .lock()
+            .expect("publisher lock poisoned")
+            .remove(did);
         if entry.is_none() && !was_kept {
             return Ok(None);
         }
@@ -596,6 +675,18 @@ mod tests {
             assert!(text.contains("supportedInterfaces"), "{bad:?}: {text}");
             assert!(!text.contains('\n'), "{text}");
         }
+    }
+
+    #[test]
+    fn a_kept_publication_holds_its_place_whether_it_is_announced_or_not() {
+        // Two kept publications (one of them not re-announced: its key is gone): a third DID
+        // is refused, the kept ones may be published again.
+        let mut kept: HashSet<String> = ["did:key:a", "did:key:gone"].map(String::from).into();
+        assert!(!admits(&kept, "did:key:c", 2));
+        assert!(admits(&kept, "did:key:a", 2));
+        assert!(admits(&kept, "did:key:gone", 2));
+        kept.remove("did:key:gone");
+        assert!(admits(&kept, "did:key:c", 2));
     }
 
     #[test]

@@ -152,17 +152,17 @@ impl Status {
         let now = unix_now();
         let store = self.client().store().clone();
         let tasks = self.tasks.clone();
-        let own_peer = peers.peer_id.clone();
+        // What the publisher announces (not a scan of the index, which holds others' too).
+        let listed = self.admin.publisher.list(MAX_PUBLISHED);
         let (found, own, total, recent) = tokio::task::spawn_blocking(move || {
             let found = store.find(&[], MAX_DISCOVERED, now);
-            let own = store
-                .find(&[], agentnet_discovery::store::MAX_FIND_LIMIT, now)
-                .map(|all| {
-                    all.into_iter()
-                        .filter(|a| a.peer_id == own_peer)
-                        .take(MAX_PUBLISHED)
-                        .collect::<Vec<_>>()
-                });
+            let own: Result<Vec<_>, agentnet_discovery::store::StoreError> = listed
+                .into_iter()
+                .map(|l| {
+                    let seq = store.get(&l.did, now)?.map_or(0, |a| a.seq);
+                    Ok((l, seq))
+                })
+                .collect();
             let total = store.len();
             let recent = tasks.recent(MAX_TASKS);
             (found, own, total, recent)
@@ -174,13 +174,16 @@ impl Status {
         let recent = recent.map_err(|e| Error::Store(format!("listing tasks: {e}")))?;
         let published = own_adverts
             .into_iter()
-            .map(crate::directory::found)
-            .map(|f| PublishedAgent {
-                name: text(&f.card["name"]),
-                did: f.did,
-                seq: f.seq,
-                tags: f.tags,
-                expires_at: f.expires_at,
+            .map(|(l, seq)| {
+                let card = l.card.unwrap_or(serde_json::Value::Null);
+                PublishedAgent {
+                    name: text(&card["name"]),
+                    tags: agentnet_discovery::advert::card_tags(&card).unwrap_or_default(),
+                    announced: !card.is_null(),
+                    did: l.did,
+                    seq,
+                    expires_at: l.expires_at,
+                }
             })
             .collect();
         let usage = self.client().store().usage();
@@ -294,8 +297,8 @@ pub struct Report {
     pub stats: Stats,
     /// The hosted agents.
     pub hosted: Vec<HostedAgent>,
-    /// The node's own live advertisements (hosted agents and `agentnet publish`), newest first,
-    /// at most [`MAX_PUBLISHED`].
+    /// What the node publishes (hosted agents and `agentnet publish`), by DID, then the kept
+    /// publications it could not announce; at most [`MAX_PUBLISHED`].
     pub published: Vec<PublishedAgent>,
     /// The bootstrap addresses and their last dial ([`net::Client::bootstrap_status`]).
     pub bootstrap: Vec<agentnet_discovery::BootstrapStatus>,
@@ -373,8 +376,12 @@ pub struct PublishedAgent {
     pub seq: u64,
     /// Skill tags.
     pub tags: Vec<String>,
-    /// Unix seconds.
+    /// Unix seconds; 0 when not announced.
     pub expires_at: u64,
+    /// Re-announced; false for a kept publication whose key is missing (it is announced again
+    /// once the key is back in `<data-dir>/agents/` and the node restarts, or until
+    /// `agentnet unpublish`).
+    pub announced: bool,
 }
 
 /// The advert index's use ([`agentnet_discovery::store::Store::usage`]).

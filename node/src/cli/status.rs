@@ -120,6 +120,15 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
         )?;
     }
     for p in view["published"].as_array().into_iter().flatten() {
+        if p["announced"] == false {
+            out!(
+                "kept publication {d}: not announced, its key is missing from {}/agents/ \
+                 (`agentnet unpublish --did {d}` forgets it)",
+                dir.display(),
+                d = s(&p["did"])
+            )?;
+            continue;
+        }
         let tags: Vec<String> = p["tags"].as_array().into_iter().flatten().map(&s).collect();
         let expires = p["expires_at"].as_u64().unwrap_or_default();
         out!(
