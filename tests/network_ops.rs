@@ -54,21 +54,14 @@ fn log_within(node: &UpNode, needle: &str, limit: Duration) -> bool {
     }
 }
 
-#[test]
-fn a_second_node_on_a_taken_port_is_refused_with_the_address_named() {
+/// A second `agentnet up --listen <listen>` beside a first one on the same address: how it
+/// ended, and its standard error.
+fn second_node_on(listen: &str) -> (std::process::ExitStatus, String) {
     let tmp = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("/ip4/127.0.0.1/tcp/{port}");
-    let _a = spawn(&tmp.path().join("a"), &up_args(&listen));
-    // libp2p listens with SO_REUSEPORT: before, this second node listened on the same port and
-    // the kernel spread incoming connections over both.
+    let _a = spawn(&tmp.path().join("a"), &up_args(listen));
     let mut b = Command::new(BIN)
         .args(["up", "--data-dir", p(&tmp.path().join("b"))])
-        .args(up_args(&listen))
+        .args(up_args(listen))
         .env_remove("AGENTNET_DATA_DIR")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -88,14 +81,34 @@ fn a_second_node_on_a_taken_port_is_refused_with_the_address_named() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let out = b.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!status.success());
-    assert!(
-        err.contains(&format!(
-            "{listen} is already in use by another process; pick another port with --listen"
-        )),
-        "{err}"
-    );
+    (status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_second_node_on_a_taken_port_is_refused_with_the_address_named() {
+    // libp2p listens on TCP with SO_REUSEPORT: before, this second node listened on the same
+    // port and the kernel spread incoming connections over both. QUIC's UDP socket was refused
+    // by libp2p with its error's debug dump.
+    for listen in [
+        format!("/ip4/127.0.0.1/tcp/{}", free_port()),
+        format!("/ip4/127.0.0.1/udp/{}/quic-v1", free_port()),
+    ] {
+        let (status, err) = second_node_on(&listen);
+        assert!(!status.success());
+        let said = format!(
+            "error: starting the network: {listen} is already in use by another process; pick \
+             another port with --listen"
+        );
+        assert_eq!(err.trim_end().lines().last(), Some(said.as_str()), "{err}");
+    }
 }
 
 #[test]

@@ -204,8 +204,8 @@ pub(super) fn build_swarm(
 /// Refuse a listen address whose TCP port another socket holds. libp2p-tcp listens with
 /// SO_REUSEPORT, so a second node of the same user on a taken port listened too and the
 /// kernel spread connections, bootstrap dials included, over both nodes. A plain bind (no
-/// SO_REUSEPORT) of each concrete `/ip4|ip6/…/tcp/<port>` fails while any socket listens there;
-/// port 0 and other transports are not probed.
+/// SO_REUSEPORT) of each concrete `/ip4|ip6/…/tcp/<port>` (and `…/udp/<port>`, QUIC's) fails
+/// while any socket holds it; port 0 and other transports are not probed.
 pub(super) fn probe_listen(addr: &Multiaddr) -> Result<(), Error> {
     use libp2p::multiaddr::Protocol;
     let mut it = addr.iter();
@@ -214,15 +214,15 @@ pub(super) fn probe_listen(addr: &Multiaddr) -> Result<(), Error> {
         Some(Protocol::Ip6(ip)) => ip.into(),
         _ => return Ok(()),
     };
-    let port = match it.next() {
-        Some(Protocol::Tcp(port)) if port != 0 => port,
+    // QUIC's UDP socket is bound without SO_REUSEPORT, as this probe is: libp2p would refuse
+    // a taken one too, but with its error's debug dump.
+    let probe = match it.next() {
+        Some(Protocol::Tcp(port)) if port != 0 => std::net::TcpListener::bind((ip, port)).map(drop),
+        Some(Protocol::Udp(port)) if port != 0 => std::net::UdpSocket::bind((ip, port)).map(drop),
         _ => return Ok(()),
     };
-    match std::net::TcpListener::bind((ip, port)) {
-        Ok(probe) => {
-            drop(probe);
-            Ok(())
-        }
+    match probe {
+        Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(Error::Start(format!(
             "{addr} is already in use by another process; pick another port with --listen"
         ))),
