@@ -34,13 +34,14 @@
 //!   ([`data_dir::NodeFile`]).
 //! - [`directory`]: the node's read model of the network ([`Directory`], [`Found`], [`Peers`],
 //!   MCP summaries) and the one skill-tag check.
-//! - [`config`]: the `--config` file ([`FileConfig`]), its checks, and the flag-over-file
-//!   merge of `agentnet up`.
 //! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
 //! - [`http`]: the public HTTP surface: the well-known files.
 //! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
 //! - [`tasks`]: the hosted agents' A2A tasks in the node's RocksDB.
 //! - [`a2a_auth`]: the DID authenticator of the hosted agents (RFC 9421, `DIDWba`), bounded.
+//! - [`config`]: the `--config` file ([`FileConfig`]), its checks and defaults (`[tasks]` as
+//!   [`tasks::Retention`], `[auth]` as the authenticator's bounds), and the flag-over-file
+//!   merge of `agentnet up`, `--local` included.
 //! - [`admin`]: the admin API (its own loopback listener, bearer token) and its client.
 //! - [`status_page`]: the status page on the admin listener (`/status`, `/admin/v1/status`).
 //! - [`call`]: calling agents over A2A: find, verify, sign, follow ([`Caller`]).
@@ -48,9 +49,10 @@
 //!   endpoints of hosted agents, and the signed MCP client.
 //! - [`hosted`]: the hosted A2A agents of the configuration file, mounted at `/a2a/<id>`.
 //! - [`daemon`]: `agentnet up`: checks, start, `node.json`, shutdown order.
-//! - [`cli`]: argument parsing and the commands (`init`, `resolve`, `card sign|verify`, `up`,
-//!   `identity`, `publish`, `discover`, `peers`, `call`, `mcp`, `tools`, `tool`, and
-//!   [`cli::testnet`], several nodes in one process): the only code that prints.
+//! - [`cli`]: argument parsing and the commands (`init`, `key new`, `resolve`, `card
+//!   sign|verify`, `up`, `identity`, `publish`, `unpublish`, `discover`, `peers`, `status`,
+//!   `config check`, `call`, `mcp`, `tools`, `tool`, and [`cli::testnet`], several nodes in one
+//!   process): the only code that prints.
 
 #![warn(missing_docs, unreachable_pub)]
 
