@@ -184,16 +184,29 @@ fn the_log_of_up_in_a_file_has_no_colour_codes_and_json_lines_parse() {
     assert!(log.lines().count() > 1, "{log}");
     assert!(!log.contains("\x1b["), "{log:?}");
 
-    let json = up(
+    let mut json = up(
         &tmp.path().join("json"),
         &["--bootstrap", LOST, "--log-format", "json"],
     );
-    let log = eventually("a bootstrap warning", || {
+    eventually("a bootstrap warning", || {
         let l = json.log();
         l.contains("bootstrap").then_some(l)
     });
+    // Stopped (SIGTERM, as Ctrl-C), it says so in JSON lines too.
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &json.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let stopped = eventually("the node to stop", || json.child.try_wait().unwrap());
+    assert!(stopped.success(), "{stopped}");
+    let log = json.log();
     // The first start creates the node key: that notice is a JSON line too.
     assert!(log.contains("created a new node key"), "{log}");
+    assert!(
+        log.contains("\"stopping...\"") && log.contains("\"stopped\""),
+        "{log}"
+    );
     for line in log.lines() {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
         assert!(v["level"].is_string(), "{line}");

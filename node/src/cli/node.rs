@@ -41,9 +41,10 @@ pub(super) async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let running = daemon::start(opts).await?;
     banner(&running, args.json)?;
     let stop = running.stop_requested().await;
-    say!("stopping...");
+    // Through `notice`: with `--log-format json` every line of standard error parses.
+    super::status::notice("INFO", "stopping...");
     running.shutdown().await;
-    say!("stopped");
+    super::status::notice("INFO", "stopped");
     stop?;
     Ok(ExitCode::SUCCESS)
 }
