@@ -341,7 +341,11 @@ pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> 
         if let Some(mcp) = &h.mcp {
             agent = mcp.router(stop.child_token()).merge(agent);
         }
-        r = r.nest(&format!("{MOUNT}/{}", h.id), agent);
+        let base = format!("{MOUNT}/{}", h.id);
+        // JSON-RPC at `<base>/` too: clients join "/" to the interface URL.
+        r = r
+            .nest(&base, agent)
+            .route(&format!("{base}/"), h.server.jsonrpc_route());
     }
     r.layer(axum::middleware::from_fn(crate::a2a_auth::origin_layer))
 }
