@@ -5,8 +5,8 @@
 //!
 //! | route | what |
 //! | --- | --- |
-//! | `GET /.well-known/agent-card.json` | the agent's card, as configured (a signed card is served byte-for-byte as its JSON value) |
-//! | `POST /` | JSON-RPC 2.0: `SendMessage`, `SendStreamingMessage` (SSE), `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (SSE), `GetExtendedAgentCard`; the push-config methods answer `PushNotificationNotSupported` |
+//! | `GET /.well-known/agent-card.json` | the agent's card, as configured (a signed card is served byte-for-byte as its JSON value), with `Cache-Control: public, max-age=300`, a strong `ETag` (SHA-256 of the bytes) and `Last-Modified`; 304 for a matching `If-None-Match` (else `If-Modified-Since`) |
+//! | `POST /` | JSON-RPC 2.0 (also at `<base>/` where the router is nested: [`Server::jsonrpc_route`]): `SendMessage`, `SendStreamingMessage` (SSE), `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (SSE), `GetExtendedAgentCard`; the push-config methods answer `PushNotificationNotSupported` |
 //! | `POST /message:send`, `POST /message:stream` | HTTP+JSON send, blocking and SSE |
 //! | `GET /tasks/{id}`, `GET /tasks`, `POST /tasks/{id}:cancel` | HTTP+JSON get, list (query parameters in camelCase), cancel |
 //! | `GET` or `POST /tasks/{id}:subscribe` | HTTP+JSON subscribe, SSE (the proto says GET, the spec's table and the Python SDK POST) |
@@ -18,8 +18,10 @@
 //! else 415), for JSON-RPC the JSON parse (-32700) and the request object (-32600), the
 //! `A2A-Version` header or query parameter (missing means 0.3; only 1.0 is served, else
 //! `VersionNotSupported`), then the [`Authenticator`] and the agent's [`Policy`] (401). JSON-RPC
-//! errors travel with HTTP 200, except 401, 413 and 415; HTTP+JSON errors use the spec's status
-//! codes and a `google.rpc.Status` body.
+//! errors travel with HTTP 200, except 401, 413 and 415 (with -32005); HTTP+JSON errors use the
+//! spec's status codes and a `google.rpc.Status` body. Every JSON response is
+//! `application/json`. Request fields may use their proto names (`history_length`) beside their
+//! JSON names, as ProtoJSON parsers accept both.
 //!
 //! SSE streams send a keep-alive comment every [`Limits::keep_alive`], and are never cut by a
 //! timeout here (the node's request timeout covers the response head only).
