@@ -211,3 +211,34 @@ async fn the_hosted_card_is_cacheable_and_revalidates_with_304() {
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(r.bytes().await.unwrap(), body);
 }
+
+/// The node's own card carries the same caching headers and answers a matching
+/// `If-None-Match` with 304.
+#[tokio::test]
+async fn the_node_card_is_cacheable_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path());
+    let url = format!(
+        "http://{}/.well-known/agent-card.json",
+        node.info["http"].as_str().unwrap()
+    );
+    let http = client();
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert!(r.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("max-age="));
+    assert!(r.headers().contains_key("last-modified"));
+    let etag = r.headers()["etag"].to_str().unwrap().to_string();
+    let card: Value = r.json().await.unwrap();
+    assert!(card["signatures"].is_array(), "{card}");
+    let r = http
+        .get(&url)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 304);
+}

@@ -112,8 +112,9 @@ impl Config {
 /// revalidates with `If-None-Match` for a body-less 304.
 pub const CARD_MAX_AGE_SECS: u64 = 300;
 
-/// The card as served: its bytes and their validators, computed once.
-struct ServedCard {
+/// A card as served: its bytes and their validators, computed once. The agent's card is one;
+/// the node serves its own card with one too.
+pub struct ServedCard {
     bytes: Bytes,
     /// `"<base64url SHA-256 of the bytes>"`: a strong ETag, so it matches the bytes exactly.
     etag: HeaderValue,
@@ -122,8 +123,18 @@ struct ServedCard {
     modified: chrono::DateTime<chrono::Utc>,
 }
 
+impl std::fmt::Debug for ServedCard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedCard")
+            .field("etag", &self.etag)
+            .field("bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl ServedCard {
-    fn new(card: &Value) -> ServedCard {
+    /// `card` serialized once, with its `ETag` and, as `Last-Modified`, now.
+    pub fn new(card: &Value) -> ServedCard {
         use base64::Engine as _;
         use sha2::Digest as _;
         let bytes = Bytes::from(serde_json::to_vec(card).unwrap_or_default());
@@ -164,7 +175,10 @@ impl ServedCard {
             .is_some_and(|since| since >= self.modified)
     }
 
-    fn response(&self, headers: &HeaderMap) -> Response {
+    /// The answer to a `GET` with these request headers: the card (`application/json`), or 304
+    /// when the client's validator matches; `ETag`, `Last-Modified` and `Cache-Control` either
+    /// way.
+    pub fn response(&self, headers: &HeaderMap) -> Response {
         let mut r = if self.not_modified(headers) {
             let mut r = Response::new(Body::empty());
             *r.status_mut() = StatusCode::NOT_MODIFIED;
