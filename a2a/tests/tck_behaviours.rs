@@ -250,30 +250,6 @@ async fn subscribe_to_a_task_waiting_for_input_stays_open_until_it_ends() {
     }
 }
 
-/// The subscription that outlives interrupted states is bounded all the same: it ends after
-/// `max_stream_lifetime` even while events keep its idle timer from running out.
-#[tokio::test]
-async fn a_subscription_ends_at_its_lifetime() {
-    let mut limits = Limits::default();
-    limits.max_stream_lifetime = Duration::from_millis(300);
-    let h = start_with(Policy::Did, limits, Duration::from_millis(10)).await;
-    let me = h.client("ask-name", Binding::JsonRpc, Some("did:example:me"));
-    let SendMessageResponse::Task(t) = me.send_message(&msg("hi")).await.unwrap() else {
-        panic!("expected a task")
-    };
-    let s = me
-        .subscribe(&SubscribeToTaskRequest {
-            id: t.id.clone(),
-            tenant: None,
-        })
-        .await
-        .unwrap();
-    // Ends by itself (collect waits at most 10 s per event) with the task still waiting.
-    let evs = collect(s).await;
-    assert_eq!(evs.len(), 1, "{evs:?}");
-    assert_eq!(state(&evs[0]), Some(TaskState::InputRequired));
-}
-
 /// HTTP+JSON answers `application/json` (section 11.1; the TCK's HTTP_JSON-SVC-001 and
 /// HTTP_JSON-ERR-001), for results and errors; it answered `application/a2a+json`.
 #[tokio::test]
