@@ -78,6 +78,10 @@ pub struct Limits {
     /// count), so a task that works for days holds no stream slot for days; the client can
     /// subscribe again: 10 min.
     pub max_stream_idle: Duration,
+    /// An SSE stream ends after this long whatever it carries (a `SubscribeToTask` on a task
+    /// waiting for input stays open until the task ends, so a task that keeps reporting would
+    /// otherwise hold its slot for as long as it lives); the client can subscribe again: 1 h.
+    pub max_stream_lifetime: Duration,
     /// Events buffered per live task for its streams: 64.
     pub event_buffer: usize,
     /// A blocking `SendMessage` answers after this with the task as it is: 25 s, under the
@@ -116,6 +120,7 @@ impl Default for Limits {
             max_subscribers_per_source: 32,
             max_subscribers: 256,
             max_stream_idle: Duration::from_secs(600),
+            max_stream_lifetime: Duration::from_secs(3600),
             event_buffer: 64,
             max_blocking_wait: Duration::from_secs(25),
             keep_alive: Duration::from_secs(15),
@@ -340,17 +345,25 @@ impl Drop for SubscriberSlot {
 }
 
 /// The events of one task, for an SSE stream: first the task, then its status and artifact
-/// updates, ending after a terminal or interrupted (`INPUT_REQUIRED`, `AUTH_REQUIRED`) status,
-/// right after the first event when the task is already in one, and when no event has come
-/// for [`Limits::max_stream_idle`].
+/// updates, ending after a terminal status, when no event has come for
+/// [`Limits::max_stream_idle`], and after [`Limits::max_stream_lifetime`]. A
+/// `SendStreamingMessage` stream also ends after an interrupted status (`INPUT_REQUIRED`,
+/// `AUTH_REQUIRED`: the turn is over), right after the first event when the task is already
+/// in one; a `SubscribeToTask` stream stays open through them until the task ends, so that a
+/// client waiting on an interrupted task sees it go on and finish. A message the agent
+/// answered directly ([`Handler::reply`]) is a stream of that one message.
 pub struct EventStream {
     first: Option<StreamResponse>,
-    rx: broadcast::Receiver<StreamResponse>,
+    /// `None`: the stream is its first event only.
+    rx: Option<broadcast::Receiver<StreamResponse>>,
     engine: Engine,
     owner: Owner,
     task_id: String,
     ended: bool,
-    _slot: SubscriberSlot,
+    /// `SubscribeToTask`: an interrupted state does not end the stream.
+    until_terminal: bool,
+    deadline: tokio::time::Instant,
+    _slot: Option<SubscriberSlot>,
 }
 
 impl std::fmt::Debug for EventStream {
@@ -363,21 +376,38 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
+    /// Does a task in state `s` end this stream?
+    fn ends_at(&self, s: &TaskState) -> bool {
+        s.is_terminal() || (!self.until_terminal && is_interrupted(s))
+    }
+
     /// The next event; `None` once the stream has ended.
     pub async fn next(&mut self) -> Option<StreamResponse> {
         if self.ended {
             return None;
         }
         if let Some(first) = self.first.take() {
-            if let StreamResponse::Task(t) = &first {
-                // A task already waiting for its caller has nothing more to stream.
-                self.ended = t.status.state.is_terminal() || is_interrupted(&t.status.state);
+            match &first {
+                // A task already waiting for its caller has nothing more to stream, unless
+                // this is a subscription, which waits for the task to go on.
+                StreamResponse::Task(t) => self.ended = self.ends_at(&t.status.state),
+                StreamResponse::Message(_) => self.ended = true,
+                _ => {}
             }
+            self.ended |= self.rx.is_none();
             return Some(first);
         }
         let idle = self.engine.inner.limits.max_stream_idle;
-        let Ok(received) = tokio::time::timeout(idle, self.rx.recv()).await else {
-            tracing::debug!(task = %self.task_id, ?idle, "SSE stream idle; ending it");
+        let left = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        let rx = self.rx.as_mut()?;
+        let Ok(received) = tokio::time::timeout(idle.min(left), rx.recv()).await else {
+            if left <= idle {
+                tracing::debug!(task = %self.task_id, "SSE stream at its lifetime; ending it");
+            } else {
+                tracing::debug!(task = %self.task_id, ?idle, "SSE stream idle; ending it");
+            }
             self.ended = true;
             return None;
         };
@@ -404,7 +434,7 @@ impl EventStream {
             _ => None,
         };
         if let Some(s) = state {
-            self.ended = s.is_terminal() || is_interrupted(s);
+            self.ended = self.ends_at(s);
         }
         Some(ev)
     }
@@ -789,12 +819,14 @@ impl Engine {
         let events = if let Some((rx, sub)) = sub {
             Some(EventStream {
                 first: Some(StreamResponse::Task(self.shape(task.clone(), None))),
-                rx,
+                rx: Some(rx),
                 engine: self.clone(),
                 owner: owner.clone(),
                 task_id: task.id.clone(),
                 ended: false,
-                _slot: sub,
+                until_terminal: false,
+                deadline: tokio::time::Instant::now() + self.inner.limits.max_stream_lifetime,
+                _slot: Some(sub),
             })
         } else {
             None
@@ -1124,7 +1156,28 @@ impl Engine {
         Ok(())
     }
 
-    /// `SendMessage`: blocking unless `returnImmediately`; answers `{"task": …}`.
+    /// The agent's direct answer to a message that names no task ([`Handler::reply`]): a
+    /// message in the caller's context (a new one if it named none), no task stored.
+    fn direct_reply(&self, req: &SendMessageRequest) -> Result<Option<Message>, ProtocolError> {
+        self.validate_send(req)?;
+        if req.message.task_id.is_some() {
+            return Ok(None);
+        }
+        Ok(self.inner.handler.reply(&req.message).map(|mut m| {
+            m.role = Role::Agent;
+            m.task_id = None;
+            m.context_id = Some(
+                req.message
+                    .context_id
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            );
+            m
+        }))
+    }
+
+    /// `SendMessage`: blocking unless `returnImmediately`; answers `{"task": …}`, or
+    /// `{"message": …}` when the agent answers directly ([`Handler::reply`]).
     pub async fn send_message(
         &self,
         caller: &Caller,
@@ -1136,6 +1189,9 @@ impl Engine {
             .as_ref()
             .map(|c| (c.return_immediately.unwrap_or(false), c.history_length))
             .unwrap_or((false, None));
+        if let Some(m) = self.direct_reply(&req)? {
+            return Ok(SendMessageResponse::Message(m));
+        }
         let (task, _, done) = self.begin(caller, req, false, !immediately).await?;
         if immediately {
             return Ok(SendMessageResponse::Task(self.shape(task, history_length)));
@@ -1160,6 +1216,19 @@ impl Engine {
         caller: &Caller,
         req: SendMessageRequest,
     ) -> Result<EventStream, ProtocolError> {
+        if let Some(m) = self.direct_reply(&req)? {
+            return Ok(EventStream {
+                first: Some(StreamResponse::Message(m)),
+                rx: None,
+                engine: self.clone(),
+                owner: caller.owner.clone(),
+                task_id: String::new(),
+                ended: false,
+                until_terminal: false,
+                deadline: tokio::time::Instant::now(),
+                _slot: None,
+            });
+        }
         let (_, events, _) = self.begin(caller, req, true, false).await?;
         events.ok_or_else(|| ProtocolError::Internal("stream not opened".into()))
     }
@@ -1330,12 +1399,14 @@ impl Engine {
         }
         Ok(EventStream {
             first: Some(StreamResponse::Task(self.shape(task, None))),
-            rx,
+            rx: Some(rx),
             engine: self.clone(),
             owner: owner.clone(),
             task_id: req.id,
             ended: false,
-            _slot: slot,
+            until_terminal: true,
+            deadline: tokio::time::Instant::now() + self.inner.limits.max_stream_lifetime,
+            _slot: Some(slot),
         })
     }
 }

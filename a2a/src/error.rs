@@ -75,7 +75,8 @@ pub enum ProtocolError {
     #[error("request body over {0} bytes")]
     TooLarge(usize),
     /// The HTTP request's content type is not `application/a2a+json` or `application/json`.
-    /// -32600, 415.
+    /// -32005 (`ContentTypeNotSupportedError`, which A2A 1.0 section 9.5 pairs with HTTP 415),
+    /// 415.
     #[error("request content type {0:?} is not application/a2a+json or application/json")]
     MediaType(String),
 }
@@ -88,14 +89,12 @@ impl ProtocolError {
             ProtocolError::TaskNotCancelable(_) => -32002,
             ProtocolError::PushNotificationNotSupported => -32003,
             ProtocolError::UnsupportedOperation(_) => -32004,
-            ProtocolError::ContentTypeNotSupported(_) => -32005,
+            ProtocolError::ContentTypeNotSupported(_) | ProtocolError::MediaType(_) => -32005,
             ProtocolError::InvalidAgentResponse(_) => -32006,
             ProtocolError::ExtendedAgentCardNotConfigured => -32007,
             ProtocolError::VersionNotSupported(_) => -32009,
             ProtocolError::Parse(_) => -32700,
-            ProtocolError::InvalidRequest(_)
-            | ProtocolError::TooLarge(_)
-            | ProtocolError::MediaType(_) => -32600,
+            ProtocolError::InvalidRequest(_) | ProtocolError::TooLarge(_) => -32600,
             ProtocolError::MethodNotFound(_) => -32601,
             ProtocolError::InvalidParams(_) => -32602,
             ProtocolError::Internal(_) => -32603,
@@ -139,7 +138,7 @@ impl ProtocolError {
             ProtocolError::Unauthenticated(_) => "UNAUTHENTICATED",
             ProtocolError::Busy(_) => "RESOURCE_EXHAUSTED",
             ProtocolError::TooLarge(_) => "PAYLOAD_TOO_LARGE",
-            ProtocolError::MediaType(_) => "UNSUPPORTED_MEDIA_TYPE",
+            ProtocolError::MediaType(_) => "CONTENT_TYPE_NOT_SUPPORTED",
         }
     }
 
@@ -216,6 +215,8 @@ mod tests {
                 -32009,
                 400,
             ),
+            // The request's own content type: the same error, with HTTP 415.
+            (ProtocolError::MediaType("text/plain".into()), -32005, 415),
         ];
         for (e, code, status) in cases {
             assert_eq!(e.code(), code, "{e}");

@@ -115,4 +115,14 @@ pub trait Handler: Send + Sync + 'static {
         turn: Turn,
         updates: Updates,
     ) -> BoxFuture<'static, Result<Outcome, HandlerError>>;
+
+    /// Answer a message that names no task with a message of the agent's, creating no task
+    /// (A2A 1.0 section 3.1.1: `SendMessage` returns a Task or a Message; a stream is then that
+    /// one message). Called after the request is validated and before any task exists; `None`
+    /// (the default) starts a task as usual. It runs on the request's worker: return at once,
+    /// do no work here. The engine sets the reply's role, and its context (the caller's, or a
+    /// new one).
+    fn reply(&self, _message: &Message) -> Option<Message> {
+        None
+    }
 }

@@ -1,11 +1,12 @@
-//! The built-in sample agents: [`Echo`] and [`AskName`] (which asks for more input first).
+//! The built-in sample agents: [`Echo`], [`AskName`] (which asks for more input first) and
+//! [`Tck`] (the official A2A TCK's scenarios, chosen by the message id's prefix).
 //!
-//! Both are real [`Handler`]s, used by the node's `testnet` and by the tests and interop
-//! example of this crate.
+//! They are real [`Handler`]s, used by the node's hosted agents and `testnet`, and by the tests
+//! and interop example of this crate.
 
 use std::time::Duration;
 
-use a2a::{Artifact, Message, Part, Role};
+use a2a::{Artifact, Message, Part, PartContent, Role};
 
 use crate::auth::BoxFuture;
 use crate::handler::{Handler, HandlerError, Outcome, Turn, Updates};
@@ -126,6 +127,129 @@ impl Handler for AskName {
     }
 }
 
+fn artifact(name: &str, part: Part) -> Artifact {
+    Artifact {
+        artifact_id: uuid::Uuid::new_v4().to_string(),
+        name: Some(name.to_string()),
+        description: None,
+        parts: vec![part],
+        metadata: None,
+        extensions: None,
+    }
+}
+
+fn file_part(content: PartContent) -> Part {
+    Part {
+        content,
+        filename: Some("output.txt".into()),
+        media_type: Some("text/plain".into()),
+        metadata: None,
+    }
+}
+
+/// The scenarios of the official A2A TCK (a2aproject/a2a-tck, `scenarios/*.feature`): what the
+/// agent does is chosen by the prefix of the message's id, the TCK's in-band signal, on every
+/// message (a follow-up message on a task waiting for input is a new choice):
+///
+/// | message id starts with | the agent |
+/// | --- | --- |
+/// | `tck-message-response` | answers with a message, "Direct message response", and makes no task |
+/// | `tck-input-required` | asks for input (`INPUT_REQUIRED`) |
+/// | `tck-reject-task` | rejects the task, "rejected" |
+/// | `tck-artifact-text` | completes with a text artifact "Generated text content" |
+/// | `tck-artifact-file-url` | completes with a file artifact by URL, `https://example.com/output.txt` (`output.txt`, `text/plain`) |
+/// | `tck-artifact-file` | completes with a file artifact of bytes (`output.txt`, `text/plain`) |
+/// | `tck-artifact-data` | completes with a data artifact `{"key": "value", "count": 42}` |
+/// | `tck-stream-…` | reports working, sends a text artifact as an update (the scenario's text), completes |
+/// | anything else | completes with the status message "Hello from TCK" |
+///
+/// Each turn ends at once; it stores what a caller sent, as every agent does, within the
+/// engine's bounds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tck;
+
+/// What [`Tck`] says when it completes a task without another scenario.
+pub const TCK_DONE: &str = "Hello from TCK";
+
+impl Handler for Tck {
+    fn reply(&self, message: &Message) -> Option<Message> {
+        message
+            .message_id
+            .starts_with("tck-message-response")
+            .then(|| Message::new(Role::Agent, vec![Part::text("Direct message response")]))
+    }
+
+    fn handle(
+        &self,
+        turn: Turn,
+        updates: Updates,
+    ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
+        Box::pin(async move {
+            let id = turn.message.message_id.as_str();
+            let done = |artifacts| Outcome::Completed {
+                message: Some(agent_message(&turn, TCK_DONE)),
+                artifacts,
+            };
+            // Longest prefixes first: `tck-artifact-file-url` before `tck-artifact-file`.
+            let outcome = if id.starts_with("tck-input-required") {
+                Outcome::InputRequired {
+                    message: agent_message(&turn, "Input required: send a message to go on"),
+                }
+            } else if id.starts_with("tck-reject-task") {
+                Outcome::Rejected {
+                    message: agent_message(&turn, "rejected"),
+                }
+            } else if id.starts_with("tck-artifact-text") {
+                done(vec![artifact("text", Part::text("Generated text content"))])
+            } else if id.starts_with("tck-artifact-file-url") {
+                done(vec![artifact(
+                    "file",
+                    file_part(PartContent::Url("https://example.com/output.txt".into())),
+                )])
+            } else if id.starts_with("tck-artifact-file") {
+                done(vec![artifact(
+                    "file",
+                    file_part(PartContent::Raw(b"Hello from TCK\n".to_vec())),
+                )])
+            } else if id.starts_with("tck-artifact-data") {
+                done(vec![artifact(
+                    "data",
+                    Part {
+                        content: PartContent::Data(
+                            serde_json::json!({"key": "value", "count": 42}),
+                        ),
+                        filename: None,
+                        media_type: Some("application/json".into()),
+                        metadata: None,
+                    },
+                )])
+            } else if let Some(rest) = id.strip_prefix("tck-stream-") {
+                let text = if rest.starts_with("001") {
+                    Some("Stream hello from TCK")
+                } else if rest.starts_with("002") {
+                    None
+                } else if rest.starts_with("003") {
+                    Some("Stream task lifecycle")
+                } else if rest.starts_with("ordering") {
+                    Some("Ordered output")
+                } else {
+                    Some("Streamed text content")
+                };
+                let _ = updates
+                    .status(agent_message(&turn, "working on the stream"))
+                    .await;
+                if let Some(text) = text {
+                    let _ = updates.artifact(artifact("text", Part::text(text))).await;
+                }
+                done(vec![])
+            } else {
+                done(vec![])
+            };
+            Ok(outcome)
+        })
+    }
+}
+
 /// A 1.0 Agent Card for an agent served at `url` over both bindings (JSON-RPC first).
 pub fn card(name: &str, description: &str, url: &str) -> serde_json::Value {
     serde_json::json!({
@@ -186,6 +310,8 @@ pub fn router(
     );
     let router = axum::Router::new()
         .nest("/echo", echo.router())
-        .nest("/ask-name", ask.router());
+        .route("/echo/", echo.jsonrpc_route())
+        .nest("/ask-name", ask.router())
+        .route("/ask-name/", ask.jsonrpc_route());
     (router, echo, ask)
 }

@@ -5,8 +5,8 @@
 //!
 //! | route | what |
 //! | --- | --- |
-//! | `GET /.well-known/agent-card.json` | the agent's card, as configured (a signed card is served byte-for-byte as its JSON value) |
-//! | `POST /` | JSON-RPC 2.0: `SendMessage`, `SendStreamingMessage` (SSE), `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (SSE), `GetExtendedAgentCard`; the push-config methods answer `PushNotificationNotSupported` |
+//! | `GET /.well-known/agent-card.json` | the agent's card, as configured (a signed card is served byte-for-byte as its JSON value), with `Cache-Control: public, max-age=300`, a strong `ETag` (SHA-256 of the bytes) and `Last-Modified`; 304 for a matching `If-None-Match` (else `If-Modified-Since`) |
+//! | `POST /` | JSON-RPC 2.0 (also at `<base>/` where the router is nested: [`Server::jsonrpc_route`]): `SendMessage`, `SendStreamingMessage` (SSE), `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (SSE), `GetExtendedAgentCard`; the push-config methods answer `PushNotificationNotSupported` |
 //! | `POST /message:send`, `POST /message:stream` | HTTP+JSON send, blocking and SSE |
 //! | `GET /tasks/{id}`, `GET /tasks`, `POST /tasks/{id}:cancel` | HTTP+JSON get, list (query parameters in camelCase), cancel |
 //! | `GET` or `POST /tasks/{id}:subscribe` | HTTP+JSON subscribe, SSE (the proto says GET, the spec's table and the Python SDK POST) |
@@ -18,8 +18,10 @@
 //! else 415), for JSON-RPC the JSON parse (-32700) and the request object (-32600), the
 //! `A2A-Version` header or query parameter (missing means 0.3; only 1.0 is served, else
 //! `VersionNotSupported`), then the [`Authenticator`] and the agent's [`Policy`] (401). JSON-RPC
-//! errors travel with HTTP 200, except 401, 413 and 415; HTTP+JSON errors use the spec's status
-//! codes and a `google.rpc.Status` body.
+//! errors travel with HTTP 200, except 401, 413 and 415 (with -32005); HTTP+JSON errors use the
+//! spec's status codes and a `google.rpc.Status` body. Every JSON response is
+//! `application/json`. Request fields may use their proto names (`history_length`) beside their
+//! JSON names, as ProtoJSON parsers accept both.
 //!
 //! SSE streams send a keep-alive comment every [`Limits::keep_alive`], and are never cut by a
 //! timeout here (the node's request timeout covers the response head only).
@@ -47,8 +49,12 @@ use crate::error::ProtocolError;
 use crate::handler::Handler;
 use crate::store::TaskStore;
 
-/// The media type of the HTTP+JSON binding.
+/// The media type of the HTTP+JSON binding, accepted in requests beside `application/json`.
 pub const A2A_JSON: &str = "application/a2a+json";
+
+/// The media type of every JSON response of both bindings: `application/json`, as A2A 1.0
+/// section 11.1 and the official TCK expect (`HTTP_JSON-SVC-001`, `HTTP_JSON-ERR-001`).
+pub const RESPONSE_JSON: &str = "application/json";
 
 /// The protocol version this server speaks.
 pub const PROTOCOL_VERSION: &str = "1.0";
@@ -101,10 +107,106 @@ impl Config {
     }
 }
 
+/// How long a client may cache the card (`Cache-Control: max-age`): 5 minutes. The card only
+/// changes when the node restarts with another configuration; a client that cached it longer
+/// revalidates with `If-None-Match` for a body-less 304.
+pub const CARD_MAX_AGE_SECS: u64 = 300;
+
+/// A card as served: its bytes and their validators, computed once. The agent's card is one;
+/// the node serves its own card with one too.
+pub struct ServedCard {
+    bytes: Bytes,
+    /// `"<base64url SHA-256 of the bytes>"`: a strong ETag, so it matches the bytes exactly.
+    etag: HeaderValue,
+    /// When this server was built (an HTTP date).
+    last_modified: HeaderValue,
+    modified: chrono::DateTime<chrono::Utc>,
+}
+
+impl std::fmt::Debug for ServedCard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedCard")
+            .field("etag", &self.etag)
+            .field("bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServedCard {
+    /// `card` serialized once, with its `ETag` and, as `Last-Modified`, now.
+    pub fn new(card: &Value) -> ServedCard {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let bytes = Bytes::from(serde_json::to_vec(card).unwrap_or_default());
+        let digest = sha2::Sha256::digest(&bytes);
+        let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest);
+        // Second precision: an HTTP date carries no more, and If-Modified-Since compares it.
+        let modified =
+            chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp(), 0).unwrap_or_default();
+        ServedCard {
+            bytes,
+            etag: HeaderValue::from_str(&format!("\"{tag}\""))
+                .unwrap_or_else(|_| HeaderValue::from_static("\"card\"")),
+            last_modified: HeaderValue::from_str(
+                &modified.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+            )
+            .unwrap_or_else(|_| HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT")),
+            modified,
+        }
+    }
+
+    /// Does the request's `If-None-Match` (else its `If-Modified-Since`) say the client has
+    /// these bytes already? (RFC 9110 section 13.1: `If-None-Match` wins; weak comparison.)
+    fn not_modified(&self, headers: &HeaderMap) -> bool {
+        let ours = self.etag.as_bytes();
+        let inm: Vec<&HeaderValue> = headers.get_all(header::IF_NONE_MATCH).iter().collect();
+        if !inm.is_empty() {
+            return inm.iter().any(|v| {
+                v.to_str().unwrap_or("").split(',').any(|t| {
+                    let t = t.trim();
+                    t == "*" || t.strip_prefix("W/").unwrap_or(t).as_bytes() == ours
+                })
+            });
+        }
+        headers
+            .get(header::IF_MODIFIED_SINCE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| chrono::DateTime::parse_from_rfc2822(v.trim()).ok())
+            .is_some_and(|since| since >= self.modified)
+    }
+
+    /// The answer to a `GET` with these request headers: the card (`application/json`), or 304
+    /// when the client's validator matches; `ETag`, `Last-Modified` and `Cache-Control` either
+    /// way.
+    pub fn response(&self, headers: &HeaderMap) -> Response {
+        let mut r = if self.not_modified(headers) {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r
+        } else {
+            let mut r = Response::new(Body::from(self.bytes.clone()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(RESPONSE_JSON),
+            );
+            r
+        };
+        let h = r.headers_mut();
+        h.insert(header::ETAG, self.etag.clone());
+        h.insert(header::LAST_MODIFIED, self.last_modified.clone());
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_str(&format!("public, max-age={CARD_MAX_AGE_SECS}"))
+                .unwrap_or_else(|_| HeaderValue::from_static("public, max-age=300")),
+        );
+        r
+    }
+}
+
 /// One agent's A2A server.
 pub struct Server {
     engine: Engine,
-    card: Value,
+    card: ServedCard,
     extended_card: Option<Value>,
     policy: Policy,
     auth: Arc<dyn Authenticator>,
@@ -137,7 +239,7 @@ impl Server {
     ) -> Arc<Server> {
         Arc::new(Server {
             engine: Engine::new(handler, store, config.limits),
-            card: config.card,
+            card: ServedCard::new(&config.card),
             extended_card: config.extended_card,
             policy: config.policy,
             auth,
@@ -164,6 +266,14 @@ impl Server {
             .route("/extendedAgentCard", get(rest_extended_card))
             .fallback(rest_not_found)
             .with_state(self.clone())
+    }
+
+    /// JSON-RPC alone, for `<base>/` where the router is nested at `<base>`: nested routers
+    /// do not match a trailing slash, and JSON-RPC clients (the official TCK's, httpx joining
+    /// `"/"` to the interface URL) post to `<interface url>/`. Route it beside the nest:
+    /// `outer.nest(base, s.router()).route(&format!("{base}/"), s.jsonrpc_route())`.
+    pub fn jsonrpc_route(self: &Arc<Self>) -> axum::routing::MethodRouter {
+        post(jsonrpc).with_state(self.clone())
     }
 
     /// Size, media type, version: the checks before anything is parsed or authenticated.
@@ -330,7 +440,7 @@ fn error_response(binding: Binding, id: &Value, e: &ProtocolError) -> Response {
                 &json!({"jsonrpc": "2.0", "id": id, "error": e.to_jsonrpc()}),
             )
         }
-        Binding::Rest => json_response(e.http_status(), A2A_JSON, &e.to_rest()),
+        Binding::Rest => json_response(e.http_status(), RESPONSE_JSON, &e.to_rest()),
     };
     if matches!(e, ProtocolError::Unauthenticated(_)) {
         r.headers_mut().insert(
@@ -360,8 +470,10 @@ fn sse(
         .into_response()
 }
 
-async fn card(State(s): State<Arc<Server>>) -> Response {
-    json_response(StatusCode::OK, "application/json", &s.card)
+/// The card, with `Cache-Control`, `ETag` and `Last-Modified` (A2A 1.0 section 8.6); a
+/// conditional GET whose validator matches gets 304 without the body.
+async fn card(State(s): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    s.card.response(&headers)
 }
 
 // ---- JSON-RPC ------------------------------------------------------------------------------
@@ -393,8 +505,64 @@ struct Params<'a>(Option<&'a str>);
 
 impl Params<'_> {
     fn parse<T: DeserializeOwned>(&self) -> Result<T, ProtocolError> {
-        serde_json::from_str(self.0.unwrap_or("{}"))
-            .map_err(|e| ProtocolError::InvalidParams(e.to_string()))
+        let text = self.0.unwrap_or("{}");
+        // A proto field name has an underscore; without one there is nothing to rename and the
+        // params go straight into their type.
+        if !text.contains('_') {
+            return serde_json::from_str(text)
+                .map_err(|e| ProtocolError::InvalidParams(e.to_string()));
+        }
+        let mut v: Value =
+            serde_json::from_str(text).map_err(|e| ProtocolError::InvalidParams(e.to_string()))?;
+        json_names(&mut v);
+        parse(v)
+    }
+}
+
+/// Rename proto field names (`history_length`) to their JSON names (`historyLength`) in a
+/// request's params, as ProtoJSON parsers accept both (the official TCK's JSON-RPC client sends
+/// the proto names). Only the request messages' own fields are renamed: the params object, its
+/// `configuration`, its `message` and the message's `parts`. `metadata` and a data part's
+/// `data` are the caller's JSON and are left as they are. A JSON name present beside its
+/// proto name wins.
+fn json_names(v: &mut Value) {
+    fn rename(o: &mut Map<String, Value>) {
+        let snake: Vec<String> = o.keys().filter(|k| k.contains('_')).cloned().collect();
+        for k in snake {
+            let mut camel = String::with_capacity(k.len());
+            let mut upper = false;
+            for c in k.chars() {
+                if c == '_' {
+                    upper = true;
+                } else if upper {
+                    camel.extend(c.to_uppercase());
+                    upper = false;
+                } else {
+                    camel.push(c);
+                }
+            }
+            if let Some(val) = o.remove(&k) {
+                o.entry(camel).or_insert(val);
+            }
+        }
+    }
+    let Some(params) = v.as_object_mut() else {
+        return;
+    };
+    rename(params);
+    if let Some(c) = params
+        .get_mut("configuration")
+        .and_then(Value::as_object_mut)
+    {
+        rename(c);
+    }
+    if let Some(m) = params.get_mut("message").and_then(Value::as_object_mut) {
+        rename(m);
+        if let Some(parts) = m.get_mut("parts").and_then(Value::as_array_mut) {
+            for p in parts.iter_mut().filter_map(Value::as_object_mut) {
+                rename(p);
+            }
+        }
     }
 }
 
@@ -541,7 +709,7 @@ async fn jsonrpc_inner(
 // ---- HTTP+JSON -----------------------------------------------------------------------------
 
 fn rest_ok(v: Value) -> Response {
-    json_response(StatusCode::OK, A2A_JSON, &v)
+    json_response(StatusCode::OK, RESPONSE_JSON, &v)
 }
 
 fn rest_result(r: Result<Response, ProtocolError>) -> Response {
@@ -560,14 +728,26 @@ fn body_json(body: &[u8]) -> Result<Value, ProtocolError> {
     if body.is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    serde_json::from_slice(body).map_err(|e| ProtocolError::Parse(e.to_string()))
+    let mut v = serde_json::from_slice(body).map_err(|e| ProtocolError::Parse(e.to_string()))?;
+    json_names(&mut v);
+    Ok(v)
 }
 
-/// Query parameters as the JSON object of a request message: camelCase names, numbers and
-/// booleans typed as the named fields are. Unknown names are ignored.
+/// Query parameters as the JSON object of a request message: camelCase names (or the proto
+/// names, `history_length`), numbers and booleans typed as the named fields are. Unknown
+/// names are ignored.
 fn query_object(uri: &Uri) -> Result<Map<String, Value>, ProtocolError> {
     let mut m = Map::new();
     for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        let k: std::borrow::Cow<'_, str> = match k.as_ref() {
+            "page_size" => "pageSize".into(),
+            "history_length" => "historyLength".into(),
+            "include_artifacts" => "includeArtifacts".into(),
+            "context_id" => "contextId".into(),
+            "page_token" => "pageToken".into(),
+            "status_timestamp_after" => "statusTimestampAfter".into(),
+            _ => k,
+        };
         let value = match k.as_ref() {
             "pageSize" | "historyLength" => Value::from(
                 v.parse::<i32>()

@@ -336,6 +336,86 @@ async fn an_idle_stream_ends() {
     assert_eq!(h.ask.engine().running(), 2, "the turns themselves go on");
 }
 
+/// A `SubscribeToTask` stays open through `INPUT_REQUIRED` until the task ends (issue 17), so
+/// a stranger can hold streams on tasks that wait for an answer that never comes: they take
+/// the same slots (per source here, whatever the DIDs), end when idle, and give their slots
+/// back.
+#[tokio::test]
+async fn streams_on_tasks_waiting_for_input_are_bounded_and_end_when_idle() {
+    let mut limits = Limits::default();
+    limits.max_subscribers_per_source = 2;
+    limits.max_stream_idle = Duration::from_millis(300);
+    let h = start_with(Policy::Did, limits, Duration::from_millis(10)).await;
+    let e = h.ask.engine();
+    let mut asked = Vec::new();
+    for n in 0..3 {
+        let c = from(&format!("did:example:s{n}"), "192.0.2.9");
+        let id = id_of(e.send_message(&c, msg("x")).await.unwrap());
+        let t = e
+            .get_task(
+                &c,
+                GetTaskRequest {
+                    id: id.clone(),
+                    history_length: None,
+                    tenant: None,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(t.status.state, TaskState::InputRequired);
+        asked.push((c, id));
+    }
+    let mut held = Vec::new();
+    for (c, id) in &asked[..2] {
+        let mut s = e.subscribe(c, sub(id)).await.unwrap();
+        assert!(s.next().await.is_some(), "the task first");
+        held.push(s);
+    }
+    refused_busy(
+        e.subscribe(&asked[2].0, sub(&asked[2].1)).await,
+        "a third stream from one address on tasks waiting for input",
+    );
+    // Nothing happens on the tasks: each held stream ends at the idle bound.
+    for s in &mut held {
+        let end = tokio::time::timeout(Duration::from_secs(30), s.next()).await;
+        assert!(
+            matches!(end, Ok(None)),
+            "a stream on a waiting task did not end"
+        );
+    }
+    drop(held);
+    let mut s = e.subscribe(&asked[2].0, sub(&asked[2].1)).await.unwrap();
+    assert!(s.next().await.is_some());
+}
+
+/// A stream that keeps receiving events does not live for ever: it ends after
+/// `max_stream_lifetime` whatever the idle timer says.
+#[tokio::test]
+async fn a_stream_ends_at_its_lifetime() {
+    let mut limits = Limits::default();
+    limits.max_stream_lifetime = Duration::from_millis(300);
+    let h = start_with(Policy::Did, limits, Duration::from_millis(10)).await;
+    let me = h.client("ask-name", Binding::JsonRpc, Some("did:example:me"));
+    let id = id_of(me.send_message(&msg("hi")).await.unwrap());
+    let mut s = me.subscribe(&sub(&id)).await.unwrap();
+    // The task, then the end, with the task still waiting (the idle bound is 10 min).
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut n = 0;
+        while let Some(ev) = s.next().await {
+            ev.unwrap();
+            n += 1;
+            assert!(n < 10, "more events than the task has");
+        }
+        n
+    })
+    .await;
+    assert_eq!(
+        ended.ok(),
+        Some(1),
+        "the stream did not end at its lifetime"
+    );
+}
+
 #[tokio::test]
 async fn pages_history_and_ids_are_bounded() {
     let mut limits = Limits::default();

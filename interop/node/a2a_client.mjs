@@ -181,10 +181,20 @@ try {
   check(arts.length > 0 && arts[0].parts[0].content.value === 'Hello, Node! You asked: what time is it?', 'greeting artifact');
   done.push('stream');
 
+  // SubscribeToTask stays open through the question (INPUT_REQUIRED); the answer sent
+  // meanwhile completes the task, and the stream ends with it.
   const subTask = await askPoll.sendMessage(userMessage('subscribe to me'));
-  evs = await collect(ask.resubscribeTask({ id: subTask.id, tenant: '' }));
+  evs = [];
+  let answered = false;
+  for await (const ev of ask.resubscribeTask({ id: subTask.id, tenant: '' })) {
+    evs.push(ev);
+    if (stateOf(ev) === TaskState.TASK_STATE_INPUT_REQUIRED && !answered) {
+      answered = true;
+      await askPoll.sendMessage(userMessage('Node', subTask.id));
+    }
+  }
   check(evs[0].payload?.$case === 'task' && evs[0].payload.value.id === subTask.id, 'subscribe starts with the task');
-  check(stateOf(evs.at(-1)) === TaskState.TASK_STATE_INPUT_REQUIRED, 'subscribe end');
+  check(stateOf(evs.at(-1)) === TaskState.TASK_STATE_COMPLETED, `subscribe end ${stateOf(evs.at(-1))}`);
   done.push('subscribe');
 
   // Lifecycle errors, mapped to the SDK's error types.

@@ -175,12 +175,20 @@ async def run(base: str, binding: str) -> dict[str, Any]:
         )
         done.append('stream')
 
-        # SubscribeToTask on a task that is working.
+        # SubscribeToTask on a task that is working: the stream stays open through the
+        # question (INPUT_REQUIRED), the answer sent meanwhile completes the task, and the
+        # stream ends with it.
         events = await collect(ask_poll.send_message(user_message('subscribe to me')))
         sub_id = events[0].task.id
-        events = await collect(ask.subscribe(SubscribeToTaskRequest(id=sub_id)))
+        events = []
+        answered = False
+        async for ev in ask.subscribe(SubscribeToTaskRequest(id=sub_id)):
+            events.append(ev)
+            if state_of(ev) == TaskState.TASK_STATE_INPUT_REQUIRED and not answered:
+                answered = True
+                await collect(ask_poll.send_message(user_message('Python', sub_id)))
         check(events[0].HasField('task') and events[0].task.id == sub_id, 'subscribe starts with the task')
-        check(state_of(events[-1]) == TaskState.TASK_STATE_INPUT_REQUIRED, 'subscribe end')
+        check(state_of(events[-1]) == TaskState.TASK_STATE_COMPLETED, f'subscribe end {state_of(events[-1])}')
         done.append('subscribe')
 
         # Lifecycle errors, mapped to the SDK's error types: a message to a terminal task,

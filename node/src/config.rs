@@ -299,6 +299,9 @@ pub enum Kind {
     Command,
     /// An upstream A2A server.
     Proxy,
+    /// The built-in sample of the official A2A TCK's scenarios
+    /// ([`agentnet_a2a::samples::Tck`]: the message id's prefix chooses what it does).
+    Tck,
 }
 
 /// Who may call.
@@ -446,8 +449,8 @@ impl AgentConfig {
             self.upstream.is_some() || self.allow_private.is_some(),
         );
         match self.kind {
-            Kind::Echo if has != (false, false, false) => {
-                return bad("echo takes no work_ms, command, env, upstream or allow_private")
+            Kind::Echo | Kind::Tck if has != (false, false, false) => {
+                return bad("echo and tck take no work_ms, command, env, upstream or allow_private")
             }
             Kind::Ask if has.1 || has.2 => return bad("ask takes only work_ms"),
             Kind::Command if has.0 || has.2 => {
@@ -772,6 +775,20 @@ mod tests {
         let e =
             config("[[agent]]\nid = \"e\"\nkind = \"echo\"\nenv = { A = \"1\" }\n").unwrap_err();
         assert!(e.to_string().contains("env"), "{e}");
+    }
+
+    #[test]
+    fn the_tck_kind_takes_no_other_keys() {
+        let cfg = config("[[agent]]\nid = \"tck\"\nkind = \"tck\"\npolicy = \"open\"\n").unwrap();
+        assert_eq!(cfg.agent[0].kind, Kind::Tck);
+        for bad in [
+            "work_ms = 5",
+            "command = [\"tr\"]",
+            "upstream = \"https://a.example\"",
+        ] {
+            let e = config(&format!("[[agent]]\nid = \"t\"\nkind = \"tck\"\n{bad}\n")).unwrap_err();
+            assert!(e.to_string().contains("tck take"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -3,10 +3,15 @@
 //! route of this router can ever expose it.
 //!
 //! - `GET /.well-known/did.json`: the node's did:key document.
-//! - `GET /.well-known/agent-card.json`: the node's own A2A Agent Card, signed by the node key.
+//! - `GET /.well-known/agent-card.json`: the node's own A2A Agent Card, signed by the node key,
+//!   with the caching headers of every card we serve (`Cache-Control`, `ETag`,
+//!   `Last-Modified`, 304 on a matching validator: [`agentnet_a2a::server::ServedCard`]).
 
+use std::sync::Arc;
+
+use agentnet_a2a::server::ServedCard;
 use agentnet_did::{card, didkey, SecretKey};
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
@@ -68,7 +73,9 @@ impl WellKnown {
 /// The public HTTP surface: the well-known files.
 pub fn router(well_known: WellKnown) -> Router {
     let did_json = well_known.did_json;
-    let card_json = well_known.card_json;
+    let card = Arc::new(ServedCard::new(
+        &serde_json::from_str::<Value>(&well_known.card_json).unwrap_or_default(),
+    ));
     Router::new()
         .route(
             "/.well-known/did.json",
@@ -78,8 +85,6 @@ pub fn router(well_known: WellKnown) -> Router {
         )
         .route(
             "/.well-known/agent-card.json",
-            get(move || async move {
-                ([(header::CONTENT_TYPE, "application/json")], card_json).into_response()
-            }),
+            get(move |headers: HeaderMap| async move { card.response(&headers) }),
         )
 }

@@ -30,6 +30,10 @@
 //!   `https` and public addresses, unless `allow_private = true` for a testnet or a loopback
 //!   upstream), connections pinned to the checked addresses, no redirects followed; requests
 //!   are signed as the node's DID, so the upstream sees this node (never its callers);
+//! - `tck`: the official A2A TCK's scenarios ([`agentnet_a2a::samples::Tck`]): the message
+//!   id's prefix chooses a text, file, file-URL or data artifact, a direct message reply, input
+//!   required or a rejection; anything else completes. What the TCK runs against
+//!   (`docs/A2A.md`, "TCK"); it takes no other keys;
 //!
 //! Each agent has a policy, `did` (default: callers must sign) or `open`, and a key: by default
 //! a did:key generated at first start and kept in `<data-dir>/hosted/<id>.jwk` (mode 0600),
@@ -140,12 +144,16 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
         Kind::Ask => "Asks your name, then greets you".into(),
         Kind::Command => "Runs a local command on your message".into(),
         Kind::Proxy => "Forwards to an upstream A2A agent".into(),
+        Kind::Tck => {
+            "The official A2A TCK's sample scenarios, chosen by the message id's prefix".into()
+        }
     });
     let kind = match a.kind {
         Kind::Echo => "echo",
         Kind::Ask => "ask",
         Kind::Command => "command",
         Kind::Proxy => "proxy",
+        Kind::Tck => "tck",
     };
     let tags = a.tags.clone().unwrap_or_else(|| vec![kind.to_string()]);
     let required = a.policy == PolicyName::Did;
@@ -272,6 +280,7 @@ pub fn build(
         })?;
         let handler: Arc<dyn Handler> = match a.kind {
             Kind::Echo => Arc::new(samples::Echo),
+            Kind::Tck => Arc::new(samples::Tck),
             Kind::Ask => Arc::new(samples::AskName {
                 work: Duration::from_millis(a.work_ms.unwrap_or(1000)),
             }),
@@ -341,7 +350,11 @@ pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> 
         if let Some(mcp) = &h.mcp {
             agent = mcp.router(stop.child_token()).merge(agent);
         }
-        r = r.nest(&format!("{MOUNT}/{}", h.id), agent);
+        let base = format!("{MOUNT}/{}", h.id);
+        // JSON-RPC at `<base>/` too: clients join "/" to the interface URL.
+        r = r
+            .nest(&base, agent)
+            .route(&format!("{base}/"), h.server.jsonrpc_route());
     }
     r.layer(axum::middleware::from_fn(crate::a2a_auth::origin_layer))
 }
