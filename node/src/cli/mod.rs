@@ -245,7 +245,7 @@ struct UpArgs {
     bootstrap: Vec<String>,
     /// The node's configuration file (TOML): `[node]` settings (each flag here overrides its
     /// value), `[tasks]` retention, `[auth]` verifier bounds, and the hosted A2A agents
-    /// (`[[agent]]`: echo, ask, command, proxy). See docs/A2A.md.
+    /// (`[[agent]]`: echo, ask, tck, command, proxy). See docs/A2A.md.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address of the public HTTP listener (well-known files, hosted agents); port 0 picks a
