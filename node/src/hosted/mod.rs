@@ -65,6 +65,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::config::{ConfigError, FileConfig};
 use crate::tasks::TaskDb;
 
+pub mod anp;
 mod command;
 mod proxy;
 
@@ -111,6 +112,10 @@ pub struct Hosted {
     pub server: Arc<Server>,
     /// Its MCP endpoint, if configured.
     pub mcp: Option<crate::mcp::hosted::Endpoint>,
+    /// Its ANP face ([`anp`]).
+    pub anp: Arc<anp::Face>,
+    /// The node's public base URL.
+    pub public_base: String,
 }
 
 impl std::fmt::Debug for Hosted {
@@ -318,7 +323,16 @@ pub fn build(
             origin: crate::mcp::hosted::origin_of(public_base),
             turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
         });
+        let anp = Arc::new(anp::Face::new(
+            &signed,
+            &did.to_string(),
+            &url,
+            a.policy == PolicyName::Did,
+            auth.clone(),
+        ));
         out.push(Hosted {
+            anp,
+            public_base: public_base.trim_end_matches('/').to_string(),
             id: a.id.clone(),
             key,
             card: signed,
@@ -332,12 +346,23 @@ pub fn build(
 }
 
 /// The routes of every hosted agent, for the public listener: `/a2a/<id>/…` (and its MCP
-/// endpoint `/a2a/<id>/mcp`, whose sessions end when `stop` is cancelled), with the origin
-/// layer the DID authenticator needs.
+/// endpoint `/a2a/<id>/mcp`, whose sessions end when `stop` is cancelled, and its ANP face,
+/// [`anp`]), the node's `/.well-known/agent-descriptions`, with the origin layer the DID
+/// authenticator needs.
 pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> axum::Router {
-    let mut r = axum::Router::new();
+    let base = hosted.first().map(|h| h.public_base.as_str()).unwrap_or("");
+    let list = anp::well_known(base, &hosted.iter().map(|h| &*h.anp).collect::<Vec<_>>());
+    let mut r = axum::Router::new().route(
+        anp::WELL_KNOWN,
+        axum::routing::get(move || async move {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                list.to_string(),
+            )
+        }),
+    );
     for h in hosted {
-        let mut agent = h.server.router();
+        let mut agent = anp::router(h.anp.clone(), h.server.clone()).merge(h.server.router());
         if let Some(mcp) = &h.mcp {
             agent = mcp.router(stop.child_token()).merge(agent);
         }

@@ -1,0 +1,230 @@
+//! ANP's agent descriptions, end to end with the real binary and the official ANP SDK (PyPI
+//! `anp` 1.0.7): `anp.openanp.RemoteAgent` and `anp.anp_crawler.ANPCrawler` discover a hosted
+//! agent through its `ad.json` (listed at `/.well-known/agent-descriptions`) and call it over its
+//! JSON-RPC endpoint, signed as a did:wba identity whose document is served on loopback; an
+//! unsigned call, a call changed after signing, and one signed by another key in that DID's name
+//! are refused (`interop/python/anp_sdk_client.py`).
+//!
+//! Needs the interop venv (`bash interop/setup.sh`); fails (never skips) without it.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::UpNode as Node;
+use serde_json::{json, Value};
+
+const CONFIG: &str = r#"
+[node]
+mdns = false
+listen = ["/ip4/127.0.0.1/tcp/0"]
+
+[[agent]]
+id = "echo"
+kind = "echo"
+tags = ["anp-echo"]
+publish = false
+
+[[agent]]
+id = "open-echo"
+kind = "echo"
+policy = "open"
+publish = false
+
+[[agent]]
+id = "ask"
+kind = "ask"
+work_ms = 100
+publish = false
+"#;
+
+fn start(dir: &Path) -> Node {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = dir.join("node.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    // The caller's did:wba document is on loopback: resolving it there needs the testnet flag.
+    Node::spawn(
+        dir,
+        &[
+            "--config",
+            common::p(&config),
+            "--http",
+            "127.0.0.1:0",
+            "--allow-http-loopback",
+        ],
+    )
+}
+
+fn base(node: &Node) -> String {
+    format!("http://{}", node.info["http"].as_str().unwrap())
+}
+
+fn sdk_client(args: &[&str]) -> Value {
+    let py = common::venv_python();
+    assert!(
+        py.is_file(),
+        "no interop venv at {}; run bash interop/setup.sh",
+        py.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/anp_sdk_client.py");
+    let out = Command::new(py).arg(script).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "anp_sdk_client.py failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn the_anp_sdk_discovers_and_calls_a_hosted_agent_as_a_did_wba_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(&dir.path().join("node"));
+    let ad = format!("{}/a2a/echo/ad.json", base(&node));
+    let out = sdk_client(&[&ad]);
+    let checks = out["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 10, "{out}");
+    assert!(out["did"]
+        .as_str()
+        .unwrap()
+        .starts_with("did:wba:localhost%3A"));
+    // The node fetched the caller's document (the signature was verified against it, not
+    // against a key the request carried).
+    assert!(out["document_fetches"].as_u64().unwrap() >= 1, "{out}");
+}
+
+#[test]
+fn the_anp_sdk_calls_an_open_agent_and_an_unsigned_call_is_anonymous_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(&dir.path().join("node"));
+    let ad = format!("{}/a2a/open-echo/ad.json", base(&node));
+    let out = sdk_client(&[&ad, "--open"]);
+    assert_eq!(out["checks"].as_array().unwrap().len(), 7, "{out}");
+}
+
+async fn rpc(client: &reqwest::Client, url: &str, body: Vec<u8>, ct: &str) -> (u16, Value) {
+    let r = client
+        .post(url)
+        .header("content-type", ct)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The description and interface a client reads, and the endpoint's refusals: what the SDK
+/// does not show. A body over the engine's limit is refused before it is read in full, a
+/// non-JSON content type before authentication, an unsigned call to a `did` agent with 401;
+/// on an open agent, an anonymous `getTask` of a signed caller's task finds nothing.
+#[tokio::test]
+async fn the_anp_endpoint_is_bounded_and_refuses_what_the_a2a_routes_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(&dir.path().join("node"));
+    let base = base(&node);
+    let client = agentnet_did::http::client();
+
+    let list: Value = client
+        .get(format!("{base}/.well-known/agent-descriptions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["@type"], "CollectionPage");
+    let ids: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["@id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 3, "{list}");
+    for id in &ids {
+        assert!(id.starts_with(&format!("{base}/a2a/")), "{id}");
+    }
+    let ad: Value = client
+        .get(format!("{base}/a2a/echo/ad.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ad["@type"], "ad:AgentDescription");
+    assert!(ad["did"].as_str().unwrap().starts_with("did:key:"));
+    assert_eq!(ad["keywords"], json!(["anp-echo"]));
+    let interface: Value = client
+        .get(ad["interfaces"][0]["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(interface, ad["interfaces"][0]["content"]);
+    let rpc_url = interface["servers"][0]["url"].as_str().unwrap().to_string();
+    assert_eq!(rpc_url, format!("{base}/a2a/echo/anp/rpc"));
+
+    let send = |text: &str| {
+        serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "send", "params": {"text": text}}),
+        )
+        .unwrap()
+    };
+    // Unsigned, at a `did` agent: 401, nothing run.
+    let (status, v) = rpc(&client, &rpc_url, send("hi"), "application/json").await;
+    assert_eq!(status, 401, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("RFC 9421"),
+        "{v}"
+    );
+    // Over the body limit (1 MiB): 413.
+    let big = send(&"x".repeat(2 << 20));
+    let (status, _) = rpc(&client, &rpc_url, big, "application/json").await;
+    assert_eq!(status, 413);
+    // Not JSON: 415.
+    let (status, _) = rpc(&client, &rpc_url, send("hi"), "text/plain").await;
+    assert_eq!(status, 415);
+
+    // An open agent runs anonymous calls, owned by their source.
+    let open = format!("{base}/a2a/open-echo/anp/rpc");
+    let (status, v) = rpc(&client, &open, send("anon"), "application/json").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["text"], "anon", "{v}");
+    assert_eq!(v["result"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    let task = v["result"]["taskId"].as_str().unwrap().to_string();
+    let get = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": "g", "method": "getTask", "params": {"taskId": task}}),
+    )
+    .unwrap();
+    let (_, v) = rpc(&client, &open, get, "application/json").await;
+    assert_eq!(v["result"]["taskId"], json!(task), "{v}");
+    // Bad requests are JSON-RPC errors, not panics.
+    for (body, code) in [
+        (b"[]".to_vec(), -32600),
+        (b"{".to_vec(), -32700),
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"nope"}"#.to_vec(),
+            -32601,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"send","params":{"text":5}}"#.to_vec(),
+            -32602,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"send","params":[]}"#.to_vec(),
+            -32602,
+        ),
+    ] {
+        let (status, v) = rpc(&client, &open, body, "application/json").await;
+        assert_eq!(
+            (status, v["error"]["code"].as_i64()),
+            (200, Some(code)),
+            "{v}"
+        );
+    }
+}
