@@ -228,3 +228,162 @@ async fn the_anp_endpoint_is_bounded_and_refuses_what_the_a2a_routes_refuse() {
         );
     }
 }
+
+/// `agentnet call --ad URL` as the given flags, from `data_dir`: its output.
+fn call_ad(data_dir: &Path, ad: &str, text: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "call",
+        text,
+        "--ad",
+        ad,
+        "--allow-private",
+        "--json",
+        "--timeout-secs",
+        "30",
+        "--data-dir",
+        common::p(data_dir),
+    ];
+    args.extend_from_slice(extra);
+    common::agentnet(&args)
+}
+
+/// An agent served by the ANP SDK's own server (`anp.fastanp.FastANP`) on 127.0.0.1, its
+/// DID-WBA middleware on; killed on drop.
+struct SdkServer {
+    child: std::process::Child,
+    ad: String,
+}
+
+impl SdkServer {
+    fn start(caller_doc: &Path) -> SdkServer {
+        use std::io::BufRead;
+        let py = common::venv_python();
+        assert!(py.is_file(), "no interop venv; run bash interop/setup.sh");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/anp_sdk_server.py");
+        let mut child = Command::new(py)
+            .arg(script)
+            .args(["--caller-doc", common::p(caller_doc)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v: Value = serde_json::from_str(line.trim())
+            .unwrap_or_else(|e| panic!("anp_sdk_server.py printed {line:?}: {e}"));
+        let ad = v["ad"].as_str().unwrap().to_string();
+        let server = SdkServer { child, ad };
+        // Listening once the description answers (bounded: 30 s).
+        for _ in 0..300 {
+            let up = std::net::TcpStream::connect(
+                server
+                    .ad
+                    .trim_start_matches("http://localhost:")
+                    .split('/')
+                    .next()
+                    .map(|port| format!("127.0.0.1:{port}"))
+                    .unwrap(),
+            )
+            .is_ok();
+            if up {
+                return server;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the ANP SDK server did not start");
+    }
+}
+
+impl Drop for SdkServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `agentnet call --ad` reaches an agent the ANP SDK serves: it reads the description, fetches
+/// the OpenRPC document it links, picks its one method and calls it signed as our did:wba
+/// identity, which the SDK's verifier authenticates (the answer names that DID). Unsigned,
+/// the SDK refuses the call, and so does our client a description whose DID is not its
+/// origin's.
+#[test]
+fn agentnet_call_reaches_an_agent_served_by_the_anp_sdk() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(&dir.path().join("node"));
+    let id = common::json_of(&[
+        "identity",
+        "new",
+        "--wba",
+        "localhost%3A9:agents:bob",
+        "--data-dir",
+        common::p(&node.dir),
+        "--json",
+    ]);
+    let did = id["did"].as_str().unwrap().to_string();
+    let doc = Path::new(id["documentFile"].as_str().unwrap()).to_owned();
+    let server = SdkServer::start(&doc);
+
+    let out = call_ad(&node.dir, &server.ad, "hello sdk", &["--as", &did]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: Value = serde_json::from_str(common::stdout(&out).trim()).unwrap();
+    assert_eq!(v["result"]["echo"], "hello sdk", "{v}");
+    assert_eq!(v["result"]["caller"], json!(did), "{v}");
+    assert_eq!(v["interface"]["method"], "echo", "{v}");
+    assert!(v["did"]
+        .as_str()
+        .unwrap()
+        .starts_with("did:wba:localhost%3A"));
+
+    // Unsigned: the SDK's middleware answers 401.
+    let out = call_ad(&node.dir, &server.ad, "hello", &["--anonymous"]);
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains("401"),
+        "{}",
+        common::stderr(&out)
+    );
+
+    // The same description at 127.0.0.1 names a DID of localhost: another origin, refused
+    // before anything is called.
+    let by_ip = server.ad.replace("localhost", "127.0.0.1");
+    let out = call_ad(&node.dir, &by_ip, "hello", &["--as", &did]);
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains("does not vouch for it"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+/// `agentnet call --ad` reaches our own hosted agents too: a did:key description is verified
+/// through the A2A card it links (signed by that key, on the same origin); `--did` another
+/// DID is refused.
+#[test]
+fn agentnet_call_reaches_a_hosted_agent_by_its_description() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(&dir.path().join("node"));
+    let ad = format!("{}/a2a/echo/ad.json", base(&node));
+    let out = call_ad(&node.dir, &ad, "hello ad", &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: Value = serde_json::from_str(common::stdout(&out).trim()).unwrap();
+    assert_eq!(v["result"]["text"], "hello ad", "{v}");
+    assert_eq!(v["result"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    assert_eq!(v["interface"]["method"], "send");
+    // The task is the node's DID's (the call was signed).
+    assert_eq!(
+        v["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+
+    let other = format!("{}/a2a/ask/ad.json", base(&node));
+    let echo_did = v["did"].as_str().unwrap().to_string();
+    let out = call_ad(&node.dir, &other, "hello", &["--did", &echo_did]);
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains(&format!("not {echo_did}'s")),
+        "{}",
+        common::stderr(&out)
+    );
+}
