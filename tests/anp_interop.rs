@@ -252,6 +252,7 @@ fn call_ad(data_dir: &Path, ad: &str, text: &str, extra: &[&str]) -> std::proces
 struct SdkServer {
     child: std::process::Child,
     ad: String,
+    did: String,
 }
 
 impl SdkServer {
@@ -274,7 +275,8 @@ impl SdkServer {
         let v: Value = serde_json::from_str(line.trim())
             .unwrap_or_else(|e| panic!("anp_sdk_server.py printed {line:?}: {e}"));
         let ad = v["ad"].as_str().unwrap().to_string();
-        let server = SdkServer { child, ad };
+        let did = v["did"].as_str().unwrap().to_string();
+        let server = SdkServer { child, ad, did };
         // Listening once the description answers (bounded: 30 s).
         for _ in 0..300 {
             let up = std::net::TcpStream::connect(
@@ -305,7 +307,8 @@ impl Drop for SdkServer {
 
 /// `agentnet call --ad` reaches an agent the ANP SDK serves: it reads the description, fetches
 /// the OpenRPC document it links, picks its one method and calls it signed as our did:wba
-/// identity, which the SDK's verifier authenticates (the answer names that DID). Unsigned,
+/// identity, which the SDK's verifier authenticates (the answer names that DID); given the
+/// agent's DID instead, the description its DID document names. Unsigned,
 /// the SDK refuses the call, and so does our client a description whose DID is not its
 /// origin's.
 #[test]
@@ -335,6 +338,19 @@ fn agentnet_call_reaches_an_agent_served_by_the_anp_sdk() {
         .as_str()
         .unwrap()
         .starts_with("did:wba:localhost%3A"));
+
+    // By the agent's DID: its document (served by the SDK server, fetched over plain http on
+    // loopback, so with the testnet flag) names the description.
+    let out = call_ad(
+        &node.dir,
+        &server.did,
+        "by did",
+        &["--as", &did, "--allow-http-loopback"],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: Value = serde_json::from_str(common::stdout(&out).trim()).unwrap();
+    assert_eq!(v["result"]["echo"], "by did", "{v}");
+    assert_eq!(v["did"], json!(server.did), "{v}");
 
     // Unsigned: the SDK's middleware answers 401.
     let out = call_ad(&node.dir, &server.ad, "hello", &["--anonymous"]);

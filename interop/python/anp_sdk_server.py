@@ -6,11 +6,13 @@ on FastAPI/uvicorn), on 127.0.0.1, for `agentnet call --ad` to reach.
 
 Serves `/ad.json` (the SDK's common header, the interface linked by URL as its examples do),
 the OpenRPC document `/info/echo.json` and JSON-RPC at `/rpc`, with one method `echo(text)`
-answering {"echo": text, "caller": <the DID the SDK's verifier authenticated>}. Unless --open,
+answering {"echo": text, "caller": <the DID the SDK's verifier authenticated>}, and the agent's
+own did:wba document (made by the SDK, with an AgentDescription service naming /ad.json) at
+its did:wba path. Unless --open,
 every call goes through the SDK's DID-WBA middleware (RFC 9421 or legacy DIDWba); the DID
 document of DOC.json is the one its verifier resolves (its id must match the signer's DID:
 the SDK fetches did:wba documents over HTTPS only, so a loopback caller's document is handed
-to it here). Prints one JSON line {"ad": URL} once listening, then serves until killed.
+to it here). Prints one JSON line {"ad": URL, "did": DID} once listening, then serves until killed.
 """
 
 import argparse
@@ -24,6 +26,8 @@ try:
     from fastapi import FastAPI
 
     import anp.authentication.did_wba_verifier as verifier_module
+    import anp.fastanp.middleware as middleware_module
+    from anp.authentication import create_did_wba_document
     from anp.authentication.did_wba_verifier import DidWbaVerifierConfig
     from anp.fastanp import Context, FastANP
 except ImportError as e:  # pragma: no cover
@@ -53,12 +57,28 @@ def main() -> int:
     # own origin only).
     base = f"http://localhost:{port}"
 
+    # The agent's own did:wba, made by the SDK, its document naming the description (an
+    # AgentDescription service) and served here.
+    own_doc, _ = create_did_wba_document(
+        hostname="localhost", port=port, path_segments=["agents", "echo"],
+        agent_description_url=f"{base}/ad.json", enable_e2ee=False,
+    )
+    own_did = own_doc["id"]
+    own_path = "/" + "/".join(own_did.split(":")[3:]) + "/did.json"
+
+    # A DID document is public: exempt it from the SDK's middleware as the SDK exempts ad.json.
+    middleware_module.EXEMPT_PATHS.append("*/did.json")
     app = FastAPI()
+
+    @app.get(own_path)
+    def own_document():
+        return own_doc
+
     anp = FastANP(
         app=app,
         name="SDK echo",
         description="An echo agent served by the ANP SDK (fastanp)",
-        did=f"did:wba:localhost%3A{port}:agents:echo",
+        did=own_did,
         agent_domain=base,
         enable_auth_middleware=not a.open,
         auth_config=DidWbaVerifierConfig(
@@ -78,7 +98,7 @@ def main() -> int:
         doc["interfaces"] = [anp.interfaces[echo].link_summary]
         return doc
 
-    print(json.dumps({"ad": f"{base}/ad.json"}), flush=True)
+    print(json.dumps({"ad": f"{base}/ad.json", "did": own_did}), flush=True)
     config = uvicorn.Config(app, log_level="warning")
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -2,7 +2,8 @@
 //!
 //! In this order, stopping at the first refusal, before anything is sent to the agent:
 //!
-//! 1. **Fetch** the description (`ad.json`): [`check_url`] (https and public addresses unless
+//! 1. **Fetch** the description (`ad.json`; given a DID instead, the `AgentDescription`
+//!    service of its resolved document names it, and the description must be that DID's): [`check_url`] (https and public addresses unless
 //!    `allow_private`), connections pinned to the checked addresses, no redirects, at most
 //!    [`MAX_DOCUMENT`] bytes, JSON.
 //! 2. **Verify** that it is its DID's: the description names a `did`; a did:wba or did:web DID
@@ -76,6 +77,19 @@ fn did_authority(did: &Did) -> Option<(String, u16)> {
         None => (decoded.clone(), 443),
     };
     Some((host.to_ascii_lowercase(), port))
+}
+
+/// The endpoint of the first `AgentDescription` service among a DID document's `services`.
+fn description_service(services: &[Value]) -> Option<String> {
+    services.iter().find_map(|s| {
+        let t = &s["type"];
+        let is_ad = t == "AgentDescription"
+            || t.as_array()
+                .is_some_and(|a| a.iter().any(|x| x == "AgentDescription"));
+        is_ad
+            .then(|| s["serviceEndpoint"].as_str().map(str::to_owned))
+            .flatten()
+    })
 }
 
 /// `u`'s first server URL among `servers` (an OpenRPC `servers` list).
@@ -179,8 +193,29 @@ impl Caller {
         did: Option<&str>,
         progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<AnpAgent, CallError> {
-        let ad_url =
-            url::Url::parse(ad_url).map_err(|e| refuse(format!("{ad_url:?} is not a URL: {e}")))?;
+        // A DID: its document's `AgentDescription` service names the description (as the ANP
+        // SDK writes it), which must then be that DID's.
+        let (ad_url, did) = if ad_url.starts_with("did:") {
+            let doc = self
+                .resolver
+                .resolve_str(ad_url)
+                .await
+                .map_err(|e| refuse(format!("resolving {ad_url}: {e}")))?;
+            let endpoint = description_service(&doc.service).ok_or_else(|| {
+                refuse(format!(
+                    "the DID document of {ad_url} has no AgentDescription service: give the \
+                     description's URL"
+                ))
+            })?;
+            if did.is_some_and(|d| d != ad_url) {
+                return Err(refuse("--did and --ad name two DIDs"));
+            }
+            (endpoint, Some(ad_url))
+        } else {
+            (ad_url.to_owned(), did)
+        };
+        let ad_url = url::Url::parse(&ad_url)
+            .map_err(|e| refuse(format!("{ad_url:?} is not a URL: {e}")))?;
         let ad = self.anp_document(&ad_url).await?;
         let home = origin(&ad_url);
         let same_origin = |u: &url::Url, what: &str| {
@@ -388,6 +423,24 @@ mod tests {
         assert_eq!(did_authority(&d), Some(("example.com".into(), 443)));
         let u = url::Url::parse("https://example.com/ad.json").unwrap();
         assert_eq!(origin(&u), "https://example.com:443");
+    }
+
+    #[test]
+    fn a_did_document_names_its_description() {
+        let s = vec![
+            json!({"id": "#x", "type": "Other", "serviceEndpoint": "https://a/x"}),
+            json!({"id": "#ad", "type": "AgentDescription", "serviceEndpoint": "https://a/ad.json"}),
+        ];
+        assert_eq!(
+            description_service(&s).as_deref(),
+            Some("https://a/ad.json")
+        );
+        let s = vec![json!({"type": ["AgentDescription"], "serviceEndpoint": "https://b/ad.json"})];
+        assert_eq!(
+            description_service(&s).as_deref(),
+            Some("https://b/ad.json")
+        );
+        assert_eq!(description_service(&[]), None);
     }
 
     #[test]

@@ -362,9 +362,10 @@ struct CallArgs {
     /// whose card verifies and offers an interface we speak is called.
     #[arg(long = "skill")]
     skill: Vec<String>,
-    /// Or: an ANP agent, by the URL of its Agent Description (`ad.json`; verified as its
-    /// DID's, with --did that one; the call goes to its OpenRPC interface, signed).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["skill", "task", "stream"])]
+    /// Or: an ANP agent, by the URL of its Agent Description (`ad.json`), or by a DID whose
+    /// document names one (an `AgentDescription` service); verified as its DID's (with --did,
+    /// that one); the call goes to its OpenRPC interface, signed.
+    #[arg(long, value_name = "URL|DID", conflicts_with_all = ["skill", "task", "stream"])]
     ad: Option<String>,
     /// Continue this task (waiting for input) instead of starting one.
     #[arg(long, value_name = "ID")]
