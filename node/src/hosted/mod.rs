@@ -43,6 +43,11 @@
 //! With `mcp = true`, the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
 //! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
 //! `urn:agentnet:mcp:v1`.
+//!
+//! Every agent also has an ANP face ([`anp`], `docs/ANP.md`): its Agent Description at
+//! `/a2a/<id>/ad.json`, an OpenRPC interface and a JSON-RPC endpoint running the same engine
+//! under the same policy and authenticator; the node lists them at
+//! `/.well-known/agent-descriptions`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
