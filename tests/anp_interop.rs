@@ -24,7 +24,6 @@ listen = ["/ip4/127.0.0.1/tcp/0"]
 id = "echo"
 kind = "echo"
 tags = ["anp-echo"]
-publish = false
 
 [[agent]]
 id = "open-echo"
@@ -229,6 +228,24 @@ async fn the_anp_endpoint_is_bounded_and_refuses_what_the_a2a_routes_refuse() {
     }
 }
 
+/// GET `url` as JSON (blocking, for the tests that are not async).
+fn client_get(url: &str) -> Value {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        agentnet_did::http::client()
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
+}
+
 /// `agentnet call --ad URL` as the given flags, from `data_dir`: its output.
 fn call_ad(data_dir: &Path, ad: &str, text: &str, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
@@ -374,8 +391,8 @@ fn agentnet_call_reaches_an_agent_served_by_the_anp_sdk() {
 }
 
 /// `agentnet call --ad` reaches our own hosted agents too: a did:key description is verified
-/// through the A2A card it links (signed by that key, on the same origin); `--did` another
-/// DID is refused.
+/// through the A2A card it links (signed by that key, on the same origin); by its DID, the card
+/// in the node's index links the description; `--did` another DID is refused.
 #[test]
 fn agentnet_call_reaches_a_hosted_agent_by_its_description() {
     let dir = tempfile::tempdir().unwrap();
@@ -393,8 +410,23 @@ fn agentnet_call_reaches_a_hosted_agent_by_its_description() {
         "TASK_STATE_COMPLETED"
     );
 
-    let other = format!("{}/a2a/ask/ad.json", base(&node));
+    // By its DID: its card in the node's index (published, gossiped) links the description.
     let echo_did = v["did"].as_str().unwrap().to_string();
+    let out = call_ad(&node.dir, &echo_did, "by card", &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: Value = serde_json::from_str(common::stdout(&out).trim()).unwrap();
+    assert_eq!(v["result"]["text"], "by card", "{v}");
+    // The ask agent is not published: its DID is known nowhere.
+    let ask: Value = client_get(&format!("{}/a2a/ask/ad.json", base(&node)));
+    let out = call_ad(&node.dir, ask["did"].as_str().unwrap(), "hello", &[]);
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains("give the description's URL"),
+        "{}",
+        common::stderr(&out)
+    );
+
+    let other = format!("{}/a2a/ask/ad.json", base(&node));
     let out = call_ad(&node.dir, &other, "hello", &["--did", &echo_did]);
     assert!(!out.status.success());
     assert!(
@@ -402,4 +434,60 @@ fn agentnet_call_reaches_a_hosted_agent_by_its_description() {
         "{}",
         common::stderr(&out)
     );
+}
+
+/// An impostor copies a hosted agent's signed card and description onto its own origin, its
+/// endpoint pointing at itself: the card verifies as the agent's DID (it is the agent's card),
+/// but its interfaces are on the node's origin, not the impostor's, so `call --ad` refuses the
+/// description before calling anything, and the impostor's endpoint gets no call.
+#[test]
+fn a_copied_card_does_not_vouch_for_another_origin() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(&dir.path().join("node"));
+    let real = format!("{}/a2a/echo", base(&node));
+    let card = client_get(&format!("{real}/.well-known/agent-card.json"));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake = format!("http://{}/a2a/echo", listener.local_addr().unwrap());
+    let mut ad = client_get(&format!("{real}/ad.json"));
+    let text = ad.to_string().replace(&real, &fake);
+    ad = serde_json::from_str(&text).unwrap();
+    let posts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let p2 = posts.clone();
+    let (ad_body, card_body) = (ad.to_string(), card.to_string());
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(16) {
+            let Ok(mut conn) = conn else { continue };
+            let mut req = vec![0u8; 16 * 1024];
+            let n = conn.read(&mut req).unwrap_or(0);
+            let head = String::from_utf8_lossy(&req[..n]).to_string();
+            let body = if head.starts_with("GET /a2a/echo/ad.json ") {
+                ad_body.clone()
+            } else if head.starts_with("GET /a2a/echo/.well-known/agent-card.json ") {
+                card_body.clone()
+            } else {
+                if head.starts_with("POST ") {
+                    p2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                r#"{"jsonrpc":"2.0","id":1,"result":{"text":"impostor"}}"#.to_string()
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let out = call_ad(&node.dir, &format!("{fake}/ad.json"), "hello", &[]);
+    assert!(
+        !out.status.success(),
+        "the impostor was called: {}",
+        common::stdout(&out)
+    );
+    assert!(
+        common::stderr(&out).contains("the card's interfaces"),
+        "{}",
+        common::stderr(&out)
+    );
+    assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

@@ -3,13 +3,16 @@
 //! In this order, stopping at the first refusal, before anything is sent to the agent:
 //!
 //! 1. **Fetch** the description (`ad.json`; given a DID instead, the `AgentDescription`
-//!    service of its resolved document names it, and the description must be that DID's): [`check_url`] (https and public addresses unless
+//!    service of its resolved document names it, else the card extension
+//!    [`EXTENSION`] of its card in the node's index, and the description
+//!    must be that DID's): [`check_url`] (https and public addresses unless
 //!    `allow_private`), connections pinned to the checked addresses, no redirects, at most
 //!    [`MAX_DOCUMENT`] bytes, JSON.
 //! 2. **Verify** that it is its DID's: the description names a `did`; a did:wba or did:web DID
 //!    must be of the description's origin (its host and port are the URL's: whoever holds the
 //!    DID holds that origin); a did:key description must link an A2A card on the same origin
-//!    whose signatures verify as that DID's (as agentnet's hosted agents do). With `--did`, the
+//!    whose signatures verify as that DID's (as agentnet's hosted agents do), and lie under one
+//!    of that card's interface URLs (a signed card copied elsewhere verifies just as well). With `--did`, the
 //!    description's DID must be that one.
 //! 3. **Choose** the interface: the first `StructuredInterface` of protocol `openrpc`, embedded
 //!    (`content`) or fetched from its `url` (same origin, same checks), and in it the method:
@@ -31,6 +34,10 @@ use serde_json::{json, Value};
 
 use super::{check_url, pinned, CallError, Caller, Progress, MAX_TEXT};
 
+/// The extension URI by which an agent's A2A card links its Agent Description
+/// (`params.url`), so that its advert, and the gossip index, carry it (agentnet's hosted agents,
+/// `crate::hosted::anp`).
+pub const EXTENSION: &str = "urn:agentnet:anp:v1";
 /// Longest description or interface document read: 256 KiB.
 pub const MAX_DOCUMENT: usize = 256 * 1024;
 /// Longest JSON-RPC answer read: 4 MiB.
@@ -90,6 +97,16 @@ fn description_service(services: &[Value]) -> Option<String> {
             .then(|| s["serviceEndpoint"].as_str().map(str::to_owned))
             .flatten()
     })
+}
+
+/// The description an A2A card links ([`EXTENSION`]).
+fn card_description(card: &Value) -> Option<String> {
+    card.pointer("/capabilities/extensions")?
+        .as_array()?
+        .iter()
+        .find(|e| e["uri"] == EXTENSION)?["params"]["url"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// `u`'s first server URL among `servers` (an OpenRPC `servers` list).
@@ -201,12 +218,25 @@ impl Caller {
                 .resolve_str(ad_url)
                 .await
                 .map_err(|e| refuse(format!("resolving {ad_url}: {e}")))?;
-            let endpoint = description_service(&doc.service).ok_or_else(|| {
-                refuse(format!(
-                    "the DID document of {ad_url} has no AgentDescription service: give the \
-                     description's URL"
-                ))
-            })?;
+            let endpoint = match description_service(&doc.service) {
+                Some(e) => e,
+                // Else the card the node's index holds for it may link one (agentnet's hosted
+                // agents do, [`EXTENSION`]).
+                None => {
+                    let card = self.card_of(ad_url).await.map_err(|e| {
+                        refuse(format!(
+                            "the DID document of {ad_url} has no AgentDescription service, and \
+                             no card of it links one ({e}): give the description's URL"
+                        ))
+                    })?;
+                    card_description(&card).ok_or_else(|| {
+                        refuse(format!(
+                            "neither the DID document nor the card of {ad_url} links an Agent \
+                             Description: give the description's URL"
+                        ))
+                    })?
+                }
+            };
             if did.is_some_and(|d| d != ad_url) {
                 return Err(refuse("--did and --ad name two DIDs"));
             }
@@ -271,7 +301,27 @@ impl Caller {
                     .map_err(|e| refuse(format!("the card URL {card_url:?}: {e}")))?;
                 same_origin(&card_url, "card")?;
                 let card = self.anp_document(&card_url).await?;
-                self.verify(did_str, card, progress).await?;
+                let verified = self.verify(did_str, card, progress).await?;
+                // The signed card vouches for its own URLs only: a copy served elsewhere
+                // verifies just as well, so the description must be under one of them.
+                let urls: Vec<&str> = verified.card["supportedInterfaces"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i["url"].as_str())
+                    .take(16)
+                    .collect();
+                let under = urls.iter().any(|u| {
+                    ad_url
+                        .as_str()
+                        .starts_with(&format!("{}/", u.trim_end_matches('/')))
+                });
+                if !under {
+                    return Err(refuse(format!(
+                        "the description at {ad_url} is not under the card's interfaces \
+                         ({urls:?}): a card signed by {did_str} vouches for its own URLs only"
+                    )));
+                }
             }
             _ => {
                 return Err(refuse(format!(
@@ -423,6 +473,19 @@ mod tests {
         assert_eq!(did_authority(&d), Some(("example.com".into(), 443)));
         let u = url::Url::parse("https://example.com/ad.json").unwrap();
         assert_eq!(origin(&u), "https://example.com:443");
+    }
+
+    #[test]
+    fn a_card_links_its_description() {
+        let card = json!({"capabilities": {"extensions": [
+            {"uri": "urn:agentnet:a2a:did-auth:v1"},
+            {"uri": EXTENSION, "params": {"url": "https://a/ad.json"}},
+        ]}});
+        assert_eq!(
+            card_description(&card).as_deref(),
+            Some("https://a/ad.json")
+        );
+        assert_eq!(card_description(&json!({})), None);
     }
 
     #[test]

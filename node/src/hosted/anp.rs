@@ -38,6 +38,7 @@ pub const AD_PATH: &str = "/ad.json";
 pub const INTERFACE_PATH: &str = "/anp/interface.json";
 /// The JSON-RPC endpoint's path under the agent's URL.
 pub const RPC_PATH: &str = "/anp/rpc";
+pub use crate::call::anp::EXTENSION;
 /// Where the node lists its agents' descriptions.
 pub const WELL_KNOWN: &str = "/.well-known/agent-descriptions";
 /// The JSON-LD context of the documents.
@@ -65,6 +66,16 @@ impl std::fmt::Debug for Face {
             .field("ad_url", &self.ad_url)
             .finish_non_exhaustive()
     }
+}
+
+/// The card extension linking the description at `ad_url` ([`EXTENSION`]).
+pub fn extension(ad_url: &str) -> Value {
+    json!({
+        "uri": EXTENSION,
+        "description": "This agent's ANP Agent Description (JSON-LD): an OpenRPC interface and a JSON-RPC endpoint running the same agent, signed requests as on A2A.",
+        "required": false,
+        "params": {"url": ad_url},
+    })
 }
 
 /// The OpenRPC document of an agent whose endpoint is `rpc_url`.

@@ -194,16 +194,17 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
     if required {
         c["securityRequirements"] = json!([{"schemes": {DID_SCHEME: {"list": []}}}]);
     }
-    if a.mcp == Some(true) {
-        if let Some(exts) = c
-            .pointer_mut("/capabilities/extensions")
-            .and_then(Value::as_array_mut)
-        {
+    if let Some(exts) = c
+        .pointer_mut("/capabilities/extensions")
+        .and_then(Value::as_array_mut)
+    {
+        if a.mcp == Some(true) {
             exts.push(crate::mcp::hosted::extension(&format!(
                 "{url}{}",
                 crate::mcp::hosted::PATH
             )));
         }
+        exts.push(anp::extension(&format!("{url}{}", anp::AD_PATH)));
     }
     c
 }
