@@ -363,8 +363,8 @@ struct CallArgs {
     #[arg(long = "skill")]
     skill: Vec<String>,
     /// Or: an ANP agent, by the URL of its Agent Description (`ad.json`), or by a DID whose
-    /// document names one (an `AgentDescription` service); verified as its DID's (with --did,
-    /// that one); the call goes to its OpenRPC interface, signed.
+    /// document (an `AgentDescription` service) or card in the node's index links one; verified
+    /// as its DID's (with --did, that one); the call goes to its OpenRPC interface, signed.
     #[arg(long, value_name = "URL|DID", conflicts_with_all = ["skill", "task", "stream"])]
     ad: Option<String>,
     /// Continue this task (waiting for input) instead of starting one.
