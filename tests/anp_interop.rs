@@ -491,3 +491,104 @@ fn a_copied_card_does_not_vouch_for_another_origin() {
     );
     assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+async fn signed_post(
+    client: &reqwest::Client,
+    url: &str,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut req = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.json().await.unwrap_or(Value::Null))
+}
+
+fn rfc9421(key: &agentnet_did::SecretKey, url: &str, body: &[u8]) -> Vec<(String, String)> {
+    use agentnet_did::httpsig;
+    let did = key.did_key();
+    let kid = did.with_fragment(did.method_specific_id());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let h = httpsig::sign(key, &kid, "POST", url, body, now, &httpsig::new_nonce()).unwrap();
+    vec![
+        ("content-digest".into(), h.content_digest),
+        ("signature-input".into(), h.signature_input),
+        ("signature".into(), h.signature),
+    ]
+}
+
+fn legacy(key: &agentnet_did::SecretKey, aud: &str) -> Vec<(String, String)> {
+    use agentnet_did::httpsig;
+    let did = key.did_key();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let auth = httpsig::sign_legacy(
+        key,
+        &did,
+        did.method_specific_id(),
+        aud,
+        &httpsig::new_nonce(),
+        &httpsig::format_utc_timestamp(now),
+    );
+    vec![("authorization".into(), auth)]
+}
+
+/// The legacy `Authorization: DIDWba` header signs no method, path or body: whoever captured
+/// one made for this node could read or continue the signer's tasks with it. The ANP endpoint
+/// never takes it, not even to start a task; an RFC 9421 signature is taken (and earns the
+/// access token ANP hands out), and the task it started is the signer's alone.
+#[tokio::test]
+async fn the_anp_endpoint_takes_no_legacy_didwba_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(&dir.path().join("node"));
+    let rpc_url = format!("{}/a2a/ask/anp/rpc", base(&node));
+    let c = agentnet_did::http::client();
+    let victim = agentnet_did::SecretKey::generate();
+    let body = |method: &str, params: Value| {
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .unwrap()
+    };
+    let send = body("send", json!({"text": "hi"}));
+    let (s, h, v) = signed_post(&c, &rpc_url, rfc9421(&victim, &rpc_url, &send), send).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["result"]["state"], "TASK_STATE_INPUT_REQUIRED", "{v}");
+    assert!(
+        h.contains_key("authentication-info"),
+        "a verified signer gets a token"
+    );
+    let task = v["result"]["taskId"].as_str().unwrap().to_string();
+
+    let aud = agentnet_did::httpsig::legacy_audience(&rpc_url).unwrap();
+    for (method, params) in [
+        ("getTask", json!({"taskId": task})),
+        ("send", json!({"text": "Mallory", "taskId": task})),
+        ("send", json!({"text": "new"})),
+    ] {
+        let (s, h, v) =
+            signed_post(&c, &rpc_url, legacy(&victim, &aud), body(method, params)).await;
+        assert_eq!(s, 401, "a legacy header was taken for {method}: {v}");
+        assert!(!h.contains_key("authentication-info"));
+    }
+    // Another signer does not see the victim's task.
+    let other = agentnet_did::SecretKey::generate();
+    let get = body("getTask", json!({"taskId": task}));
+    let (s, _, v) = signed_post(&c, &rpc_url, rfc9421(&other, &rpc_url, &get), get).await;
+    assert_eq!(s, 200);
+    assert!(v["error"].is_object(), "another DID read the task: {v}");
+    // The victim does.
+    let get = body("getTask", json!({"taskId": task}));
+    let (_, _, v) = signed_post(&c, &rpc_url, rfc9421(&victim, &rpc_url, &get), get).await;
+    assert_eq!(v["result"]["taskId"], json!(task), "{v}");
+}
