@@ -50,7 +50,7 @@ fi
 STAMP="$VENV/.agentnet-requirements.sha256"
 want="$(cat "$REQ" "$HERE/python/constraints.txt" | python3 -c "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")"
 have="$(cat "$STAMP" 2>/dev/null || true)"
-if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c 'import a2a.utils.signing, jwt, cryptography, anp, starlette, sse_starlette, uvicorn, mcp' >/dev/null 2>&1; then
+if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c 'import a2a.utils.signing, jwt, cryptography, anp, anp.openanp, fastapi, starlette, sse_starlette, uvicorn, mcp' >/dev/null 2>&1; then
   log "installing Python requirements"
   "$VENV/bin/python" -m pip --version >/dev/null 2>&1 || make_venv
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ" -c "$HERE/python/constraints.txt" ||

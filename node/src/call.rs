@@ -48,6 +48,8 @@ use crate::directory::{self, Directory, Found};
 
 pub use crate::signer::{DidSigner, MAX_TOKENS};
 
+pub mod anp;
+
 /// Most discovered cards tried for one `--skill` call.
 pub const MAX_CANDIDATES: usize = 20;
 /// Longest message text sent.
@@ -299,6 +301,9 @@ pub enum CallError {
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]
     Http(String),
+    /// An ANP agent's description, interface or answer refused ([`anp`]).
+    #[error("{0}")]
+    Anp(String),
 }
 
 /// The ProtoJSON name of a task state.

@@ -141,6 +141,11 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
     };
     let caller = caller(&args.reach, signer, opts)?;
     let allow_private = caller.options().allow_private;
+    if let Some(ad) = &args.ad {
+        return anp_call(&caller, ad, &args)
+            .await
+            .map_err(|e| private_hint(e, allow_private));
+    }
     let target = if args.skill.is_empty() {
         call::Target::Did(args.did.clone().unwrap_or_default())
     } else {
@@ -219,6 +224,30 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
             state.as_ref().map(call::state_name).unwrap_or_default()
         );
         return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `agentnet call --ad URL`: an ANP agent, through its description ([`call::anp`]).
+async fn anp_call(caller: &call::Caller, ad: &str, args: &CallArgs) -> anyhow::Result<ExitCode> {
+    let mut progress = progress_lines();
+    let agent = caller
+        .find_anp(ad, args.did.as_deref(), &mut progress)
+        .await?;
+    let result = caller.call_anp(&agent, &args.text).await?;
+    if args.json {
+        let out = json!({
+            "did": agent.did,
+            "interface": {"url": agent.rpc_url.as_str(), "binding": "ANP JSON-RPC", "method": agent.method},
+            "result": result,
+        });
+        out!("{}", json_line(&out)?)?;
+    } else {
+        let text = match result.get("text").or(Some(&result)) {
+            Some(Value::String(s)) => s.clone(),
+            _ => result.to_string(),
+        };
+        out!("{}", text::sanitize(&text))?;
     }
     Ok(ExitCode::SUCCESS)
 }

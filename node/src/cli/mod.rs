@@ -351,7 +351,7 @@ enum IdentityCommand {
 }
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("target").args(["did", "skill"]).required(true).multiple(true)))]
+#[command(group(clap::ArgGroup::new("target").args(["did", "skill", "ad"]).required(true).multiple(true)))]
 struct CallArgs {
     /// The message.
     text: String,
@@ -362,6 +362,11 @@ struct CallArgs {
     /// whose card verifies and offers an interface we speak is called.
     #[arg(long = "skill")]
     skill: Vec<String>,
+    /// Or: an ANP agent, by the URL of its Agent Description (`ad.json`), or by a DID whose
+    /// document (an `AgentDescription` service) or card in the node's index links one; verified
+    /// as its DID's (with --did, that one); the call goes to its OpenRPC interface, signed.
+    #[arg(long, value_name = "URL|DID", conflicts_with_all = ["skill", "task", "stream"])]
+    ad: Option<String>,
     /// Continue this task (waiting for input) instead of starting one.
     #[arg(long, value_name = "ID")]
     task: Option<String>,

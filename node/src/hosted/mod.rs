@@ -47,6 +47,11 @@
 //! With `mcp = true`, the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
 //! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
 //! `urn:agentnet:mcp:v1`.
+//!
+//! Every agent also has an ANP face ([`anp`], `docs/ANP.md`): its Agent Description at
+//! `/a2a/<id>/ad.json`, an OpenRPC interface and a JSON-RPC endpoint running the same engine
+//! under the same policy and authenticator; the node lists them at
+//! `/.well-known/agent-descriptions`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -69,6 +74,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::config::{ConfigError, FileConfig};
 use crate::tasks::TaskDb;
 
+pub mod anp;
 mod command;
 mod proxy;
 
@@ -115,6 +121,10 @@ pub struct Hosted {
     pub server: Arc<Server>,
     /// Its MCP endpoint, if configured.
     pub mcp: Option<crate::mcp::hosted::Endpoint>,
+    /// Its ANP face ([`anp`]).
+    pub anp: Arc<anp::Face>,
+    /// The node's public base URL.
+    pub public_base: String,
 }
 
 impl std::fmt::Debug for Hosted {
@@ -192,16 +202,17 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
     if required {
         c["securityRequirements"] = json!([{"schemes": {DID_SCHEME: {"list": []}}}]);
     }
-    if a.mcp == Some(true) {
-        if let Some(exts) = c
-            .pointer_mut("/capabilities/extensions")
-            .and_then(Value::as_array_mut)
-        {
+    if let Some(exts) = c
+        .pointer_mut("/capabilities/extensions")
+        .and_then(Value::as_array_mut)
+    {
+        if a.mcp == Some(true) {
             exts.push(crate::mcp::hosted::extension(&format!(
                 "{url}{}",
                 crate::mcp::hosted::PATH
             )));
         }
+        exts.push(anp::extension(&format!("{url}{}", anp::AD_PATH)));
     }
     c
 }
@@ -327,7 +338,16 @@ pub fn build(
             origin: crate::mcp::hosted::origin_of(public_base),
             turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
         });
+        let anp = Arc::new(anp::Face::new(
+            &signed,
+            &did.to_string(),
+            &url,
+            a.policy == PolicyName::Did,
+            auth.clone(),
+        ));
         out.push(Hosted {
+            anp,
+            public_base: public_base.trim_end_matches('/').to_string(),
             id: a.id.clone(),
             key,
             card: signed,
@@ -341,12 +361,23 @@ pub fn build(
 }
 
 /// The routes of every hosted agent, for the public listener: `/a2a/<id>/…` (and its MCP
-/// endpoint `/a2a/<id>/mcp`, whose sessions end when `stop` is cancelled), with the origin
-/// layer the DID authenticator needs.
+/// endpoint `/a2a/<id>/mcp`, whose sessions end when `stop` is cancelled, and its ANP face,
+/// [`anp`]), the node's `/.well-known/agent-descriptions`, with the origin layer the DID
+/// authenticator needs.
 pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> axum::Router {
-    let mut r = axum::Router::new();
+    let base = hosted.first().map(|h| h.public_base.as_str()).unwrap_or("");
+    let list = anp::well_known(base, &hosted.iter().map(|h| &*h.anp).collect::<Vec<_>>());
+    let mut r = axum::Router::new().route(
+        anp::WELL_KNOWN,
+        axum::routing::get(move || async move {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                list.to_string(),
+            )
+        }),
+    );
     for h in hosted {
-        let mut agent = h.server.router();
+        let mut agent = anp::router(h.anp.clone(), h.server.clone()).merge(h.server.router());
         if let Some(mcp) = &h.mcp {
             agent = mcp.router(stop.child_token()).merge(agent);
         }
