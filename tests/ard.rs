@@ -162,9 +162,9 @@ fn the_registry_answers_search_explore_and_lookup_from_gossip_and_refuses_in_env
     assert!((1..=100).contains(&score), "{found}");
     assert!(
         found["metadata"]["matched"]
-            .as_array()
+            .as_str()
             .unwrap()
-            .contains(&json!("weather: name")),
+            .contains("weather: name"),
         "{found}"
     );
     assert_eq!(
@@ -351,4 +351,52 @@ fn one_source_is_rate_limited_with_429() {
     // The other public routes are not behind this bucket.
     let (s, _) = get(&format!("{base}/.well-known/did.json"));
     assert_eq!(s, 200);
+}
+
+#[test]
+fn the_node_serves_its_hosted_agents_in_a_signed_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("node.toml");
+    std::fs::write(
+        &config,
+        "[[agent]]\nid = \"echo\"\nkind = \"echo\"\npublish = false\nname = \"Echo\"\n\
+         description = \"Echoes your message back\"\n",
+    )
+    .unwrap();
+    let mut args = LOOPBACK.to_vec();
+    args.extend(["--config", p(&config)]);
+    let n = UpNode::spawn(&tmp.path().join("n"), &args);
+    let base = http(&n);
+    let (s, m) = get(&format!("{base}/.well-known/ard.json"));
+    assert_eq!(s, 200, "{m}");
+    let (_, same) = get(&format!("{base}/.well-known/ai-catalog.json"));
+    assert_eq!(m, same);
+    assert_eq!(m["specVersion"], "1.0");
+    assert_eq!(m["host"]["identifier"], n.info["did"]);
+    let e = &m["entries"][0];
+    assert_eq!(m["entries"].as_array().unwrap().len(), 1, "{m}");
+    let did = e["trustManifest"]["identity"].as_str().unwrap();
+    assert_eq!(e["identifier"], format!("urn:air:key.did.invalid:{did}"));
+    assert_eq!(e["displayName"], "Echo");
+    // The entry points at the agent's card, signed by the same DID.
+    let (s, card) = get(e["url"].as_str().unwrap());
+    assert_eq!(s, 200, "{card}");
+    assert_eq!(card["name"], "Echo");
+    // Both signatures verify, and a changed entry's does not.
+    let r = agentnet_did::Resolver::new(Default::default()).unwrap();
+    use agentnet_node::ard::manifest::{verify_entry, verify_host, Trust};
+    rt().block_on(async {
+        assert_eq!(verify_entry(e, &r).await, Trust::Verified(did.to_owned()));
+        assert_eq!(
+            verify_host(&m, &r).await,
+            Trust::Verified(n.info["did"].as_str().unwrap().to_owned())
+        );
+        let mut changed = m.clone();
+        changed["entries"][0]["url"] = json!("https://evil.example/card");
+        assert!(matches!(
+            verify_entry(&changed["entries"][0], &r).await,
+            Trust::Invalid(_)
+        ));
+        assert!(matches!(verify_host(&changed, &r).await, Trust::Invalid(_)));
+    });
 }

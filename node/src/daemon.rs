@@ -511,7 +511,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         listener,
         http::router(well_known)
             .merge(hosted::router(&hosted, &http_stop))
-            .merge(crate::ard::router(client.store().clone(), &public_base)),
+            .merge(crate::ard::router(
+                client.store().clone(),
+                &public_base,
+                &key,
+                &hosted,
+            )),
         opts.http_limits,
         http_stop.clone(),
     ));

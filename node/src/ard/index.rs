@@ -193,8 +193,10 @@ impl Entry {
             if !self.description.is_empty() {
                 m.insert("description".into(), json!(self.description));
             }
-            if !self.queries.is_empty() {
-                m.insert("representativeQueries".into(), json!(self.queries));
+            // The schema wants 2 to 5 of them; all are indexed.
+            if self.queries.len() >= 2 {
+                let q: Vec<&String> = self.queries.iter().take(5).collect();
+                m.insert("representativeQueries".into(), json!(q));
             }
             if let Some(v) = &self.version {
                 m.insert("version".into(), json!(v));

@@ -4,9 +4,11 @@
 //!
 //! - `POST /search`: `query.text` (required) and `query.filter`, `pageSize` (alias `limit`),
 //!   `pageToken`; results ranked by relevance, then freshness as `discover` ranks, each with
-//!   `score` (0–100), `source` (this registry) and why it matched (`metadata.matched`).
+//!   `score` (0–100), `source` (this registry) and why it matched (`metadata.matched`, e.g.
+//!   `"weather: name, forecast: skills"`).
 //! - `POST /explore`: facets (`resultType.facets`) over the same matched set.
 //! - `GET /agents`: deterministic listing (`filter`, `orderBy`, `pageSize`, `pageToken`).
+//! - `GET /.well-known/ard.json` (and `ai-catalog.json`): the node's own manifest ([`manifest`]).
 //! - `GET /agents/{identifier}`: one entry by its `urn:air:` identifier ([`urn`]) or its DID;
 //!   `GET /agents/{identifier}/card`: the signed A2A Agent Card the entry references.
 //!
@@ -22,6 +24,7 @@
 //! rebuild at a time.
 
 pub mod index;
+pub mod manifest;
 pub mod urn;
 
 use std::net::SocketAddr;
@@ -165,8 +168,15 @@ impl Registry {
     }
 }
 
-/// The routes, to merge into the public router.
-pub fn router(store: Store, public_base: &str) -> Router {
+/// The routes, to merge into the public router: the registry over `store`, and the manifest
+/// of the node with `node_key` hosting `hosted` ([`manifest`]).
+pub fn router(
+    store: Store,
+    public_base: &str,
+    node_key: &agentnet_did::SecretKey,
+    hosted: &[crate::hosted::Hosted],
+) -> Router {
+    let well_known = manifest::router(&manifest::manifest(node_key, hosted, public_base));
     let reg = Arc::new(Registry::new(store, public_base));
     let only = |m: MethodRouter<Arc<Registry>>| m.fallback(wrong_method);
     Router::new()
@@ -178,6 +188,7 @@ pub fn router(store: Store, public_base: &str) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn_with_state(reg.clone(), rate))
         .with_state(reg)
+        .merge(well_known)
 }
 
 async fn wrong_method() -> ArdError {
@@ -373,7 +384,8 @@ async fn search(State(reg): State<Arc<Registry>>, body: Result<Bytes, BytesRejec
             let mut e = reg.entry(&ix.entries[h.entry]);
             e["score"] = json!(h.score);
             e["source"] = json!(format!("{}/", reg.public_base));
-            e["metadata"]["matched"] = json!(h.reasons);
+            // A metadata value is a scalar (the schema's `metadata`): the reasons as one string.
+            e["metadata"]["matched"] = json!(h.reasons.join(", "));
             e
         })
         .collect();
