@@ -400,3 +400,165 @@ fn the_node_serves_its_hosted_agents_in_a_signed_manifest() {
         assert!(matches!(verify_host(&changed, &r).await, Trust::Invalid(_)));
     });
 }
+
+/// Serve `routes` (path → JSON) on 127.0.0.1 from a thread of its own; its base URL. The
+/// server lives as long as the test process.
+fn serve(routes: Vec<(&'static str, Value)>) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        rt().block_on(async move {
+            let mut r = axum::Router::new();
+            for (path, v) in routes {
+                r = r.route(
+                    path,
+                    axum::routing::get(move || async move { axum::Json(v) }),
+                );
+            }
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            axum::serve(l, r).await.unwrap();
+        })
+    });
+    format!("http://{}", rx.recv().unwrap())
+}
+
+/// A card after the spec's solo-developer example (section 4.4), as an A2A card.
+fn solo_card(name: &str, tag: &str) -> Value {
+    json!({
+        "name": name,
+        "description": "Simple weather lookup using open data",
+        "version": "1.0.0",
+        "supportedInterfaces": [
+            {"url": "https://alice-dev.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "get_weather", "name": "Get weather", "description": "Get current weather for a city", "tags": [tag]}]
+    })
+}
+
+fn signed_entry(mut e: Value, key: &agentnet_did::SecretKey) -> Value {
+    let id = e["identifier"].as_str().unwrap().to_owned();
+    e["trustManifest"] = agentnet_node::ard::manifest::trust_manifest(&e, &id, key);
+    e
+}
+
+fn discover(dir: &Path, tag: &str) -> Vec<String> {
+    let v = json_of(&["discover", "--skill", tag, "--json", "--data-dir", p(dir)]);
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["did"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn an_imported_manifest_publishes_only_the_entries_whose_key_is_held() {
+    use agentnet_did::SecretKey;
+    let tmp = tempfile::tempdir().unwrap();
+    let a = start(&tmp.path().join("a"), &[]);
+    let b = start(&tmp.path().join("b"), &[&addr(&a)]);
+    let ours = SecretKey::generate();
+    let ours_did = agentnet_node::data_dir::AgentKeys::new(&a.dir)
+        .install(&ours)
+        .unwrap();
+    let theirs = SecretKey::generate();
+    let urn = |k: &SecretKey| format!("urn:air:key.did.invalid:{}", k.did_key());
+
+    // The card by reference, on the same server: its URL is known only once it runs, so the
+    // server serves a manifest that a second one points to.
+    let cards = serve(vec![
+        ("/weather.json", solo_card("Weather Agent", "weather")),
+        ("/stocks.json", solo_card("Stocks Agent", "stocks")),
+        ("/hijack.json", solo_card("Hijacked Agent", "hijack")),
+    ]);
+    let entry = |k: &SecretKey, name: &str, card: &str| {
+        json!({
+            "identifier": urn(k),
+            "displayName": name,
+            "type": "application/a2a-agent-card+json",
+            "url": format!("{cards}/{card}"),
+            "description": "Simple weather lookup using open data",
+            "representativeQueries": ["weather in Paris", "is it raining in Oslo"]
+        })
+    };
+    let mine = signed_entry(entry(&ours, "Weather Agent", "weather.json"), &ours);
+    let not_mine = signed_entry(entry(&theirs, "Stocks Agent", "stocks.json"), &theirs);
+    // The attacker: an entry naming our DID, signed with its own key.
+    let mut forged = signed_entry(entry(&theirs, "Hijacked Agent", "hijack.json"), &theirs);
+    forged["identifier"] = json!(urn(&ours));
+    forged["trustManifest"]["identity"] = json!(ours_did);
+    // Or our signed entry, pointed elsewhere.
+    let mut moved = mine.clone();
+    moved["url"] = json!(format!("{cards}/hijack.json"));
+    let manifest = json!({
+        "specVersion": "1.0",
+        "host": {"displayName": "Alice's AI Tools"},
+        "entries": [
+            mine,
+            not_mine,
+            forged,
+            moved,
+            {
+                "identifier": "urn:air:github.com:alice-dev:pptx-creator",
+                "displayName": "pptx-creator",
+                "type": "application/ai-skill",
+                "url": "https://github.com/alice-dev/pptx-creator",
+                "description": "Create professional PowerPoint presentations following brand guidelines."
+            }
+        ]
+    });
+    let domain = serve(vec![("/.well-known/ard.json", manifest)]);
+
+    // Without --local a loopback domain is refused, with what to do.
+    let o = agentnet(&[
+        "import",
+        "ard",
+        &format!("{domain}/"),
+        "--data-dir",
+        p(&a.dir),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("--local"), "{}", stderr(&o));
+
+    let o = agentnet(&[
+        "import",
+        "ard",
+        &format!("{domain}/"),
+        "--local",
+        "--data-dir",
+        p(&a.dir),
+        "--json",
+    ]);
+    // Exit 1: some entries did not verify.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).expect(&stderr(&o));
+    let status: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        status,
+        [
+            "published",
+            "verified_not_ours",
+            "invalid",
+            "invalid",
+            "unsigned"
+        ],
+        "{v}"
+    );
+    assert_eq!(v["entries"][0]["did"], ours_did.as_str());
+
+    // Another node finds the imported agent; nothing else of the manifest went out.
+    let found = eventually("B to discover the imported agent", || {
+        let d = discover(&b.dir, "weather");
+        d.contains(&ours_did).then_some(d)
+    });
+    assert_eq!(found, [ours_did.clone()]);
+    for tag in ["stocks", "hijack"] {
+        assert!(discover(&a.dir, tag).is_empty(), "{tag} was published");
+    }
+}
