@@ -296,6 +296,8 @@ fn the_registry_answers_search_explore_and_lookup_from_gossip_and_refuses_in_env
             "{body}: {v}"
         );
     }
+    let (s, v) = get(&format!("{base}/agents/urn%3Aair%3A%FF%FE"));
+    assert_eq!((s, error_code(&v)), (400, "INVALID_ARGUMENT"), "{v}");
     let (s, v) = get(&format!("{base}/agents?pageSize=5000"));
     assert_eq!((s, error_code(&v)), (400, "INVALID_ARGUMENT"), "{v}");
     let (s, v) = post(

@@ -36,7 +36,7 @@ use agentnet_discovery::advert::Advertisement;
 use agentnet_discovery::net::unix_now;
 use agentnet_discovery::store::Store;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -465,7 +465,13 @@ async fn list(State(reg): State<Arc<Registry>>, RawQuery(q): RawQuery) -> Answer
     }
     let size = match size {
         None => DEFAULT_LIST_PAGE,
-        Some(s) => page_size(Some(&json!(s.parse::<u64>().unwrap_or(0))), 0)?,
+        Some(s) => s
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| {
+                ArdError::invalid(format!("pageSize must be 1..={MAX_PAGE}, got {s:?}"))
+            })?,
     };
     let offset = page_token(token.as_deref())?;
     let conds = match filter.as_deref() {
@@ -609,8 +615,19 @@ fn not_found(identifier: &str) -> ArdError {
     )
 }
 
-async fn lookup(State(reg): State<Arc<Registry>>, Path(identifier): Path<String>) -> Answer {
+/// The path's identifier, percent-decoded; a bad encoding in the envelope too.
+fn identifier_of(p: Result<Path<String>, PathRejection>) -> Result<String, ArdError> {
+    let Path(identifier) =
+        p.map_err(|e| ArdError::invalid(format!("the identifier in the path: {e}")))?;
     check_identifier(&identifier)?;
+    Ok(identifier)
+}
+
+async fn lookup(
+    State(reg): State<Arc<Registry>>,
+    p: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let identifier = identifier_of(p)?;
     let ix = reg.index().await?;
     let e = ix
         .get(&identifier, unix_now())
@@ -618,8 +635,8 @@ async fn lookup(State(reg): State<Arc<Registry>>, Path(identifier): Path<String>
     Ok(axum::Json(reg.entry(e)))
 }
 
-async fn card(State(reg): State<Arc<Registry>>, Path(identifier): Path<String>) -> Answer {
-    check_identifier(&identifier)?;
+async fn card(State(reg): State<Arc<Registry>>, p: Result<Path<String>, PathRejection>) -> Answer {
+    let identifier = identifier_of(p)?;
     let did = if identifier.starts_with("did:") {
         identifier.clone()
     } else {
