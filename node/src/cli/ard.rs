@@ -143,6 +143,15 @@ pub(super) async fn import(cmd: ImportCommand) -> anyhow::Result<ExitCode> {
                                     row.status = "published";
                                     row.detail =
                                         format!("seq {}, tags {}", p.seq, p.tags.join(","));
+                                    // Registries list it under its DID's identifier: the
+                                    // DID vouches for no other publisher.
+                                    let own = crate::ard::urn::of_did(&did).unwrap_or_default();
+                                    if own != row.identifier {
+                                        row.detail += &format!(
+                                            "; listed as {own}: the identifier's publisher is \
+                                             not vouched for by {did}"
+                                        );
+                                    }
                                 }
                                 Err(e) => {
                                     row.status = "not_published";
