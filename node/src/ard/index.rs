@@ -5,8 +5,10 @@
 //!
 //! Bounded by construction: at most [`MAX_INDEXED`] entries (the store's newest, as
 //! `Store::find` returns them); of each card only a bounded summary is kept (name, description
-//! cut to [`MAX_TEXT`] characters, at most [`MAX_LIST`] tags, capabilities and representative
-//! queries), at most [`MAX_TERMS_PER_ENTRY`] distinct words of at most [`MAX_TERM_LEN`] bytes.
+//! cut to [`MAX_TEXT`] characters, at most [`MAX_LIST`] tags and capabilities (cut to [`MAX_ID`]
+//! characters), [`MAX_QUERIES`] representative queries (cut to [`MAX_SHORT`])), at most
+//! [`MAX_TERMS_PER_ENTRY`] distinct words of at most [`MAX_TERM_LEN`] bytes: about 7 000
+//! characters and 256 postings an entry at most.
 //! The card itself stays in the store and is read back by DID when one entry is asked for.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -21,6 +23,12 @@ pub const MAX_INDEXED: usize = agentnet_discovery::store::MAX_FIND_LIMIT;
 pub const MAX_TEXT: usize = crate::directory::MAX_SUMMARY;
 /// Most tags, capabilities, representative queries kept per entry.
 pub const MAX_LIST: usize = 32;
+/// Most representative queries kept per entry (5 are shown).
+pub const MAX_QUERIES: usize = 8;
+/// Longest representative query kept, characters.
+pub const MAX_SHORT: usize = 200;
+/// Longest capability (skill id) kept, characters: a tag's length.
+pub const MAX_ID: usize = agentnet_discovery::tags::MAX_TAG_LEN;
 /// Most distinct words indexed per entry.
 pub const MAX_TERMS_PER_ENTRY: usize = 256;
 /// Longest word indexed, bytes (longer ones are cut there).
@@ -112,9 +120,11 @@ impl Entry {
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
+        let short = |s: &str| s.chars().take(MAX_SHORT).collect::<String>();
         let capabilities = skills
             .iter()
-            .filter_map(|s| str_of(s, "id"))
+            .filter_map(|s| s.get("id").and_then(Value::as_str))
+            .map(|s| s.chars().take(MAX_ID).collect())
             .take(MAX_LIST)
             .collect();
         let queries = skills
@@ -122,8 +132,8 @@ impl Entry {
             .filter_map(|s| s.get("examples").and_then(Value::as_array))
             .flatten()
             .filter_map(Value::as_str)
-            .map(cut)
-            .take(MAX_LIST)
+            .map(short)
+            .take(MAX_QUERIES)
             .collect();
         Some(Entry {
             identifier,
@@ -574,7 +584,8 @@ mod tests {
         let ix = Index::build(&[advert("did:key:z6MkBig", 1, c, &[])]);
         let e = &ix.entries[0];
         assert!(e.name.chars().count() <= MAX_TEXT);
-        assert!(e.capabilities.len() <= MAX_LIST && e.queries.len() <= MAX_LIST);
+        assert!(e.capabilities.len() <= MAX_LIST && e.queries.len() <= MAX_QUERIES);
+        assert!(e.queries.iter().all(|q| q.chars().count() <= MAX_SHORT));
         let postings: usize = ix.postings.values().map(Vec::len).sum();
         assert!(postings <= MAX_TERMS_PER_ENTRY, "{postings}");
         // A query of many words is cut too.
