@@ -250,8 +250,8 @@ fn the_registry_answers_search_explore_and_lookup_from_gossip_and_refuses_in_env
 
     // The attacker's side: each refusal in the spec's envelope, nothing allocated for it.
     // An unknown identifier: 404.
-    let nobody =
-        format!("urn:air:key.did.invalid:did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK");
+    let nobody = "urn:air:key.did.invalid:did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+        .to_string();
     let (s, v) = get(&format!("{base}/agents/{}", encode(&nobody)));
     assert_eq!((s, error_code(&v)), (404, "NOT_FOUND"), "{v}");
     let (s, v) = get(&format!("{base}/agents/{}/card", encode(&nobody)));
@@ -534,7 +534,7 @@ fn an_imported_manifest_publishes_only_the_entries_whose_key_is_held() {
     ]);
     // Exit 1: some entries did not verify.
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let v: Value = serde_json::from_str(&stdout(&o)).expect(&stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|_| panic!("{}", stderr(&o)));
     let status: Vec<&str> = v["entries"]
         .as_array()
         .unwrap()
@@ -559,7 +559,7 @@ fn an_imported_manifest_publishes_only_the_entries_whose_key_is_held() {
         let d = discover(&b.dir, "weather");
         d.contains(&ours_did).then_some(d)
     });
-    assert_eq!(found, [ours_did.clone()]);
+    assert_eq!(found, std::slice::from_ref(&ours_did));
     for tag in ["stocks", "hijack"] {
         assert!(discover(&a.dir, tag).is_empty(), "{tag} was published");
     }
