@@ -509,7 +509,14 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let http_stop = stop.child_token();
     let http_task = tracker.spawn(server::serve(
         listener,
-        http::router(well_known).merge(hosted::router(&hosted, &http_stop)),
+        http::router(well_known)
+            .merge(hosted::router(&hosted, &http_stop))
+            .merge(crate::ard::router(
+                client.store().clone(),
+                &public_base,
+                &key,
+                &hosted,
+            )),
         opts.http_limits,
         http_stop.clone(),
     ));

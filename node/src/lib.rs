@@ -58,6 +58,7 @@
 
 pub mod a2a_auth;
 pub mod admin;
+pub mod ard;
 pub mod auth;
 pub mod call;
 pub mod cli;

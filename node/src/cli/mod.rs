@@ -33,6 +33,7 @@ use agentnet_discovery::store::Limits as StoreLimits;
 
 #[macro_use]
 mod output;
+mod ard;
 mod calls;
 mod cards;
 mod dids;
@@ -161,6 +162,11 @@ enum Command {
     /// Call one tool of the MCP server an agent advertises on its card (verified first; every
     /// request signed with your DID).
     Tool(ToolArgs),
+    /// Import agents from other catalogs (`import ard https://domain/`).
+    Import {
+        #[command(subcommand)]
+        command: ard::ImportCommand,
+    },
     /// Find agents by skill tag: the node's index, then the network.
     Discover {
         /// A skill tag; repeat to require several.
@@ -685,6 +691,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Call(args) => call_cmd(args).await,
         Command::Tools(args) => tools_cmd(args).await,
         Command::Tool(args) => tool_cmd(args).await,
+        Command::Import { command } => ard::import(command).await,
         Command::Discover {
             skills,
             limit,
