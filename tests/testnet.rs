@@ -166,9 +166,37 @@ fn three_nodes_discover_every_sample_agent_from_the_last_node() {
     assert_eq!(mcp["result"]["text"], mcp["sent"], "{mcp:#}");
     assert!(!str_of(mcp, "sent").is_empty(), "{mcp:#}");
 
+    // The same agent's ANP face (its description, linked from the verified card, and a signed
+    // JSON-RPC call) and the last node's ARD registry, answering from its P2P index.
+    let faces = &report["faces"];
+    assert!(faces.get("error").is_none(), "{faces:#}");
+    assert_eq!(faces["did"], mcp["did"], "{faces:#}");
+    assert!(
+        str_of(faces, "ad_url").ends_with("/a2a/mcp-echo/ad.json"),
+        "{faces:#}"
+    );
+    assert!(
+        str_of(faces, "rpc_url").ends_with("/a2a/mcp-echo/anp/rpc"),
+        "{faces:#}"
+    );
+    assert_eq!(faces["answer"], faces["sent"], "{faces:#}");
+    assert_eq!(
+        str_of(faces, "ard_identifier"),
+        format!("urn:air:key.did.invalid:{}", str_of(mcp, "did")),
+        "{faces:#}"
+    );
+    let last_http = report["nodes"].as_array().unwrap().last().unwrap()["http"].clone();
+    assert_eq!(
+        str_of(faces, "ard_search"),
+        format!("http://{}/search", last_http.as_str().unwrap()),
+        "{faces:#}"
+    );
+
     let well_known = &report["well_known"];
     assert!(str_of(well_known, "did_json").ends_with("/.well-known/did.json"));
     assert!(str_of(well_known, "agent_card_json").ends_with("/.well-known/agent-card.json"));
+    assert!(str_of(well_known, "agent_descriptions").ends_with("/.well-known/agent-descriptions"));
+    assert!(str_of(well_known, "ard_json").ends_with("/.well-known/ard.json"));
 }
 
 #[test]

@@ -141,6 +141,8 @@ pub struct Report {
     pub call: CallReport,
     /// The last node's MCP tool call of the agent node 1 hosts with an MCP endpoint.
     pub mcp: McpReport,
+    /// The same agent's ANP and ARD faces, used from the last node.
+    pub faces: FacesReport,
     /// Node 1's well-known documents.
     pub well_known: WellKnownReport,
     /// Wall time from start to the report, milliseconds.
@@ -240,6 +242,36 @@ pub struct McpReport {
     pub find_ms: u64,
     /// Time to list the tools and call one (two MCP sessions), milliseconds.
     pub call_ms: u64,
+    /// Why it failed, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The ANP and ARD faces of node 1's `mcp-echo` agent, used from the last node: its Agent
+/// Description followed from its verified card and called over ANP's JSON-RPC (signed), and
+/// the last node's ARD registry searched for it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FacesReport {
+    /// The agent's DID.
+    pub did: Option<String>,
+    /// Its Agent Description (`ad.json`).
+    pub ad_url: Option<String>,
+    /// Its ANP JSON-RPC endpoint and the method called.
+    pub rpc_url: Option<String>,
+    /// The method called.
+    pub method: Option<String>,
+    /// The text sent over ANP.
+    pub sent: String,
+    /// What the agent answered.
+    pub answer: Option<Value>,
+    /// Time to read the description and call, milliseconds.
+    pub anp_ms: u64,
+    /// The ARD search sent to the last node (`POST /search`).
+    pub ard_search: Option<String>,
+    /// The agent's ARD identifier in the answer.
+    pub ard_identifier: Option<String>,
+    /// Time of the search, milliseconds.
+    pub ard_ms: u64,
     /// Why it failed, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -369,6 +401,99 @@ async fn mcp_sample(
     .await;
     r.error = failure(done, "the MCP call", progress);
     r
+}
+
+async fn faces_sample(
+    caller_admin: &admin::Client,
+    caller_key: SecretKey,
+    search_http: SocketAddr,
+    progress: &Progress,
+) -> FacesReport {
+    let mut r = FacesReport {
+        sent: "Hello over ANP".into(),
+        ..Default::default()
+    };
+    let done = faces_inner(caller_admin, caller_key, search_http, progress, &mut r).await;
+    r.error = failure(done, "the ANP call or the ARD search", progress);
+    r
+}
+
+async fn faces_inner(
+    caller_admin: &admin::Client,
+    caller_key: SecretKey,
+    search_http: SocketAddr,
+    progress: &Progress,
+    r: &mut FacesReport,
+) -> anyhow::Result<()> {
+    let (caller, agent) =
+        find_by_skill(caller_admin, caller_key, MCP_TAG, "the MCP sample agent").await?;
+    let did = agent.did.to_string();
+    r.did = Some(did.clone());
+    // ANP: the description the verified card links (`urn:agentnet:anp:v1`), then one call.
+    let started = Instant::now();
+    let mut quiet = |_p: crate::call::Progress| {};
+    let anp = caller
+        .find_anp(&did, Some(&did), &mut quiet)
+        .await
+        .context("reading the agent's ANP description")?;
+    r.ad_url = Some(anp.ad_url.to_string());
+    r.rpc_url = Some(anp.rpc_url.to_string());
+    r.method = Some(anp.method.clone());
+    let answer = caller
+        .call_anp(&anp, &r.sent)
+        .await
+        .context("calling it over ANP")?;
+    r.anp_ms = ms(started.elapsed());
+    let text = answer
+        .get("text")
+        .cloned()
+        .unwrap_or_else(|| answer.clone());
+    if !text.as_str().is_some_and(|t| t.contains(&r.sent)) {
+        bail!("the ANP call answered {answer}");
+    }
+    r.answer = Some(text);
+    progress.line(format!(
+        "ANP: {} → {}({:?}) answered in {} ms",
+        anp.ad_url, anp.method, r.sent, r.anp_ms
+    ));
+    // ARD: the last node's registry API answers from its P2P index (rebuilt every few
+    // seconds: asked until the agent is there).
+    let url = format!("http://{search_http}/search");
+    r.ard_search = Some(url.clone());
+    let started = Instant::now();
+    let deadline = started + DISCOVER_TIMEOUT;
+    let identifier = loop {
+        let answer: Value = agentnet_did::http::client()
+            .post(&url)
+            .json(&json!({"query": {"text": "echo"}}))
+            .send()
+            .await
+            .and_then(|a| a.error_for_status())
+            .with_context(|| format!("POST {url}"))?
+            .json()
+            .await
+            .with_context(|| format!("reading the answer of POST {url}"))?;
+        let found = answer["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["metadata"]["did"] == did.as_str())
+            .and_then(|e| e["identifier"].as_str().map(str::to_owned));
+        if let Some(id) = found {
+            break id;
+        }
+        if Instant::now() >= deadline {
+            bail!("the ARD search at {url} did not find {did}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    r.ard_ms = ms(started.elapsed());
+    progress.line(format!(
+        "ARD: POST {url} \"echo\" → {identifier} in {} ms",
+        r.ard_ms
+    ));
+    r.ard_identifier = Some(identifier);
+    Ok(())
 }
 
 /// A caller on the last node signing as `caller_key`, and the agent it finds by `tag` and
@@ -583,6 +708,10 @@ pub struct WellKnownReport {
     pub did_json: String,
     /// `/.well-known/agent-card.json`.
     pub agent_card_json: String,
+    /// `/.well-known/agent-descriptions` (ANP: the hosted agents' descriptions).
+    pub agent_descriptions: String,
+    /// `/.well-known/ard.json` (ARD: the hosted agents, signed).
+    pub ard_json: String,
 }
 
 /// Progress lines: standard output, or standard error when standard output carries the JSON.
@@ -901,6 +1030,15 @@ async fn exercise(
         &progress,
     )
     .await;
+    // The same agent's ANP face (its description, a signed JSON-RPC call) and the last node's
+    // ARD registry, which answers from its P2P index.
+    let faces = faces_sample(
+        &clients[n - 1],
+        last_key()?,
+        nodes[n - 1].info.http,
+        &progress,
+    )
+    .await;
 
     let mut node_reports = Vec::with_capacity(n);
     for (i, (r, c)) in nodes.iter().zip(&clients).enumerate() {
@@ -921,7 +1059,7 @@ async fn exercise(
         .filter(|d| !d.found)
         .map(|d| d.tag.as_str())
         .collect();
-    let call_failed = call.error.is_some() || mcp.error.is_some();
+    let call_failed = call.error.is_some() || mcp.error.is_some() || faces.error.is_some();
     let http0 = nodes[0].info.http;
     Ok(Report {
         ok: missing.is_empty() && !call_failed,
@@ -941,15 +1079,24 @@ async fn exercise(
                         .as_ref()
                         .map(|e| format!("the MCP call failed: {e}"))
                 })
+                .or_else(|| {
+                    faces
+                        .error
+                        .as_ref()
+                        .map(|e| format!("the ANP call or the ARD search failed: {e}"))
+                })
         },
         call,
         mcp,
+        faces,
         nodes: node_reports,
         published,
         discoveries,
         well_known: WellKnownReport {
             did_json: format!("http://{http0}/.well-known/did.json"),
             agent_card_json: format!("http://{http0}/.well-known/agent-card.json"),
+            agent_descriptions: format!("http://{http0}/.well-known/agent-descriptions"),
+            ard_json: format!("http://{http0}/.well-known/ard.json"),
         },
         elapsed_ms: ms(t0.elapsed()),
     })
@@ -1111,6 +1258,30 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
         )?,
         Some(e) => out!("    FAILED: {e}")?,
     }
+    let f = &r.faces;
+    out!(
+        "  the same agent's ANP and ARD faces, from node {}:",
+        r.nodes.len()
+    )?;
+    match &f.error {
+        None => {
+            out!(
+                "    ANP: {} → {}({:?}) → {} in {} ms, signed",
+                f.ad_url.as_deref().unwrap_or("?"),
+                f.method.as_deref().unwrap_or("?"),
+                f.sent,
+                f.answer.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                f.anp_ms
+            )?;
+            out!(
+                "    ARD: POST {} {{\"query\": {{\"text\": \"echo\"}}}} → {} in {} ms",
+                f.ard_search.as_deref().unwrap_or("?"),
+                f.ard_identifier.as_deref().unwrap_or("?"),
+                f.ard_ms
+            )?;
+        }
+        Some(e) => out!("    FAILED: {e}")?,
+    }
     if keep {
         out!("  node 1's well-known files:")?;
     } else {
@@ -1119,5 +1290,7 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
     }
     out!("    curl {}", r.well_known.did_json)?;
     out!("    curl {}", r.well_known.agent_card_json)?;
+    out!("    curl {}", r.well_known.agent_descriptions)?;
+    out!("    curl {}", r.well_known.ard_json)?;
     Ok(())
 }
