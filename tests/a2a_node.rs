@@ -104,7 +104,10 @@ fn python_sdk_calls_hosted_agents_anonymously_and_signed_by_anp() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(&dir.path().join("node"));
     let (_, key, doc) = caller(dir.path());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/a2a_node_client.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("interop/python/a2a_node_client.py");
     for binding in ["JSONRPC", "HTTP+JSON"] {
         let runs: [(&str, &str, Vec<&str>); 3] = [
             ("open-echo", "open-ask", vec![]),
@@ -498,7 +501,10 @@ fn task_bytes_are_bounded_per_source_and_list_pages_by_bytes() {
 /// has no DID signing), where the list holds the caller's tasks.
 #[test]
 fn js_sdk_client_calls_hosted_agents_over_both_bindings() {
-    let js_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/node");
+    let js_dir = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("interop/node");
     let node_ok = Command::new("node")
         .arg("--version")
         .output()
@@ -690,7 +696,10 @@ fn anp_sdk_client_uses_the_access_token_the_node_gives() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(&dir.path().join("node"));
     let (_, key, doc) = caller(dir.path());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/anp_token_client.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("interop/python/anp_token_client.py");
     let out = Command::new(python())
         .arg(&script)
         .args([&node.agent("echo"), &node.agent("ask")])

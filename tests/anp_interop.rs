@@ -66,7 +66,10 @@ fn sdk_client(args: &[&str]) -> Value {
         "no interop venv at {}; run bash interop/setup.sh",
         py.display()
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/anp_sdk_client.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("interop/python/anp_sdk_client.py");
     let out = Command::new(py).arg(script).args(args).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -277,7 +280,11 @@ impl SdkServer {
         use std::io::BufRead;
         let py = common::venv_python();
         assert!(py.is_file(), "no interop venv; run bash interop/setup.sh");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/anp_sdk_server.py");
+        let script = std::path::PathBuf::from(
+            std::env::var_os("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("interop/python/anp_sdk_server.py");
         let mut child = Command::new(py)
             .arg(script)
             .args(["--caller-doc", common::p(caller_doc)])

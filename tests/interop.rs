@@ -37,7 +37,11 @@ struct Tools {
 fn tools() -> &'static Tools {
     static TOOLS: OnceLock<Tools> = OnceLock::new();
     TOOLS.get_or_init(|| {
-        let interop = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
+        let interop = std::path::PathBuf::from(
+            std::env::var_os("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("interop");
         let interop = interop
             .canonicalize()
             .unwrap_or_else(|e| panic!("{}: {e}; {SETUP_HINT}", interop.display()));

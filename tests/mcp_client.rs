@@ -586,7 +586,10 @@ async fn the_python_sdk_lists_and_calls_the_tools_of_an_open_agents_endpoint() {
         return;
     };
     let a = Node::start(Some(CONFIG), None).await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/mcp_client.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("interop/python/mcp_client.py");
     for era in ["2026-07-28", "2025-11-25"] {
         let o = Command::new(&python)
             .arg(&script)

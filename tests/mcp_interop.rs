@@ -116,7 +116,10 @@ impl Node {
 /// they are missing outside `scripts/test.sh`.
 fn tools() -> Option<(PathBuf, PathBuf)> {
     let python = common::venv_python_with("mcp");
-    let node_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/node");
+    let node_dir = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("interop/node");
     let have_py = python.is_some();
     let have_ts = node_dir
         .join("node_modules/@modelcontextprotocol/sdk")
@@ -137,7 +140,13 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
 
 fn python_client(python: &Path) -> Command {
     let mut c = Command::new(python);
-    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python/mcp_client.py"));
+    c.arg(
+        std::path::PathBuf::from(
+            std::env::var_os("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("interop/python/mcp_client.py"),
+    );
     c
 }
 

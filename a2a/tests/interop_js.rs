@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use agentnet_a2a::auth::Policy;
@@ -15,7 +14,10 @@ use agentnet_a2a::engine::Limits;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_client_against_our_server() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/node");
+    let dir = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../interop/node");
     let node_ok = std::process::Command::new("node")
         .arg("--version")
         .output()

@@ -34,7 +34,10 @@ async fn python_sdk_client_against_our_server() {
         eprintln!("SKIPPED: no Python venv with a2a-sdk (run interop/setup.sh)");
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/python/a2a_client.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../interop/python/a2a_client.py");
     // `did` policy: the script identifies itself with the test authenticator's header.
     let h = common::start_with(Policy::Did, Limits::default(), Duration::from_millis(500)).await;
     for (binding, transport) in [

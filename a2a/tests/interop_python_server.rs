@@ -107,7 +107,10 @@ async fn our_client_against_the_python_sdk_server() {
         );
         return;
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/python/a2a_server.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../interop/python/a2a_server.py");
     // The SDK server logs a traceback when a client drops a subscription: keep its stderr in
     // a file, named on failure.
     let log = std::env::temp_dir().join(format!("a2a_server_interop_{}.log", std::process::id()));

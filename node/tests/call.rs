@@ -728,7 +728,10 @@ async fn our_caller_against_the_python_sdk_server_with_a_verified_card() {
     let Some(python) = python_with("a2a.server.routes, starlette, sse_starlette, uvicorn") else {
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/python/a2a_server.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../interop/python/a2a_server.py");
     let log = std::env::temp_dir().join(format!("a2a_server_call_{}.log", std::process::id()));
     let mut child = tokio::process::Command::new(&python)
         .arg(&script)
@@ -826,7 +829,10 @@ async fn the_anp_sdk_resolves_and_verifies_our_did_wba_document_over_https() {
         .insert(url.path().to_owned(), doc.clone());
     let ca = tmp.path().join("ca.pem");
     std::fs::write(&ca, &tls().0).unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/python/anp_didwba.py");
+    let script = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../interop/python/anp_didwba.py");
     // The SDK's own resolver fetches it over HTTPS (trusting the test CA) and verifies it.
     let out = tokio::process::Command::new(&python)
         .arg(&script)
