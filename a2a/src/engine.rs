@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{Caller, Owner, Source};
 use crate::error::ProtocolError;
 use crate::handler::{Handler, Outcome, Turn, Update, Updates};
+use crate::seen::{Bounds, Seen};
 use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
 
 /// What one agent's engine lets its callers cost.
@@ -97,6 +98,14 @@ pub struct Limits {
     pub defer_first_write: Duration,
     /// Longest id (task, context, message) accepted: 256 bytes.
     pub max_id_len: usize,
+    /// New-task messages remembered per owner with the task each started, so that the same
+    /// `messageId` sent again (a retry after a lost answer) gets that task, not a second one:
+    /// 256 (the oldest forgotten first).
+    pub max_seen_per_owner: usize,
+    /// And per source (an IPv4 address or IPv6 /64, whatever the owners): 4096.
+    pub max_seen_per_source: usize,
+    /// And in all: 16384 (about 7 MiB at the longest ids); 0 turns it off.
+    pub max_seen: usize,
     /// Deepest JSON nesting of a request body (applied by the server, before anything is
     /// parsed): 64. What the store wraps around a message must still read back
     /// ([`crate::store::MAX_RECORD_DEPTH`]); at most that minus a margin.
@@ -126,10 +135,18 @@ impl Default for Limits {
             keep_alive: Duration::from_secs(15),
             defer_first_write: Duration::from_millis(50),
             max_id_len: 256,
+            max_seen_per_owner: 256,
+            max_seen_per_source: 4096,
+            max_seen: 16384,
             max_json_depth: 64,
         }
     }
 }
+
+/// The card extension of an agent whose engine answers a repeated `SendMessage` (same
+/// `messageId`, same caller) with the task the first one started ([`Limits::max_seen`]): its
+/// callers may send again when an answer is lost.
+pub const EXACTLY_ONCE_EXTENSION: &str = "urn:agentnet:a2a:exactly-once:v1";
 
 /// How a turn ended: the task as the turn left it; `None` when the turn did not write the
 /// last state (canceled, shut down); an error when a task not stored yet could not be.
@@ -242,6 +259,8 @@ struct Inner {
     live: Mutex<Live>,
     stripes: Vec<Mutex<()>>,
     shutdown: CancellationToken,
+    /// New-task messages and their tasks ([`crate::seen`]).
+    seen: Mutex<Seen>,
 }
 
 /// The task engine of one agent. Cheap to clone.
@@ -468,10 +487,15 @@ impl Engine {
             inner: Arc::new(Inner {
                 handler,
                 store,
-                limits,
                 live: Mutex::new(Live::default()),
                 stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
                 shutdown: CancellationToken::new(),
+                seen: Mutex::new(Seen::new(Bounds {
+                    per_owner: limits.max_seen_per_owner,
+                    per_source: limits.max_seen_per_source,
+                    total: limits.max_seen,
+                })),
+                limits,
             }),
         }
     }
@@ -693,6 +717,54 @@ impl Engine {
         Ok(())
     }
 
+    /// The task a message already reached, if this is that message sent again (same
+    /// `messageId`, same owner): for a follow-up, the task whose history holds it; for a new
+    /// task, the one it started ([`crate::seen`]), read once it is stored (a blocking send's
+    /// task is first written within [`Limits::defer_first_write`]). `None`: a message to run.
+    async fn repeated(
+        &self,
+        caller: &Caller,
+        req: &SendMessageRequest,
+    ) -> Result<Option<Task>, ProtocolError> {
+        let m = &req.message;
+        self.validate_send(req)?;
+        let owner = &caller.owner;
+        if let Some(id) = &m.task_id {
+            let Some(task) = self.load(owner, id).await? else {
+                return Ok(None);
+            };
+            let received = task
+                .history
+                .iter()
+                .flatten()
+                .any(|h| h.message_id == m.message_id);
+            return Ok(received.then_some(task));
+        }
+        let seen = self
+            .inner
+            .seen
+            .lock()
+            .expect("seen lock poisoned")
+            .task(owner, &m.message_id)
+            .map(str::to_owned);
+        let Some(id) = seen else {
+            return Ok(None);
+        };
+        // Bounded: past a few times the deferred write's delay, the task is gone (refused by
+        // its quota, or swept): the message runs as a new one.
+        let wait = (self.inner.limits.defer_first_write * 4).max(Duration::from_millis(200));
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(task) = self.load(owner, &id).await? {
+                return Ok(Some(task));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Accept a message: create or continue its task, start the turn. Returns the task as
     /// accepted, the stream (when asked for) and the turn's completion signal. With `defer`
     /// (a blocking send, whose caller learns the task's id only from the answer) a new task's
@@ -767,6 +839,11 @@ impl Engine {
             }
             None => {
                 let id = new_id;
+                self.inner.seen.lock().expect("seen lock poisoned").insert(
+                    caller,
+                    &message.message_id,
+                    &id,
+                );
                 let context_id = message
                     .context_id
                     .clone()
@@ -1192,6 +1269,9 @@ impl Engine {
         if let Some(m) = self.direct_reply(&req)? {
             return Ok(SendMessageResponse::Message(m));
         }
+        if let Some(task) = self.repeated(caller, &req).await? {
+            return Ok(SendMessageResponse::Task(self.shape(task, history_length)));
+        }
         let (task, _, done) = self.begin(caller, req, false, !immediately).await?;
         if immediately {
             return Ok(SendMessageResponse::Task(self.shape(task, history_length)));
@@ -1219,6 +1299,36 @@ impl Engine {
         if let Some(m) = self.direct_reply(&req)? {
             return Ok(EventStream {
                 first: Some(StreamResponse::Message(m)),
+                rx: None,
+                engine: self.clone(),
+                owner: caller.owner.clone(),
+                task_id: String::new(),
+                ended: false,
+                until_terminal: false,
+                deadline: tokio::time::Instant::now(),
+                _slot: None,
+            });
+        }
+        if let Some(task) = self.repeated(caller, &req).await? {
+            // The task the first send started: followed like `SubscribeToTask` while it runs
+            // or waits, or given as it ended.
+            if !task.status.state.is_terminal() {
+                if let Ok(events) = self
+                    .subscribe(
+                        caller,
+                        SubscribeToTaskRequest {
+                            id: task.id.clone(),
+                            tenant: None,
+                        },
+                    )
+                    .await
+                {
+                    return Ok(events);
+                }
+            }
+            let task = self.shape(task, None);
+            return Ok(EventStream {
+                first: Some(StreamResponse::Task(task)),
                 rx: None,
                 engine: self.clone(),
                 owner: caller.owner.clone(),

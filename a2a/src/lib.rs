@@ -44,6 +44,7 @@ pub mod engine;
 pub mod error;
 pub mod handler;
 pub mod samples;
+mod seen;
 pub mod server;
 pub mod sse;
 pub mod store;

@@ -178,6 +178,16 @@ pub enum Progress {
         /// Its name or id.
         name: String,
     },
+    /// The answer to the message was lost; the same message (same `messageId`) is sent again
+    /// to an agent that answers a repeat with the task the first one started.
+    Resent {
+        /// This attempt.
+        attempt: u32,
+        /// Of how many.
+        of: u32,
+        /// What happened to the last one.
+        reason: String,
+    },
     /// The stream dropped; the task is recovered with `GetTask`.
     Recovering {
         /// Task id.
@@ -202,6 +212,15 @@ impl std::fmt::Display for Progress {
             Progress::Sent => f.write_str("message sent"),
             Progress::State { task, state } => write!(f, "task {task}: {state}"),
             Progress::Artifact { name } => write!(f, "artifact {name}"),
+            Progress::Resent {
+                attempt,
+                of,
+                reason,
+            } => write!(
+                f,
+                "the answer was lost ({reason}); sending the same message again, {attempt} of \
+                 {of} (the agent keeps one task per message id)"
+            ),
             Progress::Recovering { task, reason } => {
                 write!(
                     f,
@@ -269,9 +288,9 @@ pub enum CallError {
     /// The message is too long or empty.
     #[error("the message must be 1 to {MAX_TEXT} bytes")]
     BadText,
-    /// Sending failed; whether the agent received the message is unknown, and it is not sent
-    /// again.
-    #[error("sending the message failed (it is not sent again): {0}")]
+    /// Sending failed (every attempt, for an agent that answers a repeat with its first task);
+    /// whether the agent received the message is unknown.
+    #[error("sending the message failed: {0}")]
     Send(ClientError),
     /// The answer was lost before the agent named the task: nothing is known to recover.
     #[error(
@@ -666,7 +685,7 @@ impl Caller {
                 Err(m) => return Ok(Outcome::Message(m)),
             }
         } else {
-            let answer = client.send_message(&req).await.map_err(send_error)?;
+            let answer = self.send_once(agent, &client, &req, progress).await?;
             progress(Progress::Sent);
             match answer {
                 SendMessageResponse::Task(t) => {
@@ -686,6 +705,40 @@ impl Caller {
             return Err(CallError::NoArtifacts(Box::new(task)));
         }
         Ok(Outcome::Task(Box::new(task)))
+    }
+
+    /// `SendMessage`, sent again (same request, same `messageId`) when the answer is lost on
+    /// the way and the agent's card says it answers a repeat with the first task
+    /// ([`agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION`]): exactly one task either way. An
+    /// agent that does not say so is sent the message once (a repeat could run it twice).
+    async fn send_once(
+        &self,
+        agent: &Agent,
+        client: &Client,
+        req: &SendMessageRequest,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<SendMessageResponse, CallError> {
+        let attempts = if exactly_once(&agent.card) {
+            SEND_ATTEMPTS
+        } else {
+            1
+        };
+        let mut pause = Duration::from_millis(500);
+        for attempt in 1..=attempts {
+            match client.send_message(req).await.map_err(send_error) {
+                Err(CallError::Send(e)) if attempt < attempts => {
+                    progress(Progress::Resent {
+                        attempt: attempt + 1,
+                        of: attempts,
+                        reason: e.to_string(),
+                    });
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                answer => return answer,
+            }
+        }
+        unreachable!("the last attempt returns")
     }
 
     /// Follow the SSE stream; the task id once it is settled or the stream is gone (the
@@ -794,6 +847,19 @@ impl Caller {
             wait = (wait * 2).min(self.opts.poll_max);
         }
     }
+}
+
+/// How many times a message is sent to an agent that answers a repeat with its first task.
+const SEND_ATTEMPTS: u32 = 3;
+
+/// Whether `card` declares [`agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION`].
+fn exactly_once(card: &Value) -> bool {
+    card.pointer("/capabilities/extensions")
+        .and_then(Value::as_array)
+        .is_some_and(|exts| {
+            exts.iter()
+                .any(|e| e["uri"] == agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION)
+        })
 }
 
 fn send_error(e: ClientError) -> CallError {
@@ -938,6 +1004,27 @@ pub fn pinned(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_agent_that_says_it_keeps_one_task_per_message_is_sent_a_message_twice() {
+        let ext = agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION;
+        let says =
+            serde_json::json!({"capabilities": {"extensions": [{"uri": "x"}, {"uri": ext}]}});
+        assert!(exactly_once(&says));
+        for silent in [
+            serde_json::json!({"capabilities": {"extensions": [{"uri": "x"}]}}),
+            serde_json::json!({"capabilities": {}}),
+            serde_json::json!({"capabilities": {"extensions": {"uri": ext}}}),
+            serde_json::json!(null),
+        ] {
+            assert!(!exactly_once(&silent), "{silent}");
+        }
+        // Our hosted agents say so.
+        let cfg: crate::config::FileConfig =
+            toml::from_str("[[agent]]\nid = \"e\"\nkind = \"echo\"\n").unwrap();
+        let card = crate::hosted::card_for(&cfg.agent[0], "https://n.example/a2a/e");
+        assert!(exactly_once(&card), "{card}");
+    }
 
     #[test]
     fn messages_are_bounded_and_continue_their_task() {

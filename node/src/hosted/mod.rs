@@ -213,6 +213,11 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
             )));
         }
         exts.push(anp::extension(&format!("{url}{}", anp::AD_PATH)));
+        exts.push(json!({
+            "uri": agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION,
+            "description": "A SendMessage sent again with the same messageId by the same caller (a retry after a lost answer) is answered with the task the first one started, and a follow-up already received is not run again.",
+            "required": false,
+        }));
     }
     c
 }
