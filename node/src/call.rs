@@ -599,7 +599,8 @@ impl Caller {
                 metadata: None,
                 tenant: None,
             };
-            match client.send_message(&req).await.map_err(send_error)? {
+            let mut quiet = |p: Progress| tracing::info!(%p, "sending");
+            match self.send_once(agent, &client, &req, &mut quiet).await? {
                 SendMessageResponse::Task(t) => Ok(Outcome::Task(Box::new(t))),
                 SendMessageResponse::Message(m) => Ok(Outcome::Message(Box::new(m))),
             }

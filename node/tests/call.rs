@@ -880,3 +880,150 @@ async fn the_anp_sdk_resolves_and_verifies_our_did_wba_document_over_https() {
         "the ANP SDK accepted a tampered document"
     );
 }
+
+/// One HTTP/1.1 message (head and Content-Length body) from `s`, as raw bytes, and whether it
+/// is a `SendMessage` (a JSON-RPC request body naming it).
+async fn read_raw(s: &mut tokio::net::TcpStream) -> Option<(Vec<u8>, bool)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + len {
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body: Value = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
+    Some((buf, body["method"] == "SendMessage"))
+}
+
+/// A proxy to `upstream` that passes every request and answer through, except the answer to
+/// the first `SendMessage`: the request reaches the agent, its answer is read and the caller's
+/// connection closed instead. Counts the `SendMessage`s passed on.
+async fn losing_proxy(upstream: std::net::SocketAddr) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let sends = Arc::new(AtomicUsize::new(0));
+    let counter = sends.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let sends = counter.clone();
+            tokio::spawn(async move {
+                while let Some((request, is_send)) = read_raw(&mut client).await {
+                    let Ok(mut up) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    if up.write_all(&request).await.is_err() {
+                        return;
+                    }
+                    let Some((answer, _)) = read_raw(&mut up).await else {
+                        return;
+                    };
+                    if is_send && sends.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return; // the answer is lost: the caller's connection closes
+                    }
+                    if client.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, sends)
+}
+
+/// [`samples::Echo`], counting the turns it runs.
+struct CountingEcho(Arc<AtomicUsize>);
+
+impl agentnet_a2a::handler::Handler for CountingEcho {
+    fn handle(
+        &self,
+        turn: agentnet_a2a::handler::Turn,
+        updates: agentnet_a2a::handler::Updates,
+    ) -> BoxFuture<
+        'static,
+        Result<agentnet_a2a::handler::Outcome, agentnet_a2a::handler::HandlerError>,
+    > {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        samples::Echo.handle(turn, updates)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_is_sent_again_to_an_agent_that_keeps_one_task_per_message() {
+    let agent = Identity::did_key(SecretKey::generate());
+    let me = Identity::did_key(SecretKey::generate());
+    for declares in [true, false] {
+        // The echo agent behind a proxy that loses the first SendMessage's answer.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = listener.local_addr().unwrap();
+        let (base, sends) = losing_proxy(upstream).await;
+        let url = format!("{base}/echo");
+        let mut c = samples::card("echo", "Echoes", &url);
+        if declares {
+            c["capabilities"]["extensions"] = json!([{
+                "uri": agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION, "required": false
+            }]);
+        }
+        let signed = card::sign(&c, agent.key(), agent.kid()).unwrap();
+        let turns = Arc::new(AtomicUsize::new(0));
+        let echo = Server::new(
+            Config::new(signed.clone()).policy(Policy::Open),
+            Arc::new(CountingEcho(turns.clone())),
+            Arc::new(store::MemoryStore::default()),
+            Arc::new(agentnet_a2a::auth::NoAuth),
+        );
+        let router = axum::Router::new().nest("/echo", echo.router());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+
+        let c = caller(Some(&me), opts(false));
+        let target = Target::Card {
+            did: agent.did().to_string(),
+            card: signed,
+        };
+        let found = c.find(&target, &mut quiet()).await.unwrap();
+        let mut seen = Vec::new();
+        let sent = c
+            .send(&found, "once", &mut |p: Progress| seen.push(p.to_string()))
+            .await;
+        if declares {
+            let t = task(sent.unwrap_or_else(|e| panic!("{e}: {seen:?}")));
+            assert_eq!(t.status.state, TaskState::Completed);
+            assert_eq!(sends.load(Ordering::SeqCst), 2, "sent again once: {seen:?}");
+            assert!(
+                seen.iter()
+                    .any(|s| s.contains("sending the same message again")),
+                "{seen:?}"
+            );
+            // Two sends, one turn: the agent answered the repeat with the first task.
+            assert_eq!(turns.load(Ordering::SeqCst), 1, "{seen:?}");
+        } else {
+            // An agent that does not say it keeps one task per message gets it once.
+            let e = sent.unwrap_err();
+            assert!(matches!(e, CallError::Send(_)), "{e}");
+            assert_eq!(sends.load(Ordering::SeqCst), 1, "{seen:?}");
+        }
+    }
+}
