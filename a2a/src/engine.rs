@@ -145,8 +145,17 @@ impl Default for Limits {
 
 /// The card extension of an agent whose engine answers a repeated `SendMessage` (same
 /// `messageId`, same caller) with the task the first one started ([`Limits::max_seen`]): its
-/// callers may send again when an answer is lost.
+/// callers may send again when an answer is lost. A message asks for it by listing this URI
+/// in its `extensions`; any other message is run every time it comes, as A2A has it (the
+/// official TCK sends one message id on each transport, and expects a task for each).
 pub const EXACTLY_ONCE_EXTENSION: &str = "urn:agentnet:a2a:exactly-once:v1";
+
+/// Whether `m` asks to be run once ([`EXACTLY_ONCE_EXTENSION`] in its `extensions`).
+pub fn asks_once(m: &Message) -> bool {
+    m.extensions
+        .as_ref()
+        .is_some_and(|e| e.iter().any(|u| u == EXACTLY_ONCE_EXTENSION))
+}
 
 /// How a turn ended: the task as the turn left it; `None` when the turn did not write the
 /// last state (canceled, shut down); an error when a task not stored yet could not be.
@@ -717,8 +726,8 @@ impl Engine {
         Ok(())
     }
 
-    /// The task a message already reached, if this is that message sent again (same
-    /// `messageId`, same owner): for a follow-up, the task whose history holds it; for a new
+    /// The task a message that asks to be run once ([`asks_once`]) already reached, if this
+    /// is that message sent again (same `messageId`, same owner): for a follow-up, the task whose history holds it; for a new
     /// task, the one it started ([`crate::seen`]), read once it is stored (a blocking send's
     /// task is first written within [`Limits::defer_first_write`]). `None`: a message to run.
     async fn repeated(
@@ -727,6 +736,9 @@ impl Engine {
         req: &SendMessageRequest,
     ) -> Result<Option<Task>, ProtocolError> {
         let m = &req.message;
+        if !asks_once(m) {
+            return Ok(None);
+        }
         self.validate_send(req)?;
         let owner = &caller.owner;
         if let Some(id) = &m.task_id {
@@ -839,11 +851,13 @@ impl Engine {
             }
             None => {
                 let id = new_id;
-                self.inner.seen.lock().expect("seen lock poisoned").insert(
-                    caller,
-                    &message.message_id,
-                    &id,
-                );
+                if asks_once(&message) {
+                    self.inner.seen.lock().expect("seen lock poisoned").insert(
+                        caller,
+                        &message.message_id,
+                        &id,
+                    );
+                }
                 let context_id = message
                     .context_id
                     .clone()

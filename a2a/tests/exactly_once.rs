@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 
 /// A `SendMessage` of `text` with message id `id` (and `task` to continue one).
 fn send(id: &str, text: &str, task: Option<&str>) -> Value {
-    let mut m = json!({"messageId": id, "role": "ROLE_USER", "parts": [{"text": text}]});
+    let mut m = json!({"messageId": id, "role": "ROLE_USER", "parts": [{"text": text}],
+                       "extensions": [agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION]});
     if let Some(t) = task {
         m["taskId"] = json!(t);
     }
@@ -168,4 +169,23 @@ async fn a_message_id_is_its_callers_own() {
     assert_ne!(task_of(&c)["id"], a);
     wait_idle(&h.ask).await;
     assert_eq!(list(&h, "did:key:z6MkA").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_message_that_does_not_ask_to_run_once_runs_each_time() {
+    // As A2A has it (and the official TCK expects: it sends one message id on each transport):
+    // without the extension in the message, the same id twice is two tasks.
+    let h = start(Policy::Did).await;
+    let caller = "did:key:z6MkPlain";
+    let plain =
+        || json!({"message": {"messageId": "same", "role": "ROLE_USER", "parts": [{"text": "x"}]}});
+    let (_, a) = h
+        .rpc("ask-name", Some(caller), "SendMessage", plain())
+        .await;
+    let (_, b) = h
+        .rpc("ask-name", Some(caller), "SendMessage", plain())
+        .await;
+    assert_ne!(task_of(&a)["id"], task_of(&b)["id"], "{a} {b}");
+    wait_idle(&h.ask).await;
+    assert_eq!(list(&h, caller).await.len(), 2);
 }

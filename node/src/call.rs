@@ -599,6 +599,8 @@ impl Caller {
                 metadata: None,
                 tenant: None,
             };
+            let mut req = req;
+            once_if_declared(agent, &mut req.message);
             let mut quiet = |p: Progress| tracing::info!(%p, "sending");
             match self.send_once(agent, &client, &req, &mut quiet).await? {
                 SendMessageResponse::Task(t) => Ok(Outcome::Task(Box::new(t))),
@@ -679,7 +681,8 @@ impl Caller {
         progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Outcome, CallError> {
         let client = self.client(agent)?;
-        let req = send_request(msg);
+        let mut req = send_request(msg);
+        once_if_declared(agent, &mut req.message);
         let task_id = if self.opts.stream {
             match self.follow_stream(&client, &req, progress).await? {
                 Ok(id) => id,
@@ -861,6 +864,18 @@ fn exactly_once(card: &Value) -> bool {
             exts.iter()
                 .any(|e| e["uri"] == agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION)
         })
+}
+
+/// Ask `agent` to run `message` once ([`agentnet_a2a::engine::asks_once`]) when its card says
+/// it can: then a resend after a lost answer reaches the first task.
+fn once_if_declared(agent: &Agent, message: &mut Message) {
+    if exactly_once(&agent.card) {
+        let uri = agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION.to_owned();
+        let exts = message.extensions.get_or_insert_with(Vec::new);
+        if !exts.contains(&uri) {
+            exts.push(uri);
+        }
+    }
 }
 
 fn send_error(e: ClientError) -> CallError {
