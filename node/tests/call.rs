@@ -361,37 +361,12 @@ async fn refusals_send_nothing_to_the_agent() {
     );
 }
 
-/// Read one HTTP/1.1 request (head and Content-Length body) from `s`.
+/// Read one HTTP/1.1 request (head and Content-Length body) from `s`: its head and JSON body.
 async fn read_request(s: &mut tokio::net::TcpStream) -> Option<(String, Value)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let body = serde_json::from_slice(&buf[head_end..head_end + len]).unwrap_or(Value::Null);
+    let (raw, _) = read_raw(s).await?;
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_string();
+    let body = serde_json::from_slice(&raw[head_end..]).unwrap_or(Value::Null);
     Some((head, body))
 }
 
@@ -912,6 +887,7 @@ async fn read_raw(s: &mut tokio::net::TcpStream) -> Option<(Vec<u8>, bool)> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+    buf.truncate(head_end + len);
     let body: Value = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
     Some((buf, body["method"] == "SendMessage"))
 }
