@@ -112,3 +112,30 @@ mod tests {
         assert!(built.is_err());
     }
 }
+
+/// Why [`read_limited`] gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The body is longer than the limit (by its `Content-Length`, or as it came).
+    #[error("the body is over {0} bytes")]
+    TooLarge(usize),
+    /// Reading it failed.
+    #[error("reading the body: {0}")]
+    Http(#[source] reqwest::Error),
+}
+
+/// `resp`'s body, at most `limit` bytes: refused by a larger `Content-Length` before anything
+/// is read, and as soon as what came passes `limit` (so a peer cannot make us hold more).
+pub async fn read_limited(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, ReadError> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(ReadError::TooLarge(limit));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(ReadError::Http)? {
+        if body.len() + chunk.len() > limit {
+            return Err(ReadError::TooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}

@@ -158,19 +158,15 @@ fn choose_method(doc: &Value) -> Result<(Value, String), CallError> {
 }
 
 /// Read at most `max` bytes of `r`'s body.
-async fn bounded(mut r: reqwest::Response, max: usize) -> Result<Vec<u8>, CallError> {
-    let mut out = Vec::new();
-    while let Some(chunk) = r
-        .chunk()
+async fn bounded(r: reqwest::Response, max: usize) -> Result<Vec<u8>, CallError> {
+    agentnet_did::http::read_limited(r, max)
         .await
-        .map_err(|e| refuse(format!("reading the answer: {e}")))?
-    {
-        if out.len() + chunk.len() > max {
-            return Err(refuse(format!("the answer is over {max} bytes")));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
+        .map_err(|e| match e {
+            agentnet_did::http::ReadError::TooLarge(_) => {
+                refuse(format!("the answer is over {max} bytes"))
+            }
+            e => refuse(format!("reading the answer: {e}")),
+        })
 }
 
 impl Caller {

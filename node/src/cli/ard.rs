@@ -278,7 +278,7 @@ async fn get_json(
     let client = call::pinned(url, &addrs, timeout)
         .timeout(timeout)
         .build()?;
-    let mut resp = client
+    let resp = client
         .get(url.clone())
         .header(reqwest::header::ACCEPT, "application/json")
         .send()
@@ -290,20 +290,9 @@ async fn get_json(
     if !resp.status().is_success() {
         anyhow::bail!("{url} answered {}", resp.status());
     }
-    if resp.content_length().is_some_and(|n| n > max as u64) {
-        anyhow::bail!("{url} is over {max} bytes");
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
+    let body = agentnet_did::http::read_limited(resp, max)
         .await
-        .with_context(|| format!("reading {url}"))?
-    {
-        if body.len() + chunk.len() > max {
-            anyhow::bail!("{url} is over {max} bytes");
-        }
-        body.extend_from_slice(&chunk);
-    }
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     let v = serde_json::from_slice(&body).with_context(|| format!("{url} is not JSON"))?;
     Ok(Some(v))
 }
