@@ -198,6 +198,8 @@ async fn the_anp_endpoint_is_bounded_and_refuses_what_the_a2a_routes_refuse() {
         Ok(r) => assert_eq!(r.status().as_u16(), 413),
         Err(e) => assert!(e.is_request() || e.is_body(), "{e}"),
     }
+    // A new client: the old one's pooled connection may be the one the server is closing.
+    let client = agentnet_did::http::client();
     // Not JSON: 415.
     let (status, _) = rpc(&client, &rpc_url, send("hi"), "text/plain").await;
     assert_eq!(status, 415);
