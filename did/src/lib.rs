@@ -28,10 +28,14 @@
 //!   four, so imports between the modules run one way (none depends on a module that uses it).
 //! - [`json`]: strict JSON intake (depth, size, no duplicate member names).
 //! - [`http`]: the HTTP client builder every agentnet crate uses (rustls on ring, per client).
+//! - [`di`]: Data Integrity proofs (`eddsa-jcs-2022`); [`delegation`]: delegation chains of
+//!   such credentials, and their checks (issue 18).
 //! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
 
 pub mod a2a;
 pub mod card;
+pub mod delegation;
+pub mod di;
 pub mod didkey;
 pub mod document;
 pub mod http;
