@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Caller, Owner, Source};
 use crate::error::ProtocolError;
+use crate::gate::{Admit, Gate, Operation};
 use crate::handler::{Handler, Outcome, Turn, Update, Updates};
 use crate::seen::{Bounds, Seen};
 use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
@@ -270,6 +271,8 @@ struct Inner {
     shutdown: CancellationToken,
     /// New-task messages and their tasks ([`crate::seen`]).
     seen: Mutex<Seen>,
+    /// The admission check run before any work ([`crate::gate`]).
+    gate: Option<Arc<dyn Gate>>,
 }
 
 /// The task engine of one agent. Cheap to clone.
@@ -492,6 +495,16 @@ impl Inner {
 impl Engine {
     /// An engine running `handler`'s turns and keeping tasks in `store`.
     pub fn new(handler: Arc<dyn Handler>, store: Arc<dyn TaskStore>, limits: Limits) -> Self {
+        Self::gated(handler, store, limits, None)
+    }
+
+    /// [`Engine::new`] with an admission check run before every operation's work.
+    pub fn gated(
+        handler: Arc<dyn Handler>,
+        store: Arc<dyn TaskStore>,
+        limits: Limits,
+        gate: Option<Arc<dyn Gate>>,
+    ) -> Self {
         Engine {
             inner: Arc::new(Inner {
                 handler,
@@ -504,6 +517,7 @@ impl Engine {
                     per_source: limits.max_seen_per_source,
                     total: limits.max_seen,
                 })),
+                gate,
                 limits,
             }),
         }
@@ -790,6 +804,24 @@ impl Engine {
     ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<TurnEnd>), ProtocolError> {
         let owner = &caller.owner;
         self.validate_send(&req)?;
+        let admitted = match &self.inner.gate {
+            None => None,
+            Some(gate) => {
+                let stored = match &req.message.task_id {
+                    Some(id) if !id.is_empty() && id.len() <= self.inner.limits.max_id_len => {
+                        self.load(owner, id).await?
+                    }
+                    _ => None,
+                };
+                gate.admit(Admit {
+                    caller,
+                    op: Operation::Send,
+                    message: Some(&req.message),
+                    task: stored.as_ref(),
+                })
+                .await?
+            }
+        };
         let defer = defer && !stream && !self.inner.limits.defer_first_write.is_zero();
         let mut unstored = None;
         let mut slot = self.reserve_run(caller)?;
@@ -874,7 +906,7 @@ impl Engine {
                     },
                     artifacts: None,
                     history: None,
-                    metadata: None,
+                    metadata: admitted,
                 };
                 push_history(&mut task, message.clone(), max_hist);
                 // The turn starts at once, so the task is stored as WORKING in its first write
@@ -1267,6 +1299,25 @@ impl Engine {
         }))
     }
 
+    /// Run the gate, if any, for `op` on the stored `task`.
+    async fn admit(
+        &self,
+        caller: &Caller,
+        op: Operation,
+        task: &Task,
+    ) -> Result<(), ProtocolError> {
+        if let Some(gate) = &self.inner.gate {
+            gate.admit(Admit {
+                caller,
+                op,
+                message: None,
+                task: Some(task),
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     /// `SendMessage`: blocking unless `returnImmediately`; answers `{"task": …}`, or
     /// `{"message": …}` when the agent answers directly ([`Handler::reply`]).
     pub async fn send_message(
@@ -1372,6 +1423,7 @@ impl Engine {
             .load(owner, &req.id)
             .await?
             .ok_or_else(|| ProtocolError::TaskNotFound(req.id.clone()))?;
+        self.admit(caller, Operation::Get, &task).await?;
         Ok(self.shape(task, req.history_length))
     }
 
@@ -1462,6 +1514,13 @@ impl Engine {
         if req.id.is_empty() || req.id.len() > self.inner.limits.max_id_len {
             return Err(ProtocolError::TaskNotFound(req.id));
         }
+        if self.inner.gate.is_some() {
+            let stored = self
+                .load(owner, &req.id)
+                .await?
+                .ok_or_else(|| ProtocolError::TaskNotFound(req.id.clone()))?;
+            self.admit(caller, Operation::Cancel, &stored).await?;
+        }
         let task = self
             .update(
                 owner,
@@ -1512,6 +1571,7 @@ impl Engine {
         if task.status.state.is_terminal() {
             return Err(terminal(&req.id));
         }
+        self.admit(caller, Operation::Get, &task).await?;
         let (rx, slot) = self.subscribe_channel(caller, &req.id)?;
         // Read again after subscribing, so that no update falls between snapshot and stream.
         let task = self

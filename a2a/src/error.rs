@@ -68,6 +68,10 @@ pub enum ProtocolError {
     /// authenticator refused the request. -32000, 401.
     #[error("authentication required: {0}")]
     Unauthenticated(String),
+    /// The caller is authenticated but not allowed: its delegation does not cover the request
+    /// (`docs/PROTOCOL.md`, "Delegation"). -32000, 403.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// A bound was reached (tasks in flight, subscribers, store capacity). -32000, 429.
     #[error("server busy: {0}")]
     Busy(String),
@@ -98,7 +102,9 @@ impl ProtocolError {
             ProtocolError::MethodNotFound(_) => -32601,
             ProtocolError::InvalidParams(_) => -32602,
             ProtocolError::Internal(_) => -32603,
-            ProtocolError::Unauthenticated(_) | ProtocolError::Busy(_) => -32000,
+            ProtocolError::Unauthenticated(_)
+            | ProtocolError::PermissionDenied(_)
+            | ProtocolError::Busy(_) => -32000,
         }
     }
 
@@ -112,6 +118,7 @@ impl ProtocolError {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
             ProtocolError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            ProtocolError::PermissionDenied(_) => StatusCode::FORBIDDEN,
             ProtocolError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             ProtocolError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ProtocolError::MediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -136,6 +143,7 @@ impl ProtocolError {
             ProtocolError::InvalidParams(_) => "INVALID_PARAMS",
             ProtocolError::Internal(_) => "INTERNAL_ERROR",
             ProtocolError::Unauthenticated(_) => "UNAUTHENTICATED",
+            ProtocolError::PermissionDenied(_) => "PERMISSION_DENIED",
             ProtocolError::Busy(_) => "RESOURCE_EXHAUSTED",
             ProtocolError::TooLarge(_) => "PAYLOAD_TOO_LARGE",
             ProtocolError::MediaType(_) => "CONTENT_TYPE_NOT_SUPPORTED",
@@ -148,6 +156,7 @@ impl ProtocolError {
             ProtocolError::TaskNotFound(_) | ProtocolError::MethodNotFound(_) => "NOT_FOUND",
             ProtocolError::InvalidAgentResponse(_) | ProtocolError::Internal(_) => "INTERNAL",
             ProtocolError::Unauthenticated(_) => "UNAUTHENTICATED",
+            ProtocolError::PermissionDenied(_) => "PERMISSION_DENIED",
             ProtocolError::Busy(_) => "RESOURCE_EXHAUSTED",
             ProtocolError::ContentTypeNotSupported(_)
             | ProtocolError::Parse(_)

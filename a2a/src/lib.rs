@@ -29,6 +29,8 @@
 //!   [`auth::Owner`].
 //! - [`store`]: the blocking [`store::TaskStore`] trait (owner-scoped keys, cursor pages) and
 //!   [`store::MemoryStore`].
+//! - [`gate`]: the [`gate::Gate`] hook, run before any work on every operation (the node's
+//!   delegation policy).
 //! - [`handler`]: the [`handler::Handler`] trait an agent implements: one turn of work.
 //! - [`samples`]: the built-in agents [`samples::Echo`] and [`samples::AskName`].
 //! - [`engine`]: the binding-independent task engine and its [`engine::Limits`].
@@ -42,6 +44,7 @@ pub mod auth;
 pub mod client;
 pub mod engine;
 pub mod error;
+pub mod gate;
 pub mod handler;
 pub mod samples;
 mod seen;

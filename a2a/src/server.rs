@@ -46,6 +46,7 @@ use serde_json::{json, Map, Value};
 use crate::auth::{decide, Authenticator, Caller, Owner, Policy, RequestParts, Source};
 use crate::engine::{Engine, EventStream, Limits};
 use crate::error::ProtocolError;
+use crate::gate::Gate;
 use crate::handler::Handler;
 use crate::store::TaskStore;
 
@@ -63,7 +64,7 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 pub const VERSION_HEADER: &str = "A2A-Version";
 
 /// How one agent is served.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Config {
     /// The public Agent Card, served as is at `/.well-known/agent-card.json`.
@@ -75,6 +76,18 @@ pub struct Config {
     pub policy: Policy,
     /// The bounds.
     pub limits: Limits,
+    /// The admission check before any work ([`crate::gate`]).
+    pub gate: Option<Arc<dyn Gate>>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("policy", &self.policy)
+            .field("limits", &self.limits)
+            .field("gate", &self.gate.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -85,7 +98,14 @@ impl Config {
             extended_card: None,
             policy: Policy::default(),
             limits: Limits::default(),
+            gate: None,
         }
+    }
+
+    /// With an admission check.
+    pub fn gate(mut self, gate: Arc<dyn Gate>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// With this policy.
@@ -238,7 +258,7 @@ impl Server {
         auth: Arc<dyn Authenticator>,
     ) -> Arc<Server> {
         Arc::new(Server {
-            engine: Engine::new(handler, store, config.limits),
+            engine: Engine::gated(handler, store, config.limits, config.gate),
             card: ServedCard::new(&config.card),
             extended_card: config.extended_card,
             policy: config.policy,

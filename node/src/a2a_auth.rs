@@ -424,12 +424,12 @@ impl Nonces {
 
 /// A token bucket per source (client address, IPv6 by /64).
 #[derive(Debug, Default)]
-struct Budgets {
+pub(crate) struct Budgets {
     buckets: HashMap<Source, (f64, Instant)>,
 }
 
 impl Budgets {
-    fn take(
+    pub(crate) fn take(
         &mut self,
         source: Source,
         burst: u32,

@@ -124,6 +124,65 @@ pub struct CallOptions {
     pub poll_max: Duration,
     /// Connect timeout of each request to the agent.
     pub connect_timeout: Duration,
+    /// The delegation chain every message presents (`Message.metadata.actorChain`).
+    pub delegation: Option<Arc<Delegation>>,
+}
+
+/// A delegation chain a caller presents ([`agentnet_did::delegation`], docs/PROTOCOL.md
+/// "Delegation"), with the holder's identity for hand-offs.
+#[derive(Clone)]
+pub struct Delegation {
+    chain: Value,
+    holder: Option<crate::identity::Identity>,
+}
+
+impl std::fmt::Debug for Delegation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delegation")
+            .field("digest", &agentnet_did::delegation::digest(&self.chain))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Delegation {
+    /// `chain` (checked for shape and attenuation), presented as is, or with a hand-off to
+    /// each agent called when `holder` (the caller's identity) holds its last link and that link
+    /// allows one more: then the agent called may act on it onward.
+    pub fn new(
+        chain: Value,
+        holder: Option<crate::identity::Identity>,
+    ) -> Result<Self, agentnet_did::delegation::ChainError> {
+        agentnet_did::delegation::Chain::parse(&chain)?;
+        Ok(Delegation { chain, holder })
+    }
+
+    /// The chain as loaded.
+    pub fn chain(&self) -> &Value {
+        &self.chain
+    }
+
+    /// What to present to `agent`.
+    pub fn for_agent(&self, agent: &Did) -> Value {
+        if let Some(id) = &self.holder {
+            match agentnet_did::delegation::hand_off(id.key(), id.kid(), &self.chain, agent) {
+                Ok(Some(c)) => return c,
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "no hand-off to {agent}"),
+            }
+        }
+        self.chain.clone()
+    }
+
+    /// Put the chain for `agent` into `message`'s metadata.
+    pub fn present(&self, agent: &Did, message: &mut Message) {
+        message
+            .metadata
+            .get_or_insert_with(Default::default)
+            .insert(
+                agentnet_did::delegation::METADATA_MEMBER.to_string(),
+                self.for_agent(agent),
+            );
+    }
 }
 
 impl Default for CallOptions {
@@ -135,6 +194,7 @@ impl Default for CallOptions {
             poll_initial: Duration::from_millis(250),
             poll_max: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
+            delegation: None,
         }
     }
 }
@@ -601,6 +661,9 @@ impl Caller {
             };
             let mut req = req;
             once_if_declared(agent, &mut req.message);
+            if let Some(d) = &self.opts.delegation {
+                d.present(&agent.did, &mut req.message);
+            }
             let mut quiet = |p: Progress| tracing::info!(%p, "sending");
             match self.send_once(agent, &client, &req, &mut quiet).await? {
                 SendMessageResponse::Task(t) => Ok(Outcome::Task(Box::new(t))),
@@ -683,6 +746,9 @@ impl Caller {
         let client = self.client(agent)?;
         let mut req = send_request(msg);
         once_if_declared(agent, &mut req.message);
+        if let Some(d) = &self.opts.delegation {
+            d.present(&agent.did, &mut req.message);
+        }
         let task_id = if self.opts.stream {
             match self.follow_stream(&client, &req, progress).await? {
                 Ok(id) => id,

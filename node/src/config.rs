@@ -359,6 +359,11 @@ pub struct AgentConfig {
     /// for the others), under the agent's policy,
     /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
     pub mcp: Option<bool>,
+    /// Serve only requests that present a delegation chain rooted at one of these principal
+    /// DIDs, bound to the signed caller and covering the operation on this agent
+    /// ([`crate::authority`], docs/PROTOCOL.md "Delegation"); at most 64. Default: none
+    /// required (a chain presented is still checked).
+    pub require_delegation_from: Option<Vec<String>>,
 }
 
 impl FileConfig {
@@ -491,6 +496,22 @@ impl AgentConfig {
                 }
             }
             _ => {}
+        }
+        if let Some(p) = &self.require_delegation_from {
+            if p.is_empty() || p.len() > 64 {
+                return bad("require_delegation_from: 1 to 64 principal DIDs");
+            }
+            if self.policy != PolicyName::Did {
+                return bad("require_delegation_from needs policy = \"did\": a delegation binds to a signed caller");
+            }
+            for d in p {
+                if let Err(e) = agentnet_did::Did::parse(d) {
+                    return Err(invalid(
+                        &self.id,
+                        format!("require_delegation_from: {d:?} is not a DID: {e}"),
+                    ));
+                }
+            }
         }
         if let Some(env) = &self.env {
             let (n, name, value) = MAX_ENV;

@@ -388,18 +388,15 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let public_base = public_url.unwrap_or_else(|| format!("http://{http_addr}"));
     let auth_cfg = opts.hosted.auth.verifier(public_base.clone());
     let mcp_resolver = resolver.clone();
+    let authority = crate::authority::Shared::new(resolver.clone());
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
-    // Proxy agents sign their upstream requests as the node.
-    let node_signer: Arc<dyn agentnet_a2a::client::Signer> = Arc::new(crate::call::DidSigner::new(
-        Identity::did_key(SecretKey::from_seed(&key.seed())),
-    ));
     let hosted = hosted::build(
         &opts.hosted,
         &public_base,
         &opts.data_dir,
         &task_db,
         authenticator,
-        Some(node_signer),
+        &authority,
     )?;
     let mut cfg = net::Config {
         bootstrap: opts.bootstrap.clone(),

@@ -39,6 +39,8 @@
 //! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
 //! - [`tasks`]: the hosted agents' A2A tasks in the node's RocksDB.
 //! - [`a2a_auth`]: the DID authenticator of the hosted agents (RFC 9421, `DIDWba`), bounded.
+//! - [`authority`]: on whose behalf: the hosted agents' delegation policy, an A2A gate run
+//!   before any work (issue 18).
 //! - [`config`]: the `--config` file ([`FileConfig`]), its checks and defaults (`[tasks]` as
 //!   [`tasks::Retention`], `[auth]` as the authenticator's bounds), and the flag-over-file
 //!   merge of `agentnet up`, `--local` included.
@@ -60,6 +62,7 @@ pub mod a2a_auth;
 pub mod admin;
 pub mod ard;
 pub mod auth;
+pub mod authority;
 pub mod call;
 pub mod cli;
 pub mod config;

@@ -9,14 +9,7 @@ fn signer(
     as_did: Option<&str>,
     flags: &str,
 ) -> anyhow::Result<Arc<dyn agentnet_a2a::client::Signer>> {
-    let id = match as_did {
-        Some(did) => data_dir::AgentKeys::new(dir).load_identity(did)?,
-        None => identity::Identity::did_key(
-            SecretKey::load(&data_dir::key_file(dir)).with_context(|| {
-                format!("loading the node key to sign with (run `agentnet init`, or pass {flags})")
-            })?,
-        ),
-    };
+    let id = super::delegate::identity_of(dir, as_did, flags)?;
     Ok(Arc::new(call::DidSigner::new(id)))
 }
 
@@ -134,9 +127,23 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
     } else {
         Some(signer(&dir, args.as_did.as_deref(), "--as or --anonymous")?)
     };
+    let holder = if args.anonymous {
+        None
+    } else {
+        Some(super::delegate::identity_of(
+            &dir,
+            args.as_did.as_deref(),
+            "--as or --anonymous",
+        )?)
+    };
     let opts = call::CallOptions {
         stream: args.stream,
         timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
+        delegation: super::delegate::delegation_for(
+            args.delegation.as_deref(),
+            holder,
+            args.no_hand_off,
+        )?,
         ..Default::default()
     };
     let caller = caller(&args.reach, signer, opts)?;

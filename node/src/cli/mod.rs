@@ -36,6 +36,7 @@ mod output;
 mod ard;
 mod calls;
 mod cards;
+mod delegate;
 mod dids;
 mod network;
 mod node;
@@ -156,6 +157,9 @@ enum Command {
     /// Call an agent over A2A: find its card (the node's index, then the network), verify it,
     /// send the message signed with your DID, follow the task and print its artifacts.
     Call(CallArgs),
+    /// Grant a DID a capability on your behalf (or pass one on, narrower, with --from): writes
+    /// a delegation chain that `call`, `tool` and `mcp` present with --delegation FILE.
+    Delegate(delegate::DelegateArgs),
     /// List the tools of the MCP server an agent advertises on its card (verified first;
     /// every request signed with your DID).
     Tools(ToolsArgs),
@@ -392,6 +396,13 @@ struct CallArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout_secs: u64,
+    /// Present this delegation chain (written by `agentnet delegate`; its last link must be to
+    /// the DID this call signs as) in the message's metadata.
+    #[arg(long, value_name = "FILE", conflicts_with = "anonymous")]
+    delegation: Option<PathBuf>,
+    /// Present the chain as it is: do not hand the agent called a link to act on it onward.
+    #[arg(long, requires = "delegation")]
+    no_hand_off: bool,
     #[command(flatten)]
     reach: Reach,
 }
@@ -689,6 +700,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: IdentityCommand::Show { did, dir },
         } => identity_show(&did, dir.data_dir.as_deref()),
         Command::Call(args) => call_cmd(args).await,
+        Command::Delegate(args) => delegate::delegate_cmd(args),
         Command::Tools(args) => tools_cmd(args).await,
         Command::Tool(args) => tool_cmd(args).await,
         Command::Import { command } => ard::import(command).await,

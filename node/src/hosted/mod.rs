@@ -29,7 +29,9 @@
 //!   the card's interface URL are checked as every outgoing call is ([`crate::call::check_url`]:
 //!   `https` and public addresses, unless `allow_private = true` for a testnet or a loopback
 //!   upstream), connections pinned to the checked addresses, no redirects followed; requests
-//!   are signed as the node's DID, so the upstream sees this node (never its callers);
+//!   are signed as the proxy agent's own DID, so the upstream sees this agent (never its
+//!   callers); a delegation chain the task came with goes upstream too, handed off to the
+//!   upstream agent when the chain allows ([`crate::authority`]);
 //! - `tck`: the official A2A TCK's scenarios ([`agentnet_a2a::samples::Tck`]): the message
 //!   id's prefix chooses a text, file, file-URL or data artifact, a direct message reply, input
 //!   required or a rejection; anything else completes. What the TCK runs against
@@ -158,14 +160,7 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
             "The official A2A TCK's sample scenarios, chosen by the message id's prefix".into()
         }
     });
-    let kind = match a.kind {
-        Kind::Echo => "echo",
-        Kind::Ask => "ask",
-        Kind::Command => "command",
-        Kind::Proxy => "proxy",
-        Kind::Tck => "tck",
-    };
-    let tags = a.tags.clone().unwrap_or_else(|| vec![kind.to_string()]);
+    let tags = tags_of(a);
     let required = a.policy == PolicyName::Did;
     let mut c = json!({
         "name": name,
@@ -213,6 +208,9 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
             )));
         }
         exts.push(anp::extension(&format!("{url}{}", anp::AD_PATH)));
+        exts.push(crate::authority::extension(
+            a.require_delegation_from.as_deref().unwrap_or_default(),
+        ));
         exts.push(json!({
             "uri": agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION,
             "description": "A SendMessage sent again with the same messageId by the same caller (a retry after a lost answer) is answered with the task the first one started, and a follow-up already received is not run again.",
@@ -220,6 +218,20 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
         }));
     }
     c
+}
+
+/// The skill tags of `a`: `tags`, default `[<kind>]`.
+pub fn tags_of(a: &AgentConfig) -> Vec<String> {
+    a.tags.clone().unwrap_or_else(|| {
+        vec![match a.kind {
+            Kind::Echo => "echo",
+            Kind::Ask => "ask",
+            Kind::Command => "command",
+            Kind::Proxy => "proxy",
+            Kind::Tck => "tck",
+        }
+        .to_string()]
+    })
 }
 
 /// The working directory of `command` agent `id`: `<data-dir>/hosted/<id>/work`.
@@ -261,7 +273,7 @@ pub fn build(
     data_dir: &Path,
     tasks: &Arc<TaskDb>,
     auth: Arc<dyn Authenticator>,
-    node_signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
+    authority: &crate::authority::Shared,
 ) -> Result<Vec<Hosted>, ConfigError> {
     let mut out = Vec::new();
     let commands = cfg.agent.iter().filter(|a| a.kind == Kind::Command).count();
@@ -321,14 +333,21 @@ pub fn build(
             Kind::Proxy => Arc::new(ProxyAgent {
                 upstream: a.upstream.clone().unwrap_or_default(),
                 allow_private: a.allow_private == Some(true),
-                signer: node_signer.clone(),
+                resolver: authority.resolver().clone(),
+                identity: crate::identity::Identity::did_key(SecretKey::from_seed(&key.seed())),
                 client: Arc::new(tokio::sync::OnceCell::new()),
             }),
         };
+        let gate = authority.authority(
+            did.to_string(),
+            tags_of(a),
+            a.require_delegation_from.clone().unwrap_or_default(),
+        );
         let server = Server::new(
             ServerConfig::new(signed.clone())
                 .policy(a.policy())
-                .limits(limits_for(a.kind, commands)),
+                .limits(limits_for(a.kind, commands))
+                .gate(Arc::new(gate)),
             handler,
             Arc::new(tasks.agent(&a.id)),
             auth.clone(),

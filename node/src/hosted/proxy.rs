@@ -1,4 +1,6 @@
-//! Kind `proxy`: each turn forwarded to an upstream A2A agent, signed as the node.
+//! Kind `proxy`: each turn forwarded to an upstream A2A agent, signed as the proxy agent's own
+//! DID; a delegation chain the turn came with is presented upstream, handed off to the upstream
+//! agent (whose DID its verified card names) when the chain allows one more link.
 
 use super::*;
 
@@ -8,9 +10,12 @@ pub(super) struct ProxyAgent {
     pub(super) upstream: String,
     /// Upstream addresses may be loopback or private, and `http`.
     pub(super) allow_private: bool,
-    /// Signs upstream requests (the node's DID).
-    pub(super) signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
-    pub(super) client: Arc<tokio::sync::OnceCell<Arc<Client>>>,
+    /// Resolves the signers of the upstream card.
+    pub(super) resolver: agentnet_did::Resolver,
+    /// The agent's identity: signs upstream requests, hands delegations on.
+    pub(super) identity: crate::identity::Identity,
+    /// The upstream client, and the upstream agent's DID when its card verified.
+    pub(super) client: Arc<tokio::sync::OnceCell<(Arc<Client>, Option<agentnet_did::Did>)>>,
 }
 
 /// Each upstream request: connect within 10 s, answer within 60 s.
@@ -22,7 +27,7 @@ const UPSTREAM_KEY: &str = "agentnet.upstream";
 const PROXY_MAX_WAIT: Duration = Duration::from_secs(600);
 
 impl ProxyAgent {
-    async fn client(&self) -> Result<Arc<Client>, HandlerError> {
+    async fn client(&self) -> Result<(Arc<Client>, Option<agentnet_did::Did>), HandlerError> {
         self.client
             .get_or_try_init(|| async {
                 let base = url::Url::parse(&self.upstream)
@@ -35,7 +40,10 @@ impl ProxyAgent {
                     .map_err(|e| HandlerError(format!("upstream: {e}")))?;
                 // The card names its own URL, perhaps on another host: checked the same way.
                 let http = self.pinned(&endpoint.url).await?;
-                Ok(Arc::new(Client::new(http, endpoint, self.signer.clone())))
+                let did = upstream_did(&card, &self.resolver).await;
+                let signer: Arc<dyn agentnet_a2a::client::Signer> =
+                    Arc::new(crate::call::DidSigner::new(self.identity.clone()));
+                Ok((Arc::new(Client::new(http, endpoint, Some(signer))), did))
             })
             .await
             .cloned()
@@ -51,6 +59,29 @@ impl ProxyAgent {
             .build()
             .map_err(|e| HandlerError(format!("upstream client: {e}")))
     }
+}
+
+/// The DID whose signature on the upstream card verifies (the first), if any.
+async fn upstream_did(
+    card: &Value,
+    resolver: &agentnet_did::Resolver,
+) -> Option<agentnet_did::Did> {
+    let signers = agentnet_did::card::verify(card, agentnet_did::card::KeySource::Did(resolver))
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "the upstream card does not verify: no hand-off"))
+        .ok()?;
+    let kid = signers.first()?.kid.clone();
+    agentnet_did::DidUrl::parse(&kid)
+        .ok()
+        .map(|u| u.did().clone())
+}
+
+/// The delegation chain the task came with: the turn's message's, else the first in history.
+fn chain_of(turn: &Turn) -> Option<Value> {
+    let key = agentnet_did::delegation::METADATA_MEMBER;
+    std::iter::once(&turn.message)
+        .chain(turn.history.iter())
+        .find_map(|m| m.metadata.as_ref()?.get(key).cloned())
 }
 
 fn outcome_of(turn: &Turn, task: Task) -> Option<Outcome> {
@@ -95,7 +126,7 @@ impl Handler for ProxyAgent {
     ) -> BoxFuture<'static, Result<Outcome, HandlerError>> {
         let this = self.clone();
         Box::pin(async move {
-            let client = this.client().await?;
+            let (client, upstream) = this.client().await?;
             // Continue the upstream task this one is waiting on, if any.
             let upstream_ids = turn.history.iter().rev().find_map(|m| {
                 m.metadata.as_ref()?.get(UPSTREAM_KEY).and_then(|v| {
@@ -109,6 +140,20 @@ impl Handler for ProxyAgent {
             if let Some((t, c)) = &upstream_ids {
                 msg.task_id = Some(t.clone());
                 msg.context_id = Some(c.clone());
+            }
+            if let Some(chain) = chain_of(&turn) {
+                // Handed on when this agent holds the chain's last link and it allows one more;
+                // presented as it is otherwise (the upstream decides).
+                let chain = match (
+                    &upstream,
+                    crate::call::Delegation::new(chain.clone(), Some(this.identity.clone())),
+                ) {
+                    (Some(did), Ok(d)) => d.for_agent(did),
+                    _ => chain,
+                };
+                msg.metadata
+                    .get_or_insert_with(Default::default)
+                    .insert(agentnet_did::delegation::METADATA_MEMBER.to_string(), chain);
             }
             let req = SendMessageRequest {
                 message: msg,

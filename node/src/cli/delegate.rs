@@ -1,0 +1,233 @@
+//! `agentnet delegate`: write a delegation link (docs/PROTOCOL.md, "Delegation"); and the
+//! `--delegation FILE` that `call`, `tool` and `mcp` present.
+
+use super::*;
+use agentnet_did::delegation::{self, Capability, Chain, Grant};
+
+/// Largest delegation file read.
+const MAX_FILE: u64 = (delegation::MAX_LINKS * delegation::MAX_LINK_BYTES) as u64 + 4096;
+
+#[derive(Debug, Args)]
+pub(super) struct DelegateArgs {
+    /// The audience: the agent (or person) DID the capability is granted to.
+    #[arg(long, value_name = "DID")]
+    to: String,
+    /// Operations granted: send, get, cancel, tool:NAME, tool:* (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "send,get")]
+    ops: Vec<String>,
+    /// A skill tag the agents called must have (repeat for several); default: any skill.
+    #[arg(long = "skill")]
+    skills: Vec<String>,
+    /// An agent DID it may call (repeat for several); with --domain, either.
+    #[arg(long = "agent", value_name = "DID")]
+    agents: Vec<String>,
+    /// A domain whose did:web/did:wba agents it may call (the domain and below it).
+    #[arg(long = "domain")]
+    domains: Vec<String>,
+    /// How long: 90s, 30m, 2h, 7d.
+    #[arg(long = "for", default_value = "1h", value_parser = parse_for)]
+    valid_for: i64,
+    /// How many more times it may be passed on (0: not at all).
+    #[arg(long, default_value_t = 0)]
+    depth: u32,
+    /// Extend this chain (a file `delegate` wrote): its last audience must be the issuer, and the
+    /// new link no wider than the last.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Issue as this identity (its key in <data-dir>/agents/); default: the node's did:key.
+    #[arg(long = "as", value_name = "DID")]
+    as_did: Option<String>,
+    /// Write the chain here (default: standard output).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// Print JSON (the chain and what it grants).
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_for(s: &str) -> Result<i64, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: a number and a unit, as 90s, 30m, 2h, 7d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("{s:?}: the unit is s, m, h or d")),
+    };
+    if !(1..=366 * 86_400).contains(&secs) {
+        return Err("between 1 second and 366 days".into());
+    }
+    Ok(secs)
+}
+
+/// The identity requests are signed as, and links issued by: `--as DID` (its key in the data
+/// directory), else the node's did:key.
+pub(super) fn identity_of(
+    dir: &Path,
+    as_did: Option<&str>,
+    flags: &str,
+) -> anyhow::Result<identity::Identity> {
+    Ok(match as_did {
+        Some(did) => data_dir::AgentKeys::new(dir).load_identity(did)?,
+        None => identity::Identity::did_key(
+            SecretKey::load(&data_dir::key_file(dir)).with_context(|| {
+                format!("loading the node key to sign with (run `agentnet init`, or pass {flags})")
+            })?,
+        ),
+    })
+}
+
+/// Read a chain file: the JSON array `delegate` writes (or an object with `actorChain`).
+pub(super) fn read_chain(path: &Path) -> anyhow::Result<Value> {
+    let f = std::fs::File::open(path)
+        .with_context(|| format!("reading the delegation {}", path.display()))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE {
+        bail!(
+            "{} is over {MAX_FILE} bytes: not a delegation chain",
+            path.display()
+        );
+    }
+    let v: Value = json::from_slice(
+        &bytes,
+        json::Limits {
+            max_depth: 16,
+            max_values: 16_384,
+        },
+    )
+    .with_context(|| format!("{} is not JSON", path.display()))?;
+    let v = match v {
+        Value::Object(mut o) => o.remove(delegation::METADATA_MEMBER).with_context(|| {
+            format!("{} has no {}", path.display(), delegation::METADATA_MEMBER)
+        })?,
+        v => v,
+    };
+    Chain::parse(&v).with_context(|| format!("{} does not hold", path.display()))?;
+    Ok(v)
+}
+
+/// The delegation a call presents: `file`, held by `holder`, whose DID must be its last
+/// audience; handed off to each agent called unless `no_hand_off`.
+pub(super) fn delegation_for(
+    file: Option<&Path>,
+    holder: Option<identity::Identity>,
+    no_hand_off: bool,
+) -> anyhow::Result<Option<Arc<call::Delegation>>> {
+    let Some(file) = file else { return Ok(None) };
+    let chain = read_chain(file)?;
+    let Some(holder) = holder else {
+        bail!(
+            "a delegation binds to a DID: drop --anonymous to present {}",
+            file.display()
+        );
+    };
+    let parsed = Chain::parse(&chain)?;
+    let last = parsed
+        .links()
+        .last()
+        .map(|l| l.audience.to_string())
+        .unwrap_or_default();
+    if last != holder.did().as_str() {
+        bail!(
+            "the delegation {} is to {last}, but this call signs as {}: pass --as {last} (its key in the data directory), or use a chain issued to {}",
+            file.display(),
+            holder.did(),
+            holder.did()
+        );
+    }
+    let holder = (!no_hand_off).then_some(holder);
+    Ok(Some(Arc::new(call::Delegation::new(chain, holder)?)))
+}
+
+pub(super) fn delegate_cmd(args: DelegateArgs) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(args.dir.data_dir.as_deref())?;
+    let issuer = identity_of(&dir, args.as_did.as_deref(), "--as")?;
+    let audience = agentnet_did::Did::parse(&args.to).context("--to is not a DID")?;
+    let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    let capability = Capability {
+        agents: none_if_empty(&args.agents),
+        domains: none_if_empty(&args.domains),
+        skills: none_if_empty(&args.skills),
+        ops: args.ops.clone(),
+        depth: args.depth,
+    };
+    let parent = args.from.as_deref().map(read_chain).transpose()?;
+    let now = delegation::now();
+    let mut valid_until = now + args.valid_for;
+    if let Some(p) = &parent {
+        let parsed = Chain::parse(p)?;
+        if let Some(last) = parsed.links().last() {
+            if last.audience != *issuer.did() {
+                bail!(
+                    "--from: that chain is to {}, not to {} who issues this link: pass --as {}",
+                    last.audience,
+                    issuer.did(),
+                    last.audience
+                );
+            }
+            // Never past the parent: the link would not hold.
+            valid_until = valid_until.min(last.valid_until);
+        }
+    }
+    let grant = Grant {
+        audience: &audience,
+        capability: &capability,
+        valid_from: now - 60,
+        valid_until,
+    };
+    let chain = delegation::issue(issuer.key(), issuer.kid(), &grant, parent.as_ref())
+        .context("the delegation does not hold")?;
+    let text = serde_json::to_string_pretty(&chain)?;
+    if let Some(out) = &args.out {
+        std::fs::write(out, format!("{text}\n"))
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    let parsed = Chain::parse(&chain)?;
+    let principal = parsed.links()[0].issuer.to_string();
+    if args.json {
+        let mut o = json!({
+            "principal": principal,
+            "issuer": issuer.did().as_str(),
+            "audience": audience.as_str(),
+            "capability": capability,
+            "validUntil": delegation::rfc3339(valid_until),
+            "links": parsed.links().len(),
+            "digest": parsed.digest(),
+        });
+        if args.out.is_none() {
+            o["chain"] = chain;
+        }
+        out!("{}", json_line(&o)?)?;
+    } else {
+        if args.out.is_none() {
+            out!("{text}")?;
+        }
+        say!(
+            "delegation: {} → {}: {}{}, until {} ({}), depth {}; {} link(s) from {}{}",
+            issuer.did(),
+            audience,
+            capability.ops.join(","),
+            capability
+                .skills
+                .as_ref()
+                .map(|s| format!(" for skills {}", s.join(",")))
+                .unwrap_or_default(),
+            delegation::rfc3339(valid_until),
+            output::expires_in(valid_until.max(0) as u64, now.max(0) as u64),
+            capability.depth,
+            parsed.links().len(),
+            principal,
+            args.out
+                .as_ref()
+                .map(|p| format!("; wrote {}", p.display()))
+                .unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
