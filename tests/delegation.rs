@@ -728,3 +728,81 @@ require_delegation_from = ["{their_principal}", "{}"]
     assert!(!o.status.success());
     assert!(stderr(&o).contains("widens"), "{}", stderr(&o));
 }
+
+#[tokio::test]
+async fn mcp_tool_calls_need_the_tool_granted_in_meta() {
+    let tmp = tempfile::tempdir().unwrap();
+    let principal = Who::new(tmp.path(), "principal");
+    let dir = tmp.path().join("node");
+    let node = start(
+        &dir,
+        &format!(
+            r#"
+[node]
+local = true
+
+[[agent]]
+id = "tools"
+kind = "echo"
+tags = ["books"]
+mcp = true
+require_delegation_from = ["{}"]
+"#,
+            principal.did()
+        ),
+    );
+    let agent = agent_did(&format!("{}/tools", base(&node))).await;
+    let caller = SecretKey::load(&node_key(&dir))
+        .unwrap()
+        .did_key()
+        .to_string();
+    let write = |name: &str, ops: &str| {
+        let f = tmp.path().join(name);
+        let o = agentnet(&[
+            "delegate",
+            "--data-dir",
+            p(&principal.dir),
+            "--to",
+            &caller,
+            "--ops",
+            ops,
+            "--out",
+            p(&f),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        f
+    };
+    let tool = |extra: &[&str]| {
+        let mut args = vec![
+            "tool",
+            "echo",
+            "--data-dir",
+            p(&dir),
+            "--did",
+            &agent,
+            "--args",
+            r#"{"text":"hi"}"#,
+        ];
+        args.extend_from_slice(extra);
+        agentnet(&args)
+    };
+    // None presented: refused, naming where a chain goes.
+    let o = tool(&[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("_meta.actorChain"), "{}", stderr(&o));
+    // A chain for A2A sends only: the tool is not granted.
+    let send_only = write("send.json", "send");
+    let o = tool(&["--delegation", p(&send_only)]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("operation tool:echo is not granted"),
+        "{}",
+        stderr(&o)
+    );
+    // tool:echo granted: served.
+    let echo = write("echo.json", "tool:echo");
+    let o = tool(&["--delegation", p(&echo)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("hi"), "{}", stdout(&o));
+    drop(node);
+}

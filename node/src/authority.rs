@@ -225,6 +225,15 @@ impl Authority {
         Ok(())
     }
 
+    /// No chain was presented (`where_` says where one goes): refused if one is required.
+    pub fn none_presented(&self, where_: &str) -> Result<(), ProtocolError> {
+        if self.principals.is_empty() {
+            Ok(())
+        } else {
+            Err(self.refuse(format!("no delegation: present one in {where_}")))
+        }
+    }
+
     fn lock_verified(&self) -> std::sync::MutexGuard<'_, Verified> {
         self.verified.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -243,12 +252,10 @@ impl Gate for Authority {
                 _ => from_task,
             };
             let Some(chain) = chain else {
-                if self.principals.is_empty() {
-                    return Ok(None);
-                }
-                return Err(self.refuse(
-                    "no delegation: present one in Message.metadata.actorChain (agentnet call --delegation FILE)",
-                ));
+                self.none_presented(
+                    "Message.metadata.actorChain (agentnet call --delegation FILE)",
+                )?;
+                return Ok(None);
             };
             self.check(chain, &ask.caller.owner, ask.op.as_str(), ask.caller.source)
                 .await?;

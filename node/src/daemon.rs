@@ -527,6 +527,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
                 SecretKey::from_seed(&key.seed()),
             )))),
             allow_private: opts.hosted.mcp.allow_private.unwrap_or(opts.local),
+            delegation: None,
         },
     );
     let status = crate::status_page::Status::new(

@@ -39,8 +39,16 @@ async fn remote_mcp(
 ) -> anyhow::Result<(call::Caller, crate::mcp::client::Remote)> {
     let dir = data_dir::resolve(a.reach.node.data_dir.as_deref())?;
     let signer = signer(&dir, a.as_did.as_deref(), "--as")?;
+    let delegation = match &a.delegation {
+        None => None,
+        Some(file) => {
+            let holder = super::delegate::identity_of(&dir, a.as_did.as_deref(), "--as")?;
+            super::delegate::delegation_for(Some(file), Some(holder), false)?
+        }
+    };
     let opts = call::CallOptions {
         timeout: std::time::Duration::from_secs(a.timeout_secs.max(1)),
+        delegation,
         ..Default::default()
     };
     let caller = caller(&a.reach, Some(signer), opts)?;

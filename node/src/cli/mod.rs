@@ -440,6 +440,10 @@ struct RemoteMcpArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60)]
     timeout_secs: u64,
+    /// Present this delegation chain in the tool call's `_meta.actorChain` (handed off to the
+    /// agent when the chain allows; see `agentnet delegate`).
+    #[arg(long, value_name = "FILE")]
+    delegation: Option<PathBuf>,
     #[command(flatten)]
     reach: Reach,
 }
@@ -475,6 +479,10 @@ struct McpArgs {
     /// Peers to dial if a node is started here (no node runs on the data directory).
     #[arg(long, value_name = "MULTIADDR")]
     bootstrap: Vec<String>,
+    /// Present this delegation chain on every A2A message and tool call the tools make, handed
+    /// off to each agent called when the chain allows (see `agentnet delegate`).
+    #[arg(long, value_name = "FILE")]
+    delegation: Option<PathBuf>,
     #[command(flatten)]
     net: NetArgs,
 }

@@ -92,7 +92,16 @@ fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
 pub(super) async fn mcp_stdio(args: McpArgs) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir::resolve(args.dir.data_dir.as_deref())?;
     let local = is_local(&args.net, &data_dir);
+    // Read before anything starts, so that a chain that does not hold fails at once.
+    let delegation = match &args.delegation {
+        None => None,
+        Some(file) => {
+            let holder = super::delegate::identity_of(&data_dir, args.as_did.as_deref(), "--as")?;
+            super::delegate::delegation_for(Some(file), Some(holder), false)?
+        }
+    };
     let opts = crate::mcp::stdio::Options {
+        delegation,
         data_dir,
         as_did: args.as_did,
         allow_private: args.allow_private || local,

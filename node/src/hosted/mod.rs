@@ -338,16 +338,16 @@ pub fn build(
                 client: Arc::new(tokio::sync::OnceCell::new()),
             }),
         };
-        let gate = authority.authority(
+        let gate = Arc::new(authority.authority(
             did.to_string(),
             tags_of(a),
             a.require_delegation_from.clone().unwrap_or_default(),
-        );
+        ));
         let server = Server::new(
             ServerConfig::new(signed.clone())
                 .policy(a.policy())
                 .limits(limits_for(a.kind, commands))
-                .gate(Arc::new(gate)),
+                .gate(gate.clone()),
             handler,
             Arc::new(tasks.agent(&a.id)),
             auth.clone(),
@@ -361,6 +361,7 @@ pub fn build(
                 .unwrap_or_default(),
             origin: crate::mcp::hosted::origin_of(public_base),
             turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
+            authority: Some(gate.clone()),
         });
         let anp = Arc::new(anp::Face::new(
             &signed,

@@ -314,8 +314,13 @@ impl Remote {
             return Err(Error::BadArgs);
         }
         let s = self.connect(caller).await?;
+        let chain = caller
+            .options()
+            .delegation
+            .as_ref()
+            .map(|d| d.for_agent(&self.did));
         let r = self
-            .deadline(caller, call_tool(&s, &self.endpoint, name, args))
+            .deadline(caller, call_tool(&s, &self.endpoint, name, args, chain))
             .await;
         let _ = s.cancel().await;
         r
@@ -363,14 +368,22 @@ async fn call_tool(
     ep: &Endpoint,
     name: &str,
     args: JsonObject,
+    chain: Option<Value>,
 ) -> Result<CallToolResult, Error> {
-    s.call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
-        .await
-        .map_err(|e| Error::Request {
-            method: "tools/call",
-            url: ep.url.to_string(),
-            reason: e.to_string(),
-        })
+    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
+    if let Some(c) = chain {
+        // `_meta.actorChain`: the delegation this call is made under (docs/PROTOCOL.md).
+        let mut meta = rmcp::model::RequestMetaObject::default();
+        meta.0
+             .0
+            .insert(agentnet_did::delegation::METADATA_MEMBER.to_string(), c);
+        params.meta = Some(meta);
+    }
+    s.call_tool(params).await.map_err(|e| Error::Request {
+        method: "tools/call",
+        url: ep.url.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// The HTTP client of one endpoint: connections to the checked addresses only, no redirects,

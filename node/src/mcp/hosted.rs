@@ -83,6 +83,9 @@ pub struct Endpoint {
     pub origin: Option<String>,
     /// The agent's task engine, whose turns `send_message` runs; `None`: the `echo` tool.
     pub turns: Option<agentnet_a2a::engine::Engine>,
+    /// The agent's delegation policy: a `tools/call` needs `tool:NAME` of a chain in
+    /// `params._meta.actorChain` where one is required ([`crate::authority`]).
+    pub authority: Option<Arc<crate::authority::Authority>>,
 }
 
 /// The caller the guard verified (`None`: anonymous, under policy `open`), for the tools.
@@ -223,6 +226,11 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
             .unwrap_or_else(|| format!("anonymous@{source}")),
         source,
     };
+    if let Some(authority) = &ep.authority {
+        if let Some(refused) = check_tool_call(authority, &bytes, caller.as_deref(), &parts).await {
+            return refused;
+        }
+    }
     let mut parts = parts;
     parts.extensions.insert(Verified(caller));
     super::http::opened_by(
@@ -230,6 +238,69 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
         next.run(Request::from_parts(parts, Body::from(bytes))),
     )
     .await
+}
+
+/// A `tools/call` checked against the agent's delegation policy before it reaches the tool:
+/// `tool:NAME` must be granted by the chain in `params._meta.actorChain` (where the agent
+/// requires one, or one is presented). The refusal is a JSON-RPC error, `-32000`, whose message
+/// names the failing link; `None` lets the request through.
+async fn check_tool_call(
+    authority: &crate::authority::Authority,
+    body: &[u8],
+    caller: Option<&str>,
+    parts: &axum::http::request::Parts,
+) -> Option<Response> {
+    #[derive(Deserialize)]
+    struct Call {
+        #[serde(default)]
+        id: Value,
+        method: String,
+        #[serde(default)]
+        params: Value,
+    }
+    let call: Call = serde_json::from_slice(body).ok()?;
+    if call.method != "tools/call" {
+        return None;
+    }
+    let name = call
+        .params
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let chain = call
+        .params
+        .pointer("/_meta")
+        .and_then(|m| m.get(agentnet_did::delegation::METADATA_MEMBER));
+    let source = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| agentnet_a2a::auth::Source::of(c.0.ip()))
+        .unwrap_or(agentnet_a2a::auth::Source::Local);
+    let owner = match caller {
+        Some(did) => agentnet_a2a::auth::Owner::Caller(did.to_owned()),
+        None => agentnet_a2a::auth::Owner::Anonymous(source),
+    };
+    let verdict = match chain {
+        None => {
+            authority.none_presented("params._meta.actorChain (agentnet tool --delegation FILE)")
+        }
+        Some(c) => {
+            authority
+                .check(c, &owner, &format!("tool:{name}"), source)
+                .await
+        }
+    };
+    let e = verdict.err()?;
+    let body = json!({"jsonrpc": "2.0", "id": call.id,
+        "error": {"code": e.code(), "message": e.to_string(), "data": {"reason": e.reason()}}});
+    Some(
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response(),
+    )
 }
 
 /// `echo`.
@@ -349,6 +420,7 @@ impl TurnTools {
         rmcp::handler::server::common::Extension(parts): rmcp::handler::server::common::Extension<
             axum::http::request::Parts,
         >,
+        meta: rmcp::model::RequestMetaObject,
         Parameters(args): Parameters<TurnArgs>,
     ) -> Result<Json<super::TaskResult>, String> {
         use agentnet_a2a::auth::{Caller, Owner, Source};
@@ -370,6 +442,14 @@ impl TurnTools {
         let mut message = Message::new(Role::User, vec![Part::text(args.text)]);
         message.message_id = uuid::Uuid::new_v4().to_string();
         message.task_id = args.task_id;
+        // The chain checked for `tool:send_message` is the turn's too (the A2A gate checks
+        // `send`), and stays with the task.
+        if let Some(chain) = meta.0.get(agentnet_did::delegation::METADATA_MEMBER) {
+            message.metadata = Some(std::collections::HashMap::from([(
+                agentnet_did::delegation::METADATA_MEMBER.to_string(),
+                chain.clone(),
+            )]));
+        }
         let full = args.full;
         let req = SendMessageRequest {
             message,

@@ -76,6 +76,9 @@ pub struct Config {
     pub signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
     /// Allow agent interfaces on loopback and private addresses and plain http (testnets).
     pub allow_private: bool,
+    /// The delegation chain every A2A message and tool call presents (`agentnet mcp
+    /// --delegation`), handed off to each agent called.
+    pub delegation: Option<Arc<crate::call::Delegation>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -494,6 +497,7 @@ impl Server {
             timeout: Duration::from_secs(MAX_WAIT_SECS),
             poll_initial: Duration::from_millis(100),
             poll_max: Duration::from_secs(2),
+            delegation: cfg.delegation.clone(),
             ..Default::default()
         };
         let caller = Caller::new(

@@ -30,6 +30,8 @@ pub struct Options {
     pub allow_private: bool,
     /// Resolver options (did:web on loopback for testnets).
     pub resolver: agentnet_did::resolver::Options,
+    /// The delegation chain to present (`--delegation FILE`, read and checked by the CLI).
+    pub delegation: Option<Arc<crate::call::Delegation>>,
 }
 
 /// Serve MCP on stdio, reading the node through `directory`, until standard input ends.
@@ -47,6 +49,7 @@ pub async fn run(directory: Arc<dyn Directory>, opts: &Options) -> anyhow::Resul
         resolver: Resolver::new(opts.resolver.clone()).map_err(anyhow::Error::msg)?,
         signer: Some(Arc::new(DidSigner::new(id))),
         allow_private: opts.allow_private,
+        delegation: opts.delegation.clone(),
     };
     let service = Server::new(directory, cfg)
         .serve(rmcp::transport::stdio())
