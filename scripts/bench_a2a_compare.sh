@@ -4,6 +4,8 @@
 #   node-open  our node's hosted echo agent, policy open (tasks in its RocksDB)
 #   node-did   our node's hosted echo agent, policy did, replaying requests pre-signed as
 #              `agentnet call` signs them (agentnet-sim --bin signed_requests, scripts/wrk_replay.lua)
+#   node-chain the same, each message also presenting a 3-link delegation chain (issue 18) to an
+#              agent that requires one from the generator's fixed principal
 #   node-token the same agent, every request with the access token one signed request got
 #              (as the ANP SDK's client sends them: Authorization: Bearer)
 #   a2a-lf     the echo agent on the official Rust server crate, a2a-server-lf 0.5, in memory
@@ -22,7 +24,7 @@
 #   DIDS             did:key identities signing the load [32]
 #   SIGNED_REQUESTS_N  pre-signed requests [90000; the node's nonce cache holds 100000 in all,
 #                    10000 per DID, for 360 s]
-#   ONLY             space-separated subset of: node-open node-did node-token a2a-lf python
+#   ONLY             space-separated subset of: node-open node-did node-chain node-token a2a-lf python
 #   OUT_DIR          where wrk's outputs go
 # Build first (release; docs/BENCHMARKS.md, "A2A: baselines and signed load"):
 #   CARGO_TARGET_DIR=/root/.cache/agentnet/target-release cargo build --offline --release --workspace --bins
@@ -37,7 +39,7 @@ LF_ECHO=${LF_ECHO:-/root/.cache/agentnet/target-bench/release/a2a-lf-echo}
 PYTHON=${PYTHON:-$HOME/.cache/agentnet/venv/bin/python}
 DIDS=${DIDS:-32}
 N=${SIGNED_REQUESTS_N:-90000}
-ONLY=${ONLY:-node-open node-did node-token a2a-lf python}
+ONLY=${ONLY:-node-open node-did node-chain node-token a2a-lf python}
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
 for f in "$BIN" "$SIGNED_REQUESTS" "$LF_ECHO" "$PYTHON"; do
   [ -x "$f" ] || { echo "missing: $f (see the build commands at the top of $0)" >&2; exit 2; }
@@ -94,6 +96,14 @@ id = "echo-did"
 kind = "echo"
 policy = "did"
 publish = false
+TOML
+  cat >> "$DIR/$name/node.toml" <<TOML
+[[agent]]
+id = "echo-chain"
+kind = "echo"
+policy = "did"
+publish = false
+require_delegation_from = ["$("$SIGNED_REQUESTS" --print-principal --agent http://unused --out /dev/null)"]
 TOML
   "$BIN" up --config "$DIR/$name/node.toml" --data-dir "$DIR/$name/data" \
     >"$DIR/$name/up.out" 2>"$DIR/$name/up.err" &
@@ -169,6 +179,26 @@ for target in $ONLY; do
       idle=$(rss "$PID")
       REQUESTS="$DIR/signed.tsv" run_wrk node-did "$NODE_BASE/a2a/echo-did" "$HERE/wrk_replay.lua"
       row node-did "$idle" "$(rss "$PID")"
+      stop
+      ;;
+    node-chain)
+      start_node node-chain
+      "$SIGNED_REQUESTS" --agent "$NODE_BASE/a2a/echo-chain" --dids "$DIDS" --requests "$N" \
+        --delegation-links 3 --out "$DIR/chain.tsv" --check 3 --check-out "$DIR/chain-check.tsv"
+      while IFS= read -r line; do
+        out=$(replay_line "$NODE_BASE" "$line")
+        [ "$(tail -n1 <<<"$out")" = 200 ] && grep -q '"TASK_STATE_COMPLETED"' <<<"$out" \
+          || { echo "a request with a chain failed: $out" >&2; exit 1; }
+      done <"$DIR/chain-check.tsv"
+      # The same signer without a chain is refused (the agent requires one).
+      "$SIGNED_REQUESTS" --agent "$NODE_BASE/a2a/echo-chain" --dids 1 --requests 1 \
+        --out "$DIR/nochain.tsv" --check 0 --check-out "$DIR/none.tsv"
+      out=$(replay_line "$NODE_BASE" "$(head -n1 "$DIR/nochain.tsv")")
+      grep -q 'PERMISSION_DENIED' <<<"$out" || { echo "a request without a chain was not refused: $out" >&2; exit 1; }
+      echo "node-chain: 3 requests with a 3-link chain completed; one without a chain got PERMISSION_DENIED"
+      idle=$(rss "$PID")
+      REQUESTS="$DIR/chain.tsv" run_wrk node-chain "$NODE_BASE/a2a/echo-chain" "$HERE/wrk_replay.lua"
+      row node-chain "$idle" "$(rss "$PID")"
       stop
       ;;
     node-token)

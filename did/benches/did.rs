@@ -115,6 +115,64 @@ fn benches(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+
+    // Delegation (issue 18): a 3-link chain principal → a → b → caller, as an agent checks it
+    // for the caller: every link's shape, parent, attenuation, times and binding ("check"),
+    // and with it the three eddsa-jcs-2022 proofs ("verify"; issuers are did:key, documents
+    // from the resolver's cache); "check" alone is what a chain costs once its links are
+    // remembered as verified (node/src/authority.rs).
+    use agentnet_did::delegation::{self, Capability, Chain, Grant, Request, Target};
+    let people: Vec<SecretKey> = (1..=4u8).map(|i| SecretKey::from_seed(&[i; 32])).collect();
+    let kids: Vec<DidUrl> = people
+        .iter()
+        .map(|k| {
+            let d = k.did_key();
+            d.with_fragment(d.method_specific_id())
+        })
+        .collect();
+    let mut chain: Option<serde_json::Value> = None;
+    for i in 0..3 {
+        let cap = Capability {
+            ops: vec!["send".into(), "get".into()],
+            skills: Some(vec!["books".into()]),
+            depth: 2 - i as u32,
+            ..Default::default()
+        };
+        let now = delegation::now();
+        let grant = Grant {
+            audience: kids[i + 1].did(),
+            capability: &cap,
+            valid_from: now - 60,
+            valid_until: now + 3600,
+        };
+        chain = Some(delegation::issue(&people[i], &kids[i], &grant, chain.as_ref()).unwrap());
+    }
+    let chain = chain.unwrap();
+    let caller = kids[3].did().to_string();
+    let skills = vec!["books".to_string()];
+    let principals = vec![kids[0].did().to_string()];
+    let req = Request {
+        principals: Some(&principals),
+        caller: &caller,
+        target: Target {
+            agent: "did:key:z6MkAgent",
+            skills: &skills,
+            op: "send",
+        },
+        now: delegation::now(),
+    };
+    c.bench_function("delegation/check_3_links", |b| {
+        b.iter(|| {
+            let parsed = Chain::parse(black_box(&chain)).unwrap();
+            parsed.check(&req).unwrap()
+        })
+    });
+    c.bench_function("delegation/verify_3_links", |b| {
+        b.iter(|| {
+            rt.block_on(delegation::verify(black_box(&chain), &req, &resolver))
+                .unwrap()
+        })
+    });
 }
 
 criterion_group!(name = did; config = Criterion::default().sample_size(50); targets = benches);

@@ -900,6 +900,7 @@ mod tests {
                 resolver: Resolver::new(Default::default()).unwrap(),
                 signer: None,
                 allow_private: true,
+                delegation: None,
             },
         )
     }
@@ -1125,6 +1126,7 @@ mod tests {
                 resolver: Resolver::new(Default::default()).unwrap(),
                 signer: None,
                 allow_private: true,
+                delegation: None,
             },
         );
         let args = SendArgs {
@@ -1202,6 +1204,7 @@ mod tests {
                 resolver: Resolver::new(Default::default()).unwrap(),
                 signer: None,
                 allow_private: true,
+                delegation: None,
             },
         );
         let shown = |v: &Value| {
@@ -1261,6 +1264,7 @@ mod tests {
                 resolver: Resolver::new(Default::default()).unwrap(),
                 signer: None,
                 allow_private: true,
+                delegation: None,
             },
         );
         let card = server

@@ -67,6 +67,52 @@ struct Args {
     /// The message text.
     #[arg(long, default_value = "hello")]
     text: String,
+    /// Each message presents a delegation chain of this many links (issue 18), from a fixed
+    /// principal (`--print-principal`) through intermediates to the request's signer; 0: none.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
+    delegation_links: u32,
+    /// Print the principal DID the chains start at (for the agent's `require_delegation_from`)
+    /// and exit.
+    #[arg(long)]
+    print_principal: bool,
+}
+
+/// The principal of `--delegation-links` chains: a fixed key, so a node can be configured first.
+fn principal() -> SecretKey {
+    SecretKey::from_seed(&[0xD1; 32])
+}
+
+/// A chain of `links` links from [`principal`] to `holder` (intermediates fresh keys), granting
+/// `send` and `get` on any agent, one level less at each link.
+fn chain_to(holder: &SecretKey, links: u32) -> Result<serde_json::Value, String> {
+    use agentnet_did::delegation::{self, Capability, Grant};
+    let mut keys = vec![principal()];
+    for _ in 1..links {
+        keys.push(SecretKey::generate());
+    }
+    keys.push(SecretKey::from_seed(&holder.seed()));
+    let mut chain: Option<serde_json::Value> = None;
+    let now = delegation::now();
+    for i in 0..links as usize {
+        let did = keys[i].did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        let cap = Capability {
+            ops: vec!["send".into(), "get".into()],
+            depth: links - 1 - i as u32,
+            ..Default::default()
+        };
+        let audience = keys[i + 1].did_key();
+        let grant = Grant {
+            audience: &audience,
+            capability: &cap,
+            valid_from: now - 60,
+            valid_until: now + 3600,
+        };
+        chain = Some(
+            delegation::issue(&keys[i], &kid, &grant, chain.as_ref()).map_err(|e| e.to_string())?,
+        );
+    }
+    chain.ok_or_else(|| "no links".to_string())
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -82,6 +128,10 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    if args.print_principal {
+        println!("{}", principal().did_key());
+        return Ok(());
+    }
     let quota = DidAuthConfig::new("http://unused");
     let total = u64::from(args.requests) + u64::from(args.check);
     let per_did = total.div_ceil(u64::from(args.dids));
@@ -107,8 +157,14 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("reading the agent's card: {e}"))?;
     let clients = (0..args.dids)
         .map(|_| {
-            let signer = Arc::new(DidSigner::new(Identity::did_key(SecretKey::generate())));
+            let key = SecretKey::generate();
+            let chain = match args.delegation_links {
+                0 => None,
+                n => Some(chain_to(&key, n)?),
+            };
+            let signer = Arc::new(DidSigner::new(Identity::did_key(key)));
             Client::from_card(http.clone(), &card, Some(signer))
+                .map(|c| (c, chain))
                 .map_err(|e| format!("choosing the agent's interface: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -121,7 +177,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let endpoint = clients
         .first()
-        .map(|c| c.endpoint().url.to_string())
+        .map(|(c, _)| c.endpoint().url.to_string())
         .unwrap_or_default();
     println!(
         "{} requests (+{} to check) to {endpoint}, {} did:key identities ({per_did} requests each \
@@ -137,9 +193,10 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Write `n` requests to `path`, the `i`-th signed by `clients[(start + i) % len]`.
+/// Write `n` requests to `path`, the `i`-th signed by `clients[(start + i) % len]` (with its
+/// delegation chain, if any, in the message's metadata).
 async fn write_file(
-    clients: &[Client],
+    clients: &[(Client, Option<serde_json::Value>)],
     text: &str,
     path: &Path,
     start: usize,
@@ -149,8 +206,14 @@ async fn write_file(
         std::fs::File::create(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
     let mut out = BufWriter::new(file);
     for i in 0..n as usize {
-        let client = &clients[(start + i) % clients.len()];
-        let msg = call::message(text, None).map_err(|e| e.to_string())?;
+        let (client, chain) = &clients[(start + i) % clients.len()];
+        let mut msg = call::message(text, None).map_err(|e| e.to_string())?;
+        if let Some(c) = chain {
+            msg.metadata = Some(std::collections::HashMap::from([(
+                agentnet_did::delegation::METADATA_MEMBER.to_string(),
+                c.clone(),
+            )]));
+        }
         let req = client
             .prepare_send_message(&call::send_request(msg))
             .await
