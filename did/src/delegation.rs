@@ -336,7 +336,8 @@ pub fn now() -> i64 {
 }
 
 impl Link {
-    fn parse(v: &Value, i: usize) -> Result<Link, ChainError> {
+    /// The link `v` at index `i`, and its RFC 8785 bytes.
+    fn parse(v: &Value, i: usize) -> Result<(Link, Vec<u8>), ChainError> {
         let bytes = crate::jcs::canonicalize(v);
         if bytes.len() > MAX_LINK_BYTES {
             return Err(ChainError::at(i, format!("over {MAX_LINK_BYTES} bytes")));
@@ -380,12 +381,11 @@ impl Link {
             .unwrap_or_default();
         let audience = Did::parse(audience)
             .map_err(|e| ChainError::at(i, format!("credentialSubject.id is not a DID: {e}")))?;
-        let capability: Capability = subject
+        let capability = subject
             .get("capability")
-            .cloned()
             .ok_or_else(|| ChainError::at(i, "credentialSubject.capability is missing"))
             .and_then(|c| {
-                serde_json::from_value(c)
+                Capability::deserialize(c)
                     .map_err(|e| ChainError::at(i, format!("credentialSubject.capability: {e}")))
             })?;
         capability.check_shape().map_err(|e| ChainError::at(i, e))?;
@@ -413,17 +413,21 @@ impl Link {
                 ),
             ));
         }
-        Ok(Link {
-            value: v.clone(),
-            issuer,
-            audience,
-            capability,
-            parent,
-            valid_from,
-            valid_until,
-            method,
-            digest: format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
-        })
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        Ok((
+            Link {
+                value: v.clone(),
+                issuer,
+                audience,
+                capability,
+                parent,
+                valid_from,
+                valid_until,
+                method,
+                digest,
+            },
+            bytes,
+        ))
     }
 
     fn names(&self) -> String {
@@ -478,8 +482,16 @@ impl Chain {
             )));
         }
         let mut links: Vec<Link> = Vec::with_capacity(arr.len());
+        // RFC 8785 writes an array as `[`, its members' bytes joined by `,`, then `]`: the
+        // chain's digest from the links' bytes, without canonicalizing it all again.
+        let mut whole = Sha256::new();
+        whole.update(b"[");
         for (i, v) in arr.iter().enumerate() {
-            let link = Link::parse(v, i)?;
+            let (link, bytes) = Link::parse(v, i)?;
+            if i > 0 {
+                whole.update(b",");
+            }
+            whole.update(&bytes);
             if link.valid_until < link.valid_from {
                 return Err(ChainError::at(i, "validUntil is before validFrom"));
             }
@@ -521,9 +533,10 @@ impl Chain {
             }
             links.push(link);
         }
+        whole.update(b"]");
         Ok(Chain {
             links,
-            digest: digest(v),
+            digest: format!("sha256:{}", hex::encode(whole.finalize())),
         })
     }
 
@@ -884,6 +897,12 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.reason.contains("issued by"), "{e}");
+    }
+
+    #[test]
+    fn the_chain_digest_is_that_of_its_rfc_8785_bytes() {
+        let (chain, _) = two_links();
+        assert_eq!(Chain::parse(&chain).unwrap().digest(), digest(&chain));
     }
 
     #[test]
