@@ -439,6 +439,11 @@ impl Caller {
         &self.opts
     }
 
+    /// Present `delegation` from now on (`None`: none).
+    pub fn set_delegation(&mut self, delegation: Option<Arc<Delegation>>) {
+        self.opts.delegation = delegation;
+    }
+
     /// The signer of requests (`None`: anonymous).
     pub fn signer(&self) -> Option<&Arc<dyn Signer>> {
         self.signer.as_ref()

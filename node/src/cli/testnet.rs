@@ -143,6 +143,8 @@ pub struct Report {
     pub mcp: McpReport,
     /// The same agent's ANP and ARD faces, used from the last node.
     pub faces: FacesReport,
+    /// Authority across hops: a principal's delegation, checked at every hop.
+    pub delegation: DelegationReport,
     /// Node 1's well-known documents.
     pub well_known: WellKnownReport,
     /// Wall time from start to the report, milliseconds.
@@ -277,6 +279,64 @@ pub struct FacesReport {
     pub error: Option<String>,
 }
 
+/// Authority across hops (issue 18): a principal (a did:key made for the run, its key in
+/// `<base>/principal.key`) delegates to the last node (the orchestrator), which calls node 2's
+/// `specialist` (a proxy, requiring the principal's delegation); the specialist hands the chain
+/// on to node 1's `summaries` (an echo agent, requiring it too). Then a narrower delegation (the
+/// specialist only) is refused where it should be: at `summaries`, one hop further.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DelegationReport {
+    /// The principal's DID.
+    pub principal: String,
+    /// The orchestrator (the last node's DID), the chain's holder.
+    pub orchestrator: String,
+    /// The specialist on node 2.
+    pub specialist: Option<String>,
+    /// The sub-agent on node 1.
+    pub sub_agent: Option<String>,
+    /// What the orchestrator sent, and what came back through both hops.
+    pub sent: String,
+    /// The answer's texts.
+    pub answer: Vec<String>,
+    /// Links in the chain the specialist's task ran under (principal → orchestrator →
+    /// specialist); the specialist added one more for the sub-agent.
+    pub links_at_specialist: usize,
+    /// The digest of that chain.
+    pub chain_digest: Option<String>,
+    /// Time of the call through both hops, milliseconds.
+    pub call_ms: u64,
+    /// The narrower delegation's call: how the specialist's task ended, and why.
+    pub refused_state: Option<String>,
+    /// The refusal, as the sub-agent gave it.
+    pub refused_reason: Option<String>,
+    /// Why it failed, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The sub-agent's and the specialist's skill tags.
+const SUB_TAG: &str = "summaries";
+const SPECIALIST_TAG: &str = "research";
+
+/// Node 2's configuration: the specialist, forwarding to node 1's sub-agent at `sub_url`.
+fn specialist_config(sub_url: &str, principal: &str) -> anyhow::Result<crate::config::FileConfig> {
+    let text = format!(
+        r#"
+[[agent]]
+id = "specialist"
+kind = "proxy"
+policy = "did"
+name = "Specialist"
+description = "Researches by asking a sub-agent, on a principal's delegation only (an agentnet testnet sample)"
+tags = ["{SPECIALIST_TAG}"]
+upstream = "{sub_url}"
+allow_private = true
+require_delegation_from = ["{principal}"]
+"#
+    );
+    toml::from_str(&text).context("the specialist's configuration")
+}
+
 /// The skill tag of the hosted sample agent.
 const CALL_TAG: &str = "greeting";
 /// The skill tag of the hosted sample agent with an MCP endpoint.
@@ -284,10 +344,21 @@ const MCP_TAG: &str = "mcp-echo";
 /// Its id on node 1.
 const MCP_AGENT: &str = "mcp-echo";
 
-/// Node 1's configuration: one `ask` agent (asks for a name, then greets), DID policy.
-fn hosted_sample() -> anyhow::Result<crate::config::FileConfig> {
+/// Node 1's configuration: one `ask` agent (asks for a name, then greets), DID policy; an
+/// echo agent with an MCP endpoint; the sub-agent of the delegation sample.
+fn hosted_sample(principal: &str) -> anyhow::Result<crate::config::FileConfig> {
     let text = format!(
         r#"
+[[agent]]
+id = "{SUB_TAG}"
+kind = "echo"
+policy = "did"
+name = "Summaries"
+description = "Summarizes (echoes), on a principal's delegation only (an agentnet testnet sample)"
+tags = ["{SUB_TAG}"]
+publish = false
+require_delegation_from = ["{principal}"]
+
 [[agent]]
 id = "greeter"
 kind = "ask"
@@ -401,6 +472,159 @@ async fn mcp_sample(
     .await;
     r.error = failure(done, "the MCP call", progress);
     r
+}
+
+async fn delegation_sample(
+    dirs: &[PathBuf],
+    clients: &[admin::Client],
+    nodes: &[Running],
+    principal: &SecretKey,
+    orchestrator: SecretKey,
+    progress: &Progress,
+) -> DelegationReport {
+    let mut r = DelegationReport {
+        principal: principal.did_key().to_string(),
+        orchestrator: orchestrator.did_key().to_string(),
+        sent: "Summarize what the principal allowed".into(),
+        ..Default::default()
+    };
+    let done = delegation_inner(
+        dirs,
+        clients,
+        nodes,
+        principal,
+        orchestrator,
+        progress,
+        &mut r,
+    )
+    .await;
+    r.error = failure(done, "the delegated call", progress);
+    r
+}
+
+async fn delegation_inner(
+    dirs: &[PathBuf],
+    clients: &[admin::Client],
+    nodes: &[Running],
+    principal: &SecretKey,
+    orchestrator: SecretKey,
+    progress: &Progress,
+    r: &mut DelegationReport,
+) -> anyhow::Result<()> {
+    use crate::call::{self, Outcome};
+    use agentnet_did::delegation::{self, Capability, Grant};
+    let n = nodes.len();
+    announce(&dirs[1], &clients[1], nodes[1].info.http, "specialist").await?;
+    let sub_did = SecretKey::load(&crate::hosted::key_path(&dirs[0], SUB_TAG))
+        .context("the sub-agent's key")?
+        .did_key();
+    r.sub_agent = Some(sub_did.to_string());
+    let p_did = principal.did_key();
+    let p_kid = p_did.with_fragment(p_did.method_specific_id());
+    let holder = crate::identity::Identity::did_key(SecretKey::from_seed(&orchestrator.seed()));
+    let grant = |capability: &Capability| {
+        let now = delegation::now();
+        delegation::issue(
+            principal,
+            &p_kid,
+            &Grant {
+                audience: holder.did(),
+                capability,
+                valid_from: now - 60,
+                valid_until: now + 600,
+            },
+            None,
+        )
+        .context("issuing the principal's delegation")
+    };
+    // What the principal allows: research and summaries, two levels on.
+    let wide = grant(&Capability {
+        ops: vec!["send".into(), "get".into()],
+        skills: Some(vec![SPECIALIST_TAG.into(), SUB_TAG.into()]),
+        depth: 2,
+        ..Default::default()
+    })?;
+    let (mut caller, agent) = find_by_skill(
+        &clients[n - 1],
+        SecretKey::from_seed(&orchestrator.seed()),
+        SPECIALIST_TAG,
+        "the specialist",
+    )
+    .await?;
+    r.specialist = Some(agent.did.to_string());
+    caller.set_delegation(Some(std::sync::Arc::new(call::Delegation::new(
+        wide,
+        Some(holder.clone()),
+    )?)));
+    progress.line(format!(
+        "principal {} delegated to node {n} ({}): research and summaries, depth 2; calling the specialist {} on node 2",
+        p_did.short(),
+        holder.did().short(),
+        agent.did.short()
+    ));
+    let started = Instant::now();
+    let mut quiet = |_p: call::Progress| {};
+    let done = caller
+        .send(&agent, &r.sent, &mut quiet)
+        .await
+        .context("the call through the specialist")?;
+    r.call_ms = ms(started.elapsed());
+    r.answer = call::texts(&done);
+    let Outcome::Task(task) = &done else {
+        bail!("the specialist answered with a message, not a task");
+    };
+    if let Some(chain) = task
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get(delegation::METADATA_MEMBER))
+    {
+        let parsed = delegation::Chain::parse(chain)?;
+        r.links_at_specialist = parsed.links().len();
+        r.chain_digest = Some(parsed.digest().to_string());
+    }
+    if r.answer.join(" ") != r.sent {
+        bail!("the sub-agent answered {:?}", r.answer);
+    }
+    progress.line(format!(
+        "node {n} → specialist (node 2) → summaries (node 1): {} in {} ms, every hop checking the chain ({} links at the specialist, one more handed on)",
+        r.answer.join(" "),
+        r.call_ms,
+        r.links_at_specialist
+    ));
+    // A narrower delegation: the specialist only. The specialist may call on, but summaries is
+    // not among the agents the principal allowed: refused there.
+    let narrow = grant(&Capability {
+        ops: vec!["send".into(), "get".into()],
+        agents: Some(vec![agent.did.to_string()]),
+        depth: 1,
+        ..Default::default()
+    })?;
+    caller.set_delegation(Some(std::sync::Arc::new(call::Delegation::new(
+        narrow,
+        Some(holder),
+    )?)));
+    let refused = caller.send(&agent, "and this too", &mut quiet).await;
+    let task = match refused {
+        Ok(Outcome::Task(t)) => t,
+        Err(call::CallError::NoArtifacts(t)) => t,
+        Ok(Outcome::Message(_)) => bail!("the narrower call was answered with a message"),
+        Err(e) => return Err(e).context("the narrower call"),
+    };
+    r.refused_state = Some(call::state_name(&task.status.state));
+    r.refused_reason = call::status_text(&task);
+    let reason = r.refused_reason.clone().unwrap_or_default();
+    if task.status.state != agentnet_a2a::types::TaskState::Failed
+        || !reason.contains("not among the agents granted")
+    {
+        bail!(
+            "the narrower delegation was not refused by the sub-agent: {} {reason}",
+            call::state_name(&task.status.state)
+        );
+    }
+    progress.line(format!(
+        "a delegation for the specialist only: refused one hop on, by summaries: {reason}"
+    ));
+    Ok(())
 }
 
 async fn faces_sample(
@@ -821,6 +1045,15 @@ async fn exercise(
 ) -> anyhow::Result<Report> {
     let n = usize::from(opts.nodes);
     let mut start_ms = Vec::with_capacity(n);
+    // The principal of the delegation sample; its key stays with the nodes (`--keep`: delegate
+    // more with `agentnet delegate --data-dir <base>/principal`).
+    let principal_dir = base.join("principal");
+    std::fs::create_dir_all(&principal_dir)
+        .with_context(|| format!("creating {}", principal_dir.display()))?;
+    let principal_key = SecretKey::load_or_create(&crate::data_dir::key_file(&principal_dir))
+        .context("the principal's key")?
+        .0;
+    let principal = principal_key.did_key().to_string();
     for i in 0..n {
         let bootstrap = match nodes.first() {
             None => Vec::new(),
@@ -850,11 +1083,14 @@ async fn exercise(
             max_memory: None,
             mdns: false,
             public_url: None,
-            // Node 1 hosts the sample agent the last node calls.
-            hosted: if i == 0 {
-                hosted_sample()?
-            } else {
-                Default::default()
+            // Node 1 hosts the sample agents the last node calls; node 2 the specialist.
+            hosted: match i {
+                0 => hosted_sample(&principal)?,
+                1 => specialist_config(
+                    &format!("http://{}/a2a/{SUB_TAG}", nodes[0].info.http),
+                    &principal,
+                )?,
+                _ => Default::default(),
             },
             resolver: Default::default(),
             // On loopback: the commands run on the nodes' data directories (`--keep`) call
@@ -1040,6 +1276,17 @@ async fn exercise(
     )
     .await;
 
+    // Authority across hops: the last node acts for the principal, through node 2 to node 1.
+    let delegation = delegation_sample(
+        &dirs,
+        &clients,
+        &nodes,
+        &principal_key,
+        last_key()?,
+        &progress,
+    )
+    .await;
+
     let mut node_reports = Vec::with_capacity(n);
     for (i, (r, c)) in nodes.iter().zip(&clients).enumerate() {
         node_reports.push(NodeReport {
@@ -1059,7 +1306,10 @@ async fn exercise(
         .filter(|d| !d.found)
         .map(|d| d.tag.as_str())
         .collect();
-    let call_failed = call.error.is_some() || mcp.error.is_some() || faces.error.is_some();
+    let call_failed = call.error.is_some()
+        || mcp.error.is_some()
+        || faces.error.is_some()
+        || delegation.error.is_some();
     let http0 = nodes[0].info.http;
     Ok(Report {
         ok: missing.is_empty() && !call_failed,
@@ -1085,10 +1335,17 @@ async fn exercise(
                         .as_ref()
                         .map(|e| format!("the ANP call or the ARD search failed: {e}"))
                 })
+                .or_else(|| {
+                    delegation
+                        .error
+                        .as_ref()
+                        .map(|e| format!("the delegated call failed: {e}"))
+                })
         },
         call,
         mcp,
         faces,
+        delegation,
         nodes: node_reports,
         published,
         discoveries,
@@ -1278,6 +1535,27 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
                 f.ard_search.as_deref().unwrap_or("?"),
                 f.ard_identifier.as_deref().unwrap_or("?"),
                 f.ard_ms
+            )?;
+        }
+        Some(e) => out!("    FAILED: {e}")?,
+    }
+    let d = &r.delegation;
+    out!("  authority across hops (principal {}):", d.principal)?;
+    match &d.error {
+        None => {
+            out!(
+                "    node {} → specialist {} (node 2) → summaries {} (node 1): {:?} in {} ms; {} links at the specialist, one handed on",
+                r.nodes.len(),
+                d.specialist.as_deref().unwrap_or("?"),
+                d.sub_agent.as_deref().unwrap_or("?"),
+                d.answer.join(" "),
+                d.call_ms,
+                d.links_at_specialist
+            )?;
+            out!(
+                "    a delegation for the specialist only: {} at summaries: {}",
+                d.refused_state.as_deref().unwrap_or("?"),
+                d.refused_reason.as_deref().unwrap_or("?")
             )?;
         }
         Some(e) => out!("    FAILED: {e}")?,
