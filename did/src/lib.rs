@@ -28,6 +28,7 @@
 //!   four, so imports between the modules run one way (none depends on a module that uses it).
 //! - [`json`]: strict JSON intake (depth, size, no duplicate member names).
 //! - [`http`]: the HTTP client builder every agentnet crate uses (rustls on ring, per client).
+//! - [`receipt`]: signed task receipts (issue 18), a compact JWS over a JCS payload.
 //! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
 
 pub mod a2a;
@@ -40,6 +41,7 @@ pub mod id;
 pub mod jcs;
 pub mod json;
 pub mod key;
+pub mod receipt;
 mod resolution;
 pub mod resolver;
 #[cfg(feature = "ssi")]
