@@ -565,6 +565,7 @@ impl Engine {
             }
             let old = task.status.clone();
             f(&mut task, &i.limits)?;
+            i.store.seal(&owner, &mut task);
             i.store.replace(&owner, &old, &task).map_err(store_error)?;
             Ok(task)
         })
@@ -895,6 +896,8 @@ impl Engine {
                     });
                 } else {
                     self.blocking(move |i| {
+                        let mut working = working;
+                        i.store.seal(&c.owner, &mut working);
                         i.store
                             .admit(&c)
                             .and_then(|()| i.store.insert(&c, &working))
@@ -1147,8 +1150,9 @@ impl Engine {
     /// Write a new task for the first time (admitted by `begin`).
     async fn insert(&self, owner: &Owner, u: Unstored) -> Result<Task, ProtocolError> {
         let caller = Caller::new(owner.clone(), u.source);
-        let task = u.task;
+        let mut task = u.task;
         self.blocking(move |i| {
+            i.store.seal(&caller.owner, &mut task);
             i.store.insert(&caller, &task).map_err(store_error)?;
             Ok(task)
         })

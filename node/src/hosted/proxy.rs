@@ -11,6 +11,41 @@ pub(super) struct ProxyAgent {
     /// Signs upstream requests (the node's DID).
     pub(super) signer: Option<Arc<dyn agentnet_a2a::client::Signer>>,
     pub(super) client: Arc<tokio::sync::OnceCell<Arc<Client>>>,
+    /// Where the upstream receipts go (the node's audit log), and the DID the node signs as.
+    pub(super) audit: Option<(crate::audit::Recorder, String)>,
+    /// The upstream receipts' digests, for this agent's own receipts.
+    pub(super) subs: Arc<receipts::SubReceipts>,
+    /// The upstream agent's DID: its card's signer (`None`: unsigned card, receipts unchecked).
+    pub(super) upstream_did: Arc<tokio::sync::OnceCell<Option<String>>>,
+}
+
+impl ProxyAgent {
+    /// Verify the upstream task's receipt, log it, and list its digest in this task's receipt.
+    async fn record(&self, turn: &Turn, upstream: &Task, sent: &Message) {
+        let Some((rec, me)) = &self.audit else {
+            return;
+        };
+        let Some(Some(did)) = self.upstream_did.get() else {
+            if crate::audit::receipt_of(upstream).is_some() {
+                tracing::warn!(task = %turn.task_id, "upstream receipt not checked: the upstream card is not signed");
+            }
+            return;
+        };
+        match rec
+            .record("proxy", did, Some(me), upstream, Some(sent))
+            .await
+        {
+            crate::audit::Recorded::Logged { digest, .. } => {
+                if !self.subs.add(&turn.task_id, digest) {
+                    tracing::warn!(task = %turn.task_id, "sub-receipt not listed: too many waiting");
+                }
+            }
+            crate::audit::Recorded::None => {}
+            other => {
+                tracing::warn!(task = %turn.task_id, upstream = %upstream.id, outcome = ?other, "upstream receipt not logged")
+            }
+        }
+    }
 }
 
 /// Each upstream request: connect within 10 s, answer within 60 s.
@@ -33,6 +68,21 @@ impl ProxyAgent {
                     .map_err(|e| HandlerError(format!("upstream card: {e}")))?;
                 let endpoint = client::choose_interface(&card)
                     .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+                let did = match &self.audit {
+                    Some((rec, _)) => agentnet_did::card::verify(
+                        &card,
+                        agentnet_did::card::KeySource::Did(rec.resolver()),
+                    )
+                    .await
+                    .ok()
+                    .and_then(|s| {
+                        s.first()
+                            .and_then(|v| agentnet_did::DidUrl::parse(&v.kid).ok())
+                    })
+                    .map(|u| u.did().to_string()),
+                    None => None,
+                };
+                let _ = self.upstream_did.set(did);
                 // The card names its own URL, perhaps on another host: checked the same way.
                 let http = self.pinned(&endpoint.url).await?;
                 Ok(Arc::new(Client::new(http, endpoint, self.signer.clone())))
@@ -110,6 +160,7 @@ impl Handler for ProxyAgent {
                 msg.task_id = Some(t.clone());
                 msg.context_id = Some(c.clone());
             }
+            let sent = msg.clone();
             let req = SendMessageRequest {
                 message: msg,
                 configuration: None,
@@ -140,6 +191,9 @@ impl Handler for ProxyAgent {
             let mut wait = Duration::from_millis(100);
             loop {
                 if let Some(o) = outcome_of(&turn, task.clone()) {
+                    if task.status.state.is_terminal() {
+                        this.record(&turn, &task, &sent).await;
+                    }
                     return Ok(o);
                 }
                 if tokio::time::Instant::now() >= deadline {
