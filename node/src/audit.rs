@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `e ‖ seq (u64 BE)` | the entry's JCS bytes, `seq` from 1 |
 //! | `H` | the head: `{"seq": n, "digest": "<hex>", "bytes": b}` (JCS) |
+//! | `r ‖ receipt digest (hex)` | the seq of the entry holding that receipt: a receipt is logged once |
 //!
 //! # Writers
 //!
@@ -178,6 +179,10 @@ fn backend(e: impl std::fmt::Display) -> AuditError {
     AuditError::Backend(e.to_string())
 }
 
+fn receipt_key(digest: &str) -> Vec<u8> {
+    [&b"r"[..], digest.as_bytes()].concat()
+}
+
 fn entry_key(seq: u64) -> Vec<u8> {
     [&b"e"[..], &seq.to_be_bytes()].concat()
 }
@@ -233,6 +238,16 @@ impl AuditLog {
             }
         }
         let mut head = self.head.lock().unwrap_or_else(|p| p.into_inner());
+        let digest = receipt::receipt_digest(&new.receipt);
+        // A receipt already logged (a task read again) is not appended twice.
+        if let Some(seq) = self.family.get(&receipt_key(&digest)).map_err(backend)? {
+            let seq = seq.try_into().map(u64::from_be_bytes).unwrap_or(0);
+            if let Some(b) = self.family.get(&entry_key(seq)).map_err(backend)? {
+                if let Ok(e) = serde_json::from_slice::<Entry>(&b) {
+                    return Ok(e);
+                }
+            }
+        }
         let entry = Entry {
             seq: head.seq + 1,
             prev: head.digest.clone(),
@@ -277,6 +292,10 @@ impl AuditLog {
             .write(vec![
                 FamilyOp::Put(entry_key(entry.seq), bytes),
                 FamilyOp::Put(HEAD_KEY.to_vec(), head_bytes),
+                FamilyOp::Put(
+                    receipt_key(&entry.receipt_digest),
+                    entry.seq.to_be_bytes().to_vec(),
+                ),
             ])
             .map_err(backend)?;
         *head = next;

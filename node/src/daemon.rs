@@ -554,7 +554,8 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             )))),
             allow_private: opts.hosted.mcp.allow_private.unwrap_or(opts.local),
         },
-    );
+    )
+    .recording(audit.clone(), Some(did.to_string()));
     let status = crate::status_page::Status::new(
         admin.clone(),
         task_db.clone(),

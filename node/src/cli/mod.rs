@@ -34,6 +34,7 @@ use agentnet_discovery::store::Limits as StoreLimits;
 #[macro_use]
 mod output;
 mod ard;
+mod audit;
 mod calls;
 mod cards;
 mod dids;
@@ -42,6 +43,7 @@ mod node;
 mod status;
 pub mod testnet;
 
+use audit::audit_cmd;
 use calls::{call_cmd, tool_cmd, tools_cmd};
 use cards::{sign_card, verify_card};
 use dids::{identity_new, identity_show, key_new, resolve};
@@ -156,6 +158,9 @@ enum Command {
     /// Call an agent over A2A: find its card (the node's index, then the network), verify it,
     /// send the message signed with your DID, follow the task and print its artifacts.
     Call(CallArgs),
+    /// The audit log of the receipts of the tasks your calls ran: list, show a task's tree
+    /// (`--task ID`), `verify` every signature and link, `export FILE` for others to verify.
+    Audit(audit::AuditArgs),
     /// List the tools of the MCP server an agent advertises on its card (verified first;
     /// every request signed with your DID).
     Tools(ToolsArgs),
@@ -689,6 +694,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: IdentityCommand::Show { did, dir },
         } => identity_show(&did, dir.data_dir.as_deref()),
         Command::Call(args) => call_cmd(args).await,
+        Command::Audit(args) => audit_cmd(args).await,
         Command::Tools(args) => tools_cmd(args).await,
         Command::Tool(args) => tool_cmd(args).await,
         Command::Import { command } => ard::import(command).await,
