@@ -363,6 +363,7 @@ impl AuditLog {
 
 /// The result of `audit verify`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     /// Every entry and link checked out.
     pub ok: bool,
@@ -709,6 +710,10 @@ impl Recorder {
                     Ok(v) => Recorded::Logged {
                         seq: v["seq"].as_u64().unwrap_or(0),
                         digest,
+                    },
+                    Err(crate::admin::ClientError::NotRunning(url)) => Recorded::NotLogged {
+                        digest,
+                        reason: format!("the node at {url} is not running (start `agentnet up` to keep an audit log)"),
                     },
                     Err(e) => refused(format!("receipt verified, not logged: {e}")),
                 }

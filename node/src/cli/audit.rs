@@ -31,12 +31,18 @@ enum AuditCommand {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        node: NodeArg,
+        #[command(flatten)]
+        net: NetArgs,
     },
     /// Write every entry, with its chain links, to FILE (JSON lines: a header, then each
     /// entry's stored bytes), for `agentnet audit verify --file FILE` anywhere.
     Export {
         /// The file to write (`-` for standard output).
         file: PathBuf,
+        #[command(flatten)]
+        node: NodeArg,
     },
 }
 
@@ -62,7 +68,16 @@ pub(super) fn recorder(reach: &Reach, dir: &Path) -> anyhow::Result<Recorder> {
 /// The log's raw entries and head: through the running node, else from its store directly.
 async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String)> {
     let dir = data_dir::resolve(node.data_dir.as_deref())?;
-    let running = node.node.is_some() || data_dir::NodeFile::read(&dir).is_ok();
+    // A node that was killed leaves its node.json: then the store is read directly.
+    let running = node.node.is_some()
+        || (data_dir::NodeFile::read(&dir).is_ok()
+            && match admin_client(node) {
+                Ok(c) => !matches!(
+                    c.audit_page(u64::MAX).await,
+                    Err(admin::ClientError::NotRunning(_))
+                ),
+                Err(_) => false,
+            });
     if running {
         let client = admin_client(node)?;
         let mut out = Vec::new();
@@ -120,16 +135,20 @@ async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String)>
     }
 }
 
+fn resolver_for(node: &NodeArg, net: &NetArgs) -> anyhow::Result<Resolver> {
+    let local = data_dir::resolve(node.data_dir.as_deref()).is_ok_and(|d| is_local(net, &d));
+    Resolver::new(resolver_options(net, local)?).map_err(anyhow::Error::msg)
+}
+
 pub(super) async fn audit_cmd(args: AuditArgs) -> anyhow::Result<ExitCode> {
-    let dir = data_dir::resolve(args.node.data_dir.as_deref())?;
-    let local = is_local(&args.net, &dir);
-    let resolver =
-        Resolver::new(resolver_options(&args.net, local)?).map_err(anyhow::Error::msg)?;
     match args.command {
         Some(AuditCommand::Verify {
             file: Some(f),
             json,
+            node,
+            net,
         }) => {
+            let resolver = resolver_for(&node, &net)?;
             // An export holds at most the log's bytes, a line per entry and a header.
             let bound = audit::Limits::default().max_bytes + (16 << 20);
             let mut text = Vec::new();
@@ -150,8 +169,14 @@ pub(super) async fn audit_cmd(args: AuditArgs) -> anyhow::Result<ExitCode> {
                 .map_err(anyhow::Error::msg)?;
             print_report(&report, json)
         }
-        Some(AuditCommand::Verify { file: None, json }) => {
-            let (raw, seq, digest) = read_all(&args.node).await?;
+        Some(AuditCommand::Verify {
+            file: None,
+            json,
+            node,
+            net,
+        }) => {
+            let resolver = resolver_for(&node, &net)?;
+            let (raw, seq, digest) = read_all(&node).await?;
             let mut v = audit::Verifier::new();
             for b in &raw {
                 let s = serde_json::from_slice::<Value>(b)
@@ -162,8 +187,8 @@ pub(super) async fn audit_cmd(args: AuditArgs) -> anyhow::Result<ExitCode> {
             }
             print_report(&v.finish(Some((seq, &digest))), json)
         }
-        Some(AuditCommand::Export { file }) => {
-            let (raw, seq, digest) = read_all(&args.node).await?;
+        Some(AuditCommand::Export { file, node }) => {
+            let (raw, seq, digest) = read_all(&node).await?;
             let mut text = audit::export_header(seq, &digest);
             for b in &raw {
                 text.push('\n');

@@ -1,0 +1,219 @@
+//! Signed task receipts and the audit log (issue 18, part 2) through the real binary on
+//! loopback: `agentnet call` verifies the receipt of the task it followed and its node logs
+//! it; `agentnet audit verify` names a changed or removed entry; a `proxy` agent's receipt
+//! names the receipt of the upstream task it ran, which the proxy's node logs.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+/// Longest wait for an advertisement to reach another node.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn start(dir: &Path, config: &str, extra: &[&str]) -> UpNode {
+    std::fs::create_dir_all(dir).unwrap();
+    let cfg = dir.join("node.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let mut args = vec!["--config", p(&cfg)];
+    args.extend_from_slice(&LOOPBACK);
+    args.extend_from_slice(extra);
+    UpNode::spawn(dir, &args)
+}
+
+fn http(n: &UpNode) -> String {
+    format!("http://{}", n.info["http"].as_str().unwrap())
+}
+
+/// `agentnet call --skill <tag> <text> --json` from `dir`'s node, retried (bounded) while the
+/// agent is not found yet.
+fn call(dir: &Path, tag: &str, text: &str) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let o = agentnet(&[
+            "call",
+            "--skill",
+            tag,
+            text,
+            "--allow-private",
+            "--json",
+            "--timeout-secs",
+            "30",
+            "--data-dir",
+            p(dir),
+        ]);
+        if o.status.success() {
+            return serde_json::from_str(stdout(&o).trim()).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "call --skill {tag}: {}",
+            stderr(&o)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn audit(dir: &Path) -> Value {
+    json_of(&["audit", "--json", "--data-dir", p(dir)])
+}
+
+const ECHO: &str = r#"
+[[agent]]
+id = "echo"
+kind = "echo"
+tags = ["receipt-echo"]
+"#;
+
+/// One call, one entry: the receipt in the task's metadata verifies, names the task, the
+/// agent and the caller, and the log holds it once; `audit verify` and an export check out.
+/// Then, the node stopped, one byte of the stored entry is flipped (an attacker with the
+/// disk): `audit verify` names entry 1 and exits non-zero; a removed entry is named too.
+#[test]
+fn a_call_logs_its_verified_receipt_and_verify_names_a_changed_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node");
+    let node = start(&dir, ECHO, &[]);
+    let me = node.info["did"].as_str().unwrap().to_string();
+
+    let out = call(&dir, "receipt-echo", "hello receipts");
+    let task = &out["result"]["task"];
+    let task_id = task["id"].as_str().unwrap();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{out}");
+    let jws = task["metadata"]["signed-receipts/v1"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no receipt in the task's metadata: {out}"));
+    assert_eq!(out["receipt"]["status"], "logged", "{out}");
+
+    // The receipt, checked here with the did crate, as any party would.
+    let agent = out["did"].as_str().unwrap();
+    let resolver = agentnet_did::Resolver::new(Default::default()).unwrap();
+    let expect = agentnet_did::receipt::Expected {
+        task_id,
+        agent,
+        caller: Some(&me),
+    };
+    let r = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(agentnet_did::receipt::verify(jws, &resolver, &expect))
+        .expect("the receipt verifies");
+    assert_eq!(r.state, "TASK_STATE_COMPLETED");
+    assert_eq!(r.messages.len(), 1, "{r:?}");
+    assert_eq!(r.artifacts.len(), 1, "{r:?}");
+
+    let log = audit(&dir);
+    let entries = log["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{log}");
+    assert_eq!(entries[0]["taskId"], task_id);
+    assert_eq!(entries[0]["agent"], agent);
+    assert_eq!(entries[0]["caller"], json!(me));
+    assert_eq!(entries[0]["receipt"], jws);
+    assert_eq!(entries[0]["writer"], "call");
+    let o = agentnet(&["audit", "verify", "--data-dir", p(&dir)]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+
+    // Export, verified offline (no node needed).
+    let file = tmp.path().join("audit.jsonl");
+    let o = agentnet(&["audit", "export", p(&file), "--data-dir", p(&dir)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = agentnet(&[
+        "audit",
+        "verify",
+        "--file",
+        p(&file),
+        "--data-dir",
+        p(&tmp.path().join("none")),
+    ]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+
+    // A second call: two entries, chained.
+    call(&dir, "receipt-echo", "again");
+    let log = audit(&dir);
+    let entries = log["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{log}");
+    drop(node);
+
+    // The attacker edits the stopped node's store: one byte of entry 1.
+    {
+        let (_store, log) = agentnet_node::audit::open_dir(&dir.join("store")).unwrap();
+        let (_, mut bytes) = log.raw_page(0, 1).unwrap().remove(0);
+        let at = bytes
+            .windows(8)
+            .position(|w| w == b"receipts")
+            .expect("the request message is stored");
+        bytes[at] = b'R';
+        log.tamper(1, Some(bytes)).unwrap();
+    }
+    let o = agentnet(&["audit", "verify", "--json", "--data-dir", p(&dir)]);
+    assert!(
+        !o.status.success(),
+        "a changed entry verified: {}",
+        stdout(&o)
+    );
+    let report: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(report["badEntry"], json!(1), "{report}");
+    let o = agentnet(&["audit", "verify", "--data-dir", p(&dir)]);
+    assert!(stderr(&o).contains("audit entry 1"), "{}", stderr(&o));
+
+    // The export taken before still verifies; one entry removed from it is named.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let header = text.lines().next().unwrap();
+    let cut = tmp.path().join("cut.jsonl");
+    std::fs::write(&cut, format!("{header}\n")).unwrap();
+    let o = agentnet(&["audit", "verify", "--file", p(&cut), "--json"]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let report: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(report["badEntry"], json!(1), "{report}");
+}
+
+/// A caller's node (C) calls a `proxy` agent on node A whose upstream is an echo agent on node
+/// B. A's proxy verifies B's receipt and logs it (A's log: writer `proxy`), and A's receipt
+/// lists its digest in `subReceipts`; C's log entry holds A's receipt, which names it.
+#[test]
+fn a_proxy_s_receipt_names_the_upstream_receipt_its_node_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = start(&tmp.path().join("b"), ECHO, &[]);
+    let proxy = format!(
+        r#"
+[[agent]]
+id = "via"
+kind = "proxy"
+upstream = "{}/a2a/echo"
+allow_private = true
+tags = ["receipt-proxy"]
+"#,
+        http(&b)
+    );
+    let a = start(&tmp.path().join("a"), &proxy, &[]);
+    let a_addr = a.info["listen"][0].as_str().unwrap().to_string();
+    let c = start(&tmp.path().join("c"), "", &["--bootstrap", &a_addr]);
+
+    let out = call(&c.dir, "receipt-proxy", "through the proxy");
+    assert_eq!(out["receipt"]["status"], "logged", "{out}");
+    let c_log = audit(&c.dir);
+    let c_entries = c_log["entries"].as_array().unwrap();
+    assert_eq!(c_entries.len(), 1, "{c_log}");
+    let subs = c_entries[0]["subReceipts"].as_array().unwrap();
+    assert_eq!(
+        subs.len(),
+        1,
+        "the proxy's receipt names one sub-receipt: {c_log}"
+    );
+
+    let a_log = audit(&a.dir);
+    let a_entries = a_log["entries"].as_array().unwrap();
+    assert_eq!(a_entries.len(), 1, "{a_log}");
+    assert_eq!(a_entries[0]["writer"], "proxy");
+    assert_eq!(a_entries[0]["receiptDigest"], subs[0], "{a_log}");
+    assert_eq!(
+        a_entries[0]["caller"], a.info["did"],
+        "the proxy signs as its node"
+    );
+    for n in [&a, &c] {
+        let o = agentnet(&["audit", "verify", "--data-dir", p(&n.dir)]);
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    }
+}
