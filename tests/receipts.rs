@@ -217,3 +217,71 @@ tags = ["receipt-proxy"]
         assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     }
 }
+
+/// `interop/node/receipt.mjs`, an independent verifier (the did:key reference driver, `jose`,
+/// `canonicalize`), checks the receipt of a task our hosted agent ran: the signature with the
+/// key from the did:key, the payload's RFC 8785 bytes, and the task, agent and caller; and it
+/// refuses the same receipt for another task and one with a changed payload byte.
+#[test]
+fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
+    let js_dir = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("interop/node");
+    let node_ok = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node_ok || !js_dir.join("node_modules/canonicalize").exists() {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
+        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node");
+    let node = start(&dir, ECHO, &[]);
+    let me = node.info["did"].as_str().unwrap().to_string();
+    let out = call(&dir, "receipt-echo", "checked elsewhere");
+    let task = &out["result"]["task"];
+    let task_id = task["id"].as_str().unwrap();
+    let agent = out["did"].as_str().unwrap();
+    let jws = task["metadata"]["signed-receipts/v1"].as_str().unwrap();
+    let verify = |jws: &str, task: &str| {
+        let f = tmp.path().join("receipt.jws");
+        std::fs::write(&f, jws).unwrap();
+        let o = std::process::Command::new("node")
+            .arg(js_dir.join("receipt.mjs"))
+            .args([p(&f), task, agent, &me])
+            .current_dir(&js_dir)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+        (o.status.success(), v)
+    };
+    let (ok, v) = verify(jws, task_id);
+    assert!(ok, "{v}");
+    assert_eq!(v["payload"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    assert_eq!(v["payload"]["contextId"], task["contextId"], "{v}");
+    let (ok, v) = verify(jws, "another-task");
+    assert!(
+        !ok && v["error"].as_str().unwrap().contains("another-task"),
+        "{v}"
+    );
+    // One byte of the payload changed (its base64url): the signature no longer verifies.
+    let parts: Vec<&str> = jws.split('.').collect();
+    let mut payload = parts[1].to_string().into_bytes();
+    payload[10] = if payload[10] == b'A' { b'B' } else { b'A' };
+    let forged = format!(
+        "{}.{}.{}",
+        parts[0],
+        String::from_utf8(payload).unwrap(),
+        parts[2]
+    );
+    let (ok, v) = verify(&forged, task_id);
+    assert!(!ok, "{v}");
+}
