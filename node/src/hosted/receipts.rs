@@ -130,6 +130,50 @@ mod tests {
     use super::*;
     use agentnet_a2a::types::{TaskState, TaskStatus};
 
+    /// A task the last run left working is failed at start, and signed by its agent then.
+    #[test]
+    fn the_restart_signs_the_tasks_it_fails() {
+        use agentnet_a2a::auth::Owner;
+        use agentnet_a2a::store::TaskStore as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, db) = crate::tasks::open_dir(dir.path(), Default::default()).unwrap();
+        let key = SecretKey::from_seed(&[6; 32]);
+        let sealer = std::sync::Arc::new(Sealer::new(&key, Default::default()));
+        let owner = Owner::Caller("did:key:zCaller".into());
+        let mut t = Task {
+            id: "t1".into(),
+            context_id: "c1".into(),
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: None,
+            history: None,
+            metadata: None,
+        };
+        sealer.seal(owner.caller(), &mut t);
+        db.agent("a").put(&owner, &t).unwrap();
+        assert_eq!(
+            crate::hosted::recover(&db, &[("a".into(), sealer)]).unwrap(),
+            1
+        );
+        let t = db.agent("a").get(&owner, "t1").unwrap().unwrap();
+        assert_eq!(t.status.state, TaskState::Failed);
+        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
+            .as_str()
+            .expect("the failed task carries a receipt");
+        let did = key.did_key().to_string();
+        let expect = receipt::Expected {
+            task_id: "t1",
+            agent: &did,
+            caller: Some("did:key:zCaller"),
+        };
+        let pk = agentnet_did::PublicKey::Ed25519(key.public());
+        let r = receipt::verify_with_key(jws, &pk, &expect).unwrap();
+        assert_eq!(r.state, "TASK_STATE_FAILED");
+    }
+
     #[test]
     fn only_a_terminal_task_gets_a_receipt_and_it_names_its_sub_receipts() {
         let key = SecretKey::from_seed(&[5; 32]);
