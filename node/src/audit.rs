@@ -14,6 +14,8 @@
 //! | `e ‖ seq (u64 BE)` | the entry's JCS bytes, `seq` from 1 |
 //! | `H` | the head: `{"seq": n, "digest": "<hex>", "bytes": b}` (JCS) |
 //! | `r ‖ receipt digest (hex)` | the seq of the entry holding that receipt: a receipt is logged once |
+//! | `R` | entries on behalf of remote callers (u64 BE) |
+//! | `o ‖ owner key` | entries on behalf of that remote caller (u64 BE) |
 //!
 //! # Writers
 //!
@@ -27,7 +29,8 @@
 //!
 //! # Bounds
 //!
-//! [`Limits`]: entries in all, bytes in all, bytes of one entry. An append past a bound is
+//! [`Limits`]: entries in all, bytes in all, bytes of one entry; entries a `proxy` appends on
+//! behalf of remote callers, in all (half the log) and per caller. An append past a bound is
 //! refused ([`AuditError::Full`]) and the writer says so; nothing is dropped or overwritten.
 //! The request message is kept when its JCS bytes fit [`Limits::max_message_bytes`], else its
 //! digest only (`request.message` is `null`, `request.omitted` says why).
@@ -52,6 +55,7 @@ pub const MAX_PAGE: usize = 500;
 pub const MAX_PAGE_BYTES: usize = 4 << 20;
 
 const HEAD_KEY: &[u8] = b"H";
+const REMOTE_KEY: &[u8] = b"R";
 
 /// The log's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +68,13 @@ pub struct Limits {
     pub max_entry_bytes: usize,
     /// A request message larger than this (JCS bytes) is kept as its digest alone: 256 KiB.
     pub max_message_bytes: usize,
+    /// Most entries appended on behalf of remote callers (a `proxy` agent's upstream
+    /// receipts): 500,000, half the log, so that strangers calling a proxy cannot take the room
+    /// of the node's own calls.
+    pub max_remote_entries: u64,
+    /// Most entries on behalf of one remote caller (a DID; anonymous callers by network
+    /// block): 10,000.
+    pub max_per_owner: u64,
 }
 
 impl Default for Limits {
@@ -73,6 +84,8 @@ impl Default for Limits {
             max_bytes: 1 << 30,
             max_entry_bytes: 1 << 20,
             max_message_bytes: 256 << 10,
+            max_remote_entries: 500_000,
+            max_per_owner: 10_000,
         }
     }
 }
@@ -133,6 +146,10 @@ pub struct Entry {
     pub state: String,
     /// The request.
     pub request: Request,
+    /// The remote caller the writer worked for (a `proxy`'s caller: `c:<did>`, or
+    /// `a:<network block>` when anonymous); absent for the node's own calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf: Option<String>,
 }
 
 impl Entry {
@@ -158,6 +175,9 @@ pub struct NewEntry {
     pub receipt: String,
     /// The message sent.
     pub message: Option<Value>,
+    /// The remote caller the writer worked for ([`Entry::on_behalf`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -261,6 +281,7 @@ impl AuditLog {
             sub_receipts: verified.sub_receipts.clone(),
             state: verified.state.clone(),
             request,
+            on_behalf: new.on_behalf,
         };
         let bytes = entry.bytes();
         if bytes.len() > self.limits.max_entry_bytes {
@@ -282,22 +303,51 @@ impl AuditLog {
                 head.bytes, self.limits.max_bytes
             )));
         }
+        // Remote callers' entries: their share of the log, and each caller's.
+        let mut counters = Vec::new();
+        if let Some(o) = &entry.on_behalf {
+            let read = |k: &[u8]| -> Result<u64, AuditError> {
+                Ok(self
+                    .family
+                    .get(k)
+                    .map_err(backend)?
+                    .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
+                    .unwrap_or(0))
+            };
+            let okey = [&b"o"[..], o.as_bytes()].concat();
+            let (remote, mine) = (read(REMOTE_KEY)?, read(&okey)?);
+            if remote >= self.limits.max_remote_entries {
+                return Err(AuditError::Full(format!(
+                    "{remote} entries on behalf of remote callers, their share"
+                )));
+            }
+            if mine >= self.limits.max_per_owner {
+                return Err(AuditError::Full(format!(
+                    "{mine} entries on behalf of {o}, the bound per caller"
+                )));
+            }
+            counters.push(FamilyOp::Put(
+                REMOTE_KEY.to_vec(),
+                (remote + 1).to_be_bytes().to_vec(),
+            ));
+            counters.push(FamilyOp::Put(okey, (mine + 1).to_be_bytes().to_vec()));
+        }
         let next = Head {
             seq: entry.seq,
             digest: receipt::digest(&bytes),
             bytes: head.bytes + bytes.len() as u64,
         };
         let head_bytes = serde_json::to_vec(&next).map_err(backend)?;
-        self.family
-            .write(vec![
-                FamilyOp::Put(entry_key(entry.seq), bytes),
-                FamilyOp::Put(HEAD_KEY.to_vec(), head_bytes),
-                FamilyOp::Put(
-                    receipt_key(&entry.receipt_digest),
-                    entry.seq.to_be_bytes().to_vec(),
-                ),
-            ])
-            .map_err(backend)?;
+        let mut ops = vec![
+            FamilyOp::Put(entry_key(entry.seq), bytes),
+            FamilyOp::Put(HEAD_KEY.to_vec(), head_bytes),
+            FamilyOp::Put(
+                receipt_key(&entry.receipt_digest),
+                entry.seq.to_be_bytes().to_vec(),
+            ),
+        ];
+        ops.extend(counters);
+        self.family.write(ops).map_err(backend)?;
         *head = next;
         Ok(entry)
     }
@@ -678,6 +728,7 @@ impl Recorder {
         caller: Option<&str>,
         task: &agentnet_a2a::types::Task,
         message: Option<&agentnet_a2a::types::Message>,
+        on_behalf: Option<&str>,
     ) -> Recorded {
         let Some(jws) = receipt_of(task) else {
             return Recorded::None;
@@ -689,6 +740,7 @@ impl Recorder {
             caller: caller.map(str::to_string),
             receipt: jws.clone(),
             message: message.and_then(|m| serde_json::to_value(m).ok()),
+            on_behalf: on_behalf.map(str::to_string),
         };
         let digest = receipt::receipt_digest(&jws);
         let refused = |reason: String| Recorded::Refused { reason };
@@ -845,6 +897,7 @@ mod tests {
                 agent: key.did_key().to_string(),
                 caller: Some("did:key:zMe".into()),
                 receipt: jws,
+                on_behalf: None,
                 message: Some(
                     json!({"messageId": format!("m{i}"), "role": "ROLE_USER", "parts": [{"text": "hi"}]}),
                 ),
@@ -859,11 +912,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_clean_log_verifies() {
+    async fn a_clean_log_verifies_and_a_receipt_is_logged_once() {
         let (_d, _s, log) = log_with(3);
         let r = log.verify(&resolver()).await;
         assert!(r.ok, "{r:?}");
         assert_eq!(r.entries, 3);
+        // The same receipt again (a task read twice): the entry it has, nothing appended.
+        let key = SecretKey::from_seed(&[3; 32]);
+        let (jws, rc) = receipt_for(&key, "task-1");
+        let again = NewEntry {
+            writer: "mcp".into(),
+            task_id: "task-1".into(),
+            agent: key.did_key().to_string(),
+            caller: Some("did:key:zMe".into()),
+            receipt: jws,
+            message: None,
+            on_behalf: None,
+        };
+        assert_eq!(log.append(again, &rc).unwrap().seq, 2);
+        assert_eq!(log.len(), 3);
     }
 
     #[tokio::test]
@@ -932,6 +999,7 @@ mod tests {
                 caller: Some("did:key:zMe".into()),
                 receipt: jws,
                 message: None,
+                on_behalf: None,
             };
             let got = log.append(new, &r);
             if i < 2 {
@@ -942,6 +1010,53 @@ mod tests {
         }
         assert_eq!(log.len(), 2);
         assert_eq!(log.raw_page(0, 10).unwrap().len(), 2);
+    }
+
+    /// Strangers calling a proxy: each caller's entries are bounded, and all of them together
+    /// take at most their share; the node's own entries still go in.
+    #[test]
+    fn remote_callers_have_a_share_of_the_log_and_each_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_families(
+            dir.path(),
+            agentnet_discovery::store::Limits::default(),
+            &[CF_AUDIT],
+        )
+        .unwrap();
+        let log = AuditLog::open(
+            &store,
+            Limits {
+                max_remote_entries: 3,
+                max_per_owner: 2,
+                ..Limits::default()
+            },
+        )
+        .unwrap();
+        let key = SecretKey::from_seed(&[3; 32]);
+        let mut n = 0;
+        let mut append = |on_behalf: Option<&str>| {
+            n += 1;
+            let (jws, r) = receipt_for(&key, &format!("t{n}"));
+            let new = NewEntry {
+                writer: "proxy".into(),
+                task_id: format!("t{n}"),
+                agent: key.did_key().to_string(),
+                caller: Some("did:key:zMe".into()),
+                receipt: jws,
+                message: None,
+                on_behalf: on_behalf.map(str::to_string),
+            };
+            log.append(new, &r)
+        };
+        append(Some("c:did:key:zA")).unwrap();
+        append(Some("c:did:key:zA")).unwrap();
+        let e = append(Some("c:did:key:zA")).unwrap_err();
+        assert!(e.to_string().contains("per caller"), "{e}");
+        append(Some("c:did:key:zB")).unwrap();
+        let e = append(Some("c:did:key:zC")).unwrap_err();
+        assert!(e.to_string().contains("share"), "{e}");
+        append(None).expect("the node's own calls still have room");
+        assert_eq!(log.len(), 4);
     }
 
     #[tokio::test]

@@ -199,7 +199,14 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
                 .rev()
                 .find(|m| m.role == agentnet_a2a::types::Role::User);
             let r = rec
-                .record("call", agent.did.as_str(), caller_did.as_deref(), t, sent)
+                .record(
+                    "call",
+                    agent.did.as_str(),
+                    caller_did.as_deref(),
+                    t,
+                    sent,
+                    None,
+                )
                 .await;
             match &r {
                 crate::audit::Recorded::Logged { seq, .. } => {

@@ -32,7 +32,14 @@ impl ProxyAgent {
             return;
         };
         match rec
-            .record("proxy", did, Some(me), upstream, Some(sent))
+            .record(
+                "proxy",
+                did,
+                Some(me),
+                upstream,
+                Some(sent),
+                Some(&turn.caller.key()),
+            )
             .await
         {
             crate::audit::Recorded::Logged { digest, .. } => {

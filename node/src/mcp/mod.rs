@@ -542,7 +542,7 @@ impl Server {
             .rev()
             .find(|m| m.role == agentnet_a2a::types::Role::User);
         let r =
-            a.0.record("mcp", agent.did.as_str(), a.1.as_deref(), t, sent)
+            a.0.record("mcp", agent.did.as_str(), a.1.as_deref(), t, sent, None)
                 .await;
         serde_json::to_value(r).ok()
     }
