@@ -285,3 +285,128 @@ fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
     let (ok, v) = verify(&forged, task_id);
     assert!(!ok, "{v}");
 }
+
+/// A relay in front of a node's public listener (the node's `public_url` names it, so its
+/// agents' cards do): it forwards every request to `upstream` and, once `replay` holds a
+/// receipt, puts that receipt in place of any receipt in the answers. The attacker on the
+/// path, or an agent lying about its work. Its port.
+fn relay(
+    upstream: std::sync::Arc<std::sync::Mutex<String>>,
+    replay: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) -> u16 {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap().port()).unwrap();
+            let http = reqwest::Client::builder().no_proxy().build().unwrap();
+            let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+                let (http, upstream, replay) = (http.clone(), upstream.clone(), replay.clone());
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+                    let url = format!(
+                        "{}{}",
+                        upstream.lock().unwrap(),
+                        parts
+                            .uri
+                            .path_and_query()
+                            .map(|p| p.as_str())
+                            .unwrap_or("/")
+                    );
+                    let mut headers = parts.headers.clone();
+                    headers.remove(http::header::HOST);
+                    headers.remove(http::header::CONTENT_LENGTH);
+                    let r = http
+                        .request(parts.method, url)
+                        .headers(headers)
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = r.status();
+                    let mut headers = r.headers().clone();
+                    headers.remove(http::header::CONTENT_LENGTH);
+                    headers.remove(http::header::TRANSFER_ENCODING);
+                    let mut text = r.text().await.unwrap();
+                    if let Some(old) = replay.lock().unwrap().clone() {
+                        let key = "\"signed-receipts/v1\":\"";
+                        let mut out = String::new();
+                        let mut rest = text.as_str();
+                        while let Some(i) = rest.find(key) {
+                            let start = i + key.len();
+                            let end = start + rest[start..].find('"').unwrap();
+                            out.push_str(&rest[..start]);
+                            out.push_str(&old);
+                            rest = &rest[end..];
+                        }
+                        out.push_str(rest);
+                        text = out;
+                    }
+                    let mut resp = axum::response::Response::new(axum::body::Body::from(text));
+                    *resp.status_mut() = status;
+                    *resp.headers_mut() = headers;
+                    resp
+                }
+            });
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// The attacker replays the receipt of an earlier task (same agent, same caller, a valid
+/// signature) as the receipt of a new one. `agentnet call` refuses it by name (a warning, and
+/// `receipt.status = refused` in --json), the call itself succeeds, and nothing is logged.
+#[test]
+fn a_replayed_receipt_is_refused_and_not_logged() {
+    use std::sync::{Arc, Mutex};
+    let upstream = Arc::new(Mutex::new(String::new()));
+    let replay = Arc::new(Mutex::new(None));
+    let port = relay(upstream.clone(), replay.clone());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node");
+    let config = format!("[node]\npublic_url = \"http://127.0.0.1:{port}\"\n{ECHO}");
+    let node = start(&dir, &config, &[]);
+    *upstream.lock().unwrap() = http(&node);
+
+    let first = call(&dir, "receipt-echo", "first");
+    assert_eq!(first["receipt"]["status"], "logged", "{first}");
+    let old = first["result"]["task"]["metadata"]["signed-receipts/v1"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    *replay.lock().unwrap() = Some(old.clone());
+
+    let o = agentnet(&[
+        "call",
+        "--skill",
+        "receipt-echo",
+        "second",
+        "--allow-private",
+        "--json",
+        "--data-dir",
+        p(&dir),
+    ]);
+    assert!(
+        o.status.success(),
+        "the user's work does not fail: {}",
+        stderr(&o)
+    );
+    let out: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(
+        out["result"]["task"]["metadata"]["signed-receipts/v1"],
+        old.as_str()
+    );
+    assert_ne!(out["result"]["task"]["id"], first["result"]["task"]["id"]);
+    assert_eq!(out["receipt"]["status"], "refused", "{out}");
+    let reason = out["receipt"]["reason"].as_str().unwrap();
+    assert!(reason.contains("task id"), "{reason}");
+    assert!(stderr(&o).contains("warning"), "{}", stderr(&o));
+    let log = audit(&dir);
+    assert_eq!(log["entries"].as_array().unwrap().len(), 1, "{log}");
+}

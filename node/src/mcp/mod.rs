@@ -337,7 +337,10 @@ pub struct TaskResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<Value>,
     /// A task that ended: what became of its signed receipt (logged, not logged, refused).
+    /// Left out of the output schema: `tools/list` is every host's context
+    /// ([`TOOLS_LIST_BUDGET`]), and a host that does not know the member ignores it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
     pub receipt: Option<Value>,
 }
 
