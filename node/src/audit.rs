@@ -98,7 +98,7 @@ pub enum AuditError {
     #[error("receipt not verified, not logged: {0}")]
     Receipt(#[from] ReceiptError),
     /// A bound refused the entry; nothing was appended (see [`Limits`]).
-    #[error("audit log full: {0}; export it (`agentnet audit export FILE`) and start a new data directory, or raise the bound")]
+    #[error("audit log full: {0}; export it (`agentnet audit export FILE`) and keep the export; a new data directory starts a new log")]
     Full(String),
     /// The store failed.
     #[error("audit log: {0}")]
