@@ -303,7 +303,10 @@ fn relay(
         rt.block_on(async move {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(l.local_addr().unwrap().port()).unwrap();
-            let http = reqwest::Client::builder().no_proxy().build().unwrap();
+            let http = agentnet_did::http::client_builder()
+                .no_proxy()
+                .build()
+                .unwrap();
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
                 let (http, upstream, replay) = (http.clone(), upstream.clone(), replay.clone());
                 async move {
