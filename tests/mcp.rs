@@ -259,6 +259,12 @@ async fn exercise(c: &Client, node: &Node, how: &str) {
     let got = ok(c, "get_task", json!({"did": did, "task_id": task_id})).await;
     assert_eq!(got["state"], "completed", "{how}");
     assert_eq!(got["texts"], json!([ECHO_DONE, text]));
+    // The task's signed receipt is verified and logged in the node's audit log, once.
+    assert_eq!(sent["receipt"]["status"], "logged", "{how}: {sent}");
+    assert_eq!(
+        got["receipt"]["seq"], sent["receipt"]["seq"],
+        "{how}: {got}"
+    );
 
     // The ask agent waits for input; its task is canceled.
     let asked = ok(

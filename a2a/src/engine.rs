@@ -579,6 +579,7 @@ impl Engine {
             }
             let old = task.status.clone();
             f(&mut task, &i.limits)?;
+            i.store.seal(&owner, &mut task);
             i.store.replace(&owner, &old, &task).map_err(store_error)?;
             Ok(task)
         })
@@ -927,6 +928,8 @@ impl Engine {
                     });
                 } else {
                     self.blocking(move |i| {
+                        let mut working = working;
+                        i.store.seal(&c.owner, &mut working);
                         i.store
                             .admit(&c)
                             .and_then(|()| i.store.insert(&c, &working))
@@ -1179,8 +1182,9 @@ impl Engine {
     /// Write a new task for the first time (admitted by `begin`).
     async fn insert(&self, owner: &Owner, u: Unstored) -> Result<Task, ProtocolError> {
         let caller = Caller::new(owner.clone(), u.source);
-        let task = u.task;
+        let mut task = u.task;
         self.blocking(move |i| {
+            i.store.seal(&caller.owner, &mut task);
             i.store.insert(&caller, &task).map_err(store_error)?;
             Ok(task)
         })
@@ -1886,6 +1890,78 @@ mod tests {
         assert_eq!(store.writes(), 2);
         let stored = store.get(&o, &t.id).unwrap().unwrap();
         assert_eq!(stored.status.state, TaskState::Completed);
+    }
+
+    /// A store that marks each terminal task it is given to seal with its state.
+    #[derive(Default)]
+    struct Sealing(MemoryStore);
+
+    impl TaskStore for Sealing {
+        fn get(&self, owner: &Owner, id: &str) -> Result<Option<Task>, StoreError> {
+            self.0.get(owner, id)
+        }
+        fn put(&self, owner: &Owner, task: &Task) -> Result<(), StoreError> {
+            self.0.put(owner, task)
+        }
+        fn list(&self, owner: &Owner, q: &ListQuery) -> Result<crate::store::TaskPage, StoreError> {
+            self.0.list(owner, q)
+        }
+        fn seal(&self, _: &Owner, task: &mut Task) {
+            if task.status.state.is_terminal() {
+                let state = serde_json::to_value(&task.status.state).unwrap();
+                task.metadata
+                    .get_or_insert_with(Default::default)
+                    .insert("sealed".into(), state);
+            }
+        }
+    }
+
+    fn sealed(t: &Task) -> Option<String> {
+        t.metadata
+            .as_ref()?
+            .get("sealed")?
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// Every way a task ends passes it to `seal` before it is written, and the caller gets the
+    /// sealed task: a turn that completes, a handler that panics, a cancel of a running turn.
+    #[tokio::test]
+    async fn every_terminal_write_is_sealed_and_answered_sealed() {
+        let c = Caller::local("did:x");
+        let o = c.owner.clone();
+        for handler in [
+            Arc::new(crate::samples::Echo) as Arc<dyn Handler>,
+            Arc::new(Panics),
+        ] {
+            let store = Arc::new(Sealing::default());
+            let e = Engine::new(handler, store.clone(), Limits::default());
+            let t = task_of(e.send_message(&c, msg()).await.unwrap());
+            let want = serde_json::to_value(&t.status.state).unwrap();
+            assert!(t.status.state.is_terminal());
+            assert_eq!(sealed(&t).as_deref(), want.as_str(), "answered: {t:?}");
+            let stored = store.get(&o, &t.id).unwrap().unwrap();
+            assert_eq!(sealed(&stored).as_deref(), want.as_str(), "stored");
+        }
+        let store = Arc::new(Sealing::default());
+        let agent = Arc::new(Gated::default());
+        let e = Engine::new(Arc::new(agent.clone()), store.clone(), Limits::default());
+        let mut req = msg();
+        req.configuration =
+            Some(serde_json::from_value(serde_json::json!({"returnImmediately": true})).unwrap());
+        let t = task_of(e.send_message(&c, req).await.unwrap());
+        assert_eq!(sealed(&t), None, "a running task is not sealed");
+        let canceled = e
+            .cancel_task(
+                &c,
+                serde_json::from_value(serde_json::json!({"id": t.id})).unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(sealed(&canceled).as_deref(), Some("TASK_STATE_CANCELED"));
+        let stored = store.get(&o, &t.id).unwrap().unwrap();
+        assert_eq!(sealed(&stored).as_deref(), Some("TASK_STATE_CANCELED"));
+        agent.gate.add_permits(1);
     }
 
     #[tokio::test]

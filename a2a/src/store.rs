@@ -160,6 +160,15 @@ pub trait TaskStore: Send + Sync + 'static {
         let _ = old;
         self.put(owner, task)
     }
+    /// Called by the engine on every task it is about to write for `owner` (a new task, an
+    /// update), under the task's lock and before [`TaskStore::insert`] or
+    /// [`TaskStore::replace`], so a store may add to the task what it adds to every task (the
+    /// node signs a receipt into a task that reaches a terminal state, `docs/PROTOCOL.md`,
+    /// "Receipts"); the task written and returned to the caller is the sealed one. The default
+    /// changes nothing.
+    fn seal(&self, owner: &Owner, task: &mut Task) {
+        let _ = (owner, task);
+    }
     /// Whether the caller may start a new task now: the quota checks of [`TaskStore::put`]
     /// (per owner, per source, in all), without writing anything. The engine asks before a new
     /// task's turn starts, and stores the task later with [`TaskStore::insert`] (see

@@ -30,6 +30,7 @@
 //! - [`http`]: the HTTP client builder every agentnet crate uses (rustls on ring, per client).
 //! - [`di`]: Data Integrity proofs (`eddsa-jcs-2022`); [`delegation`]: delegation chains of
 //!   such credentials, and their checks (issue 18).
+//! - [`receipt`]: signed task receipts (issue 18), a compact JWS over a JCS payload.
 //! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
 
 pub mod a2a;
@@ -44,6 +45,7 @@ pub mod id;
 pub mod jcs;
 pub mod json;
 pub mod key;
+pub mod receipt;
 mod resolution;
 pub mod resolver;
 #[cfg(feature = "ssi")]

@@ -147,6 +147,9 @@ pub enum Error {
         /// Why.
         source: tokio::task::JoinError,
     },
+    /// The audit log could not be opened.
+    #[error("audit log: {0}")]
+    Audit(String),
     /// The DID resolver could not be built.
     #[error("DID resolver: {0}")]
     Resolver(#[source] agentnet_did::web::BuildError),
@@ -317,6 +320,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let opened = tokio::task::spawn_blocking(move || {
         let mut families = tasks::FAMILIES.to_vec();
         families.push(publisher::CF_PUBLISHED);
+        families.push(crate::audit::CF_AUDIT);
         Store::open_with_families(&store_path, store_limits, &families)
     })
     .await
@@ -348,10 +352,6 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         let store = store.clone();
         tokio::task::spawn_blocking(move || {
             let db = TaskDb::open(&store, retention)?;
-            let failed = db.recover()?;
-            if failed > 0 {
-                tracing::warn!(failed, "tasks left working by the last run marked failed");
-            }
             if db.quarantined() > 0 {
                 tracing::warn!(
                     quarantined = db.quarantined(),
@@ -389,7 +389,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let auth_cfg = opts.hosted.auth.verifier(public_base.clone());
     let mcp_resolver = resolver.clone();
     let authority = crate::authority::Shared::new(resolver.clone());
+    let mcp_resolver_audit = resolver.clone();
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
+    // The audit log of the receipts this node's callers (CLI, MCP, proxy agents) get.
+    let audit_log = crate::audit::AuditLog::open(&store, crate::audit::Limits::default())
+        .map_err(|e| Error::Audit(e.to_string()))?;
+    let audit = crate::audit::Recorder::Local(audit_log.clone(), mcp_resolver.clone());
     let hosted = hosted::build(
         &opts.hosted,
         &public_base,
@@ -397,7 +402,25 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         &task_db,
         authenticator,
         &authority,
+        Some(audit.clone()),
     )?;
+    // Before anything is served: tasks the last run left working fail, signed by their agent.
+    let failed = {
+        let db = task_db.clone();
+        let sealers: Vec<_> = hosted
+            .iter()
+            .map(|h| (h.id.clone(), h.sealer.clone()))
+            .collect();
+        tokio::task::spawn_blocking(move || hosted::recover(&db, &sealers))
+            .await
+            .map_err(|source| Error::Task {
+                what: "failing the tasks left working",
+                source,
+            })??
+    };
+    if failed > 0 {
+        tracing::warn!(failed, "tasks left working by the last run marked failed");
+    }
     let mut cfg = net::Config {
         bootstrap: opts.bootstrap.clone(),
         mdns: opts.mdns,
@@ -529,7 +552,8 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             allow_private: opts.hosted.mcp.allow_private.unwrap_or(opts.local),
             delegation: None,
         },
-    );
+    )
+    .recording(audit.clone(), Some(did.to_string()));
     let status = crate::status_page::Status::new(
         admin.clone(),
         task_db.clone(),
@@ -543,7 +567,8 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         .merge(crate::admin::router_with(
             admin.clone(),
             Guard::new(token.clone(), admin_addr),
-            crate::status_page::api(status, http_stop.child_token()),
+            crate::status_page::api(status, http_stop.child_token())
+                .merge(crate::audit::router(audit_log, mcp_resolver_audit)),
         ))
         .merge(crate::mcp::http::router(
             mcp,

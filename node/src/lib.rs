@@ -45,6 +45,8 @@
 //!   [`tasks::Retention`], `[auth]` as the authenticator's bounds), and the flag-over-file
 //!   merge of `agentnet up`, `--local` included.
 //! - [`admin`]: the admin API (its own loopback listener, bearer token) and its client.
+//! - [`audit`]: the caller's hash-chained audit log of verified task receipts (issue 18), its
+//!   admin routes and the [`audit::Recorder`] that `call`, the MCP server and `proxy` use.
 //! - [`status_page`]: the status page on the admin listener (`/status`, `/admin/v1/status`).
 //! - [`call`]: calling agents over A2A: find, verify, sign, follow ([`Caller`]).
 //! - [`mcp`]: the MCP server (`agentnet mcp` on stdio, `/mcp` on the admin listener), the MCP
@@ -61,6 +63,7 @@
 pub mod a2a_auth;
 pub mod admin;
 pub mod ard;
+pub mod audit;
 pub mod auth;
 pub mod authority;
 pub mod call;

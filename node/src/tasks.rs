@@ -505,6 +505,7 @@ impl TaskDb {
         AgentTasks {
             db: self.clone(),
             agent: agent.to_string(),
+            seal: None,
         }
     }
 
@@ -867,6 +868,16 @@ impl TaskDb {
     /// module doc). Returns how many. Call before serving. An unreadable record is
     /// quarantined (see [`TaskDb::quarantined`]), never a reason to fail.
     pub fn recover(&self) -> Result<usize, StoreError> {
+        self.recover_sealed(&|_, _, _| {})
+    }
+
+    /// [`TaskDb::recover`], passing each task it fails to `seal` (agent, the owner's DID if
+    /// it has one, the task) before it is written: the node signs its receipt there, as
+    /// [`TaskStore::seal`] does for the engine's writes.
+    pub fn recover_sealed(
+        &self,
+        seal: &dyn Fn(&str, Option<&str>, &mut Task),
+    ) -> Result<usize, StoreError> {
         let mut n = 0;
         loop {
             let mut batch = Vec::new();
@@ -895,6 +906,8 @@ impl TaskDb {
                         task.status.state = TaskState::Failed;
                         task.status.message = Some(m);
                         task.status.timestamp = Some(chrono::Utc::now());
+                        let (agent, owner) = scope.describe();
+                        seal(&agent, owner.strip_prefix("c:"), &mut task);
                         match self.write_task(&scope, &task, Write::Update(&old)) {
                             Ok(()) => {}
                             // Growth refused (disk low, a byte bound): fail it without the
@@ -1106,14 +1119,35 @@ pub fn open_dir(
     Ok((store, db))
 }
 
+/// What an agent adds to each task it writes ([`TaskStore::seal`]): called with the owner's
+/// DID, if it has one, and the task (the node's hosted agents sign receipts,
+/// `crate::hosted`).
+pub type Seal = Arc<dyn Fn(Option<&str>, &mut Task) + Send + Sync>;
+
 /// One agent's tasks in the [`TaskDb`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AgentTasks {
     db: Arc<TaskDb>,
     agent: String,
+    seal: Option<Seal>,
+}
+
+impl std::fmt::Debug for AgentTasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentTasks")
+            .field("agent", &self.agent)
+            .field("sealed", &self.seal.is_some())
+            .finish()
+    }
 }
 
 impl AgentTasks {
+    /// These tasks, each passed to `seal` before it is written.
+    pub fn sealed(mut self, seal: Seal) -> Self {
+        self.seal = Some(seal);
+        self
+    }
+
     fn scope(&self, owner: &Owner) -> Result<Scope, StoreError> {
         Scope::new(&self.agent, owner.key().as_bytes())
     }
@@ -1156,6 +1190,12 @@ impl TaskStore for AgentTasks {
     fn replace(&self, owner: &Owner, old: &TaskStatus, task: &Task) -> Result<(), StoreError> {
         self.db
             .write_task(&self.scope(owner)?, task, Write::Update(old))
+    }
+
+    fn seal(&self, owner: &Owner, task: &mut Task) {
+        if let Some(seal) = &self.seal {
+            seal(owner.caller(), task);
+        }
     }
 
     fn admit(&self, caller: &Caller) -> Result<(), StoreError> {

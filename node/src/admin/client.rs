@@ -137,6 +137,27 @@ impl Client {
         self.send(self.http.get(u)).await
     }
 
+    /// `POST /admin/v1/audit`: append a verified receipt to the node's audit log
+    /// (`crate::audit`, whose `NewEntry` `new` is); the node verifies it again. The entry as
+    /// stored.
+    pub async fn audit_append(&self, new: &impl serde::Serialize) -> Result<Value, ClientError> {
+        self.send(self.http.post(self.url("/admin/v1/audit")).json(new))
+            .await
+    }
+
+    /// `GET /admin/v1/audit?after=N`: a page of raw entries after seq `after`, and the head.
+    pub async fn audit_page(&self, after: u64) -> Result<Value, ClientError> {
+        let mut u = self.url("/admin/v1/audit");
+        u.query_pairs_mut().append_pair("after", &after.to_string());
+        self.send(self.http.get(u)).await
+    }
+
+    /// `GET /admin/v1/audit/verify`: the node re-checks its audit log.
+    pub async fn audit_verify(&self) -> Result<Value, ClientError> {
+        self.send(self.http.get(self.url("/admin/v1/audit/verify")))
+            .await
+    }
+
     /// `GET /admin/v1/peers`.
     pub async fn peers(&self) -> Result<Peers, ClientError> {
         self.send(self.http.get(self.url("/admin/v1/peers"))).await

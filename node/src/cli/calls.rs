@@ -194,16 +194,62 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         call::Outcome::Task(t) => (Some(t.status.state.clone()), Some(t.id.clone())),
         call::Outcome::Message(_) => (None, None),
     };
+    // The receipt of a task that ended: verified, then logged by the node (never a reason to
+    // fail the call: a warning, and `receipt` in --json).
+    let recorded = match &outcome {
+        call::Outcome::Task(t) if t.status.state.is_terminal() => {
+            let caller_did = match (&args.anonymous, &args.as_did) {
+                (true, _) => None,
+                (false, Some(d)) => Some(d.clone()),
+                (false, None) => SecretKey::load(&data_dir::key_file(&dir))
+                    .ok()
+                    .map(|k| k.did_key().to_string()),
+            };
+            let rec = super::audit::recorder(&args.reach, &dir)?;
+            // The request as the agent holds it: the caller's last message in the task.
+            let sent = t
+                .history
+                .iter()
+                .flatten()
+                .rev()
+                .find(|m| m.role == agentnet_a2a::types::Role::User);
+            let r = rec
+                .record(
+                    "call",
+                    agent.did.as_str(),
+                    caller_did.as_deref(),
+                    t,
+                    sent,
+                    None,
+                )
+                .await;
+            match &r {
+                crate::audit::Recorded::Logged { seq, .. } => {
+                    say!("receipt verified, audit entry {seq}")
+                }
+                other => {
+                    if let Some(w) = other.warning() {
+                        say!("{}", text::sanitize(&w));
+                    }
+                }
+            }
+            Some(r)
+        }
+        _ => None,
+    };
     if args.json {
         let body = match &outcome {
             call::Outcome::Task(t) => json!({"task": t}),
             call::Outcome::Message(m) => json!({"message": m}),
         };
-        let out = json!({
+        let mut out = json!({
             "did": agent.did.as_str(),
             "interface": {"url": agent.endpoint.url.as_str(), "binding": agent.endpoint.binding.name()},
             "result": body,
         });
+        if let Some(r) = &recorded {
+            out["receipt"] = serde_json::to_value(r)?;
+        }
         out!("{}", json_line(&out)?)?;
     } else {
         for t in call::texts(&outcome) {

@@ -34,6 +34,7 @@ use agentnet_discovery::store::Limits as StoreLimits;
 #[macro_use]
 mod output;
 mod ard;
+mod audit;
 mod calls;
 mod cards;
 mod delegate;
@@ -43,6 +44,7 @@ mod node;
 mod status;
 pub mod testnet;
 
+use audit::audit_cmd;
 use calls::{call_cmd, tool_cmd, tools_cmd};
 use cards::{sign_card, verify_card};
 use dids::{identity_new, identity_show, key_new, resolve};
@@ -160,6 +162,9 @@ enum Command {
     /// Grant a DID a capability on your behalf (or pass one on, narrower, with --from): writes
     /// a delegation chain that `call`, `tool` and `mcp` present with --delegation FILE.
     Delegate(delegate::DelegateArgs),
+    /// The audit log of the receipts of the tasks your calls ran: list, show a task's tree
+    /// (`--task ID`), `verify` every signature and link, `export FILE` for others to verify.
+    Audit(audit::AuditArgs),
     /// List the tools of the MCP server an agent advertises on its card (verified first;
     /// every request signed with your DID).
     Tools(ToolsArgs),
@@ -709,6 +714,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => identity_show(&did, dir.data_dir.as_deref()),
         Command::Call(args) => call_cmd(args).await,
         Command::Delegate(args) => delegate::delegate_cmd(args),
+        Command::Audit(args) => audit_cmd(args).await,
         Command::Tools(args) => tools_cmd(args).await,
         Command::Tool(args) => tool_cmd(args).await,
         Command::Import { command } => ard::import(command).await,

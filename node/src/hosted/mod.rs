@@ -79,6 +79,7 @@ use crate::tasks::TaskDb;
 pub mod anp;
 mod command;
 mod proxy;
+pub mod receipts;
 
 use command::CommandAgent;
 use proxy::ProxyAgent;
@@ -119,6 +120,8 @@ pub struct Hosted {
     pub publish: bool,
     /// Advert lifetime.
     pub ttl: u64,
+    /// Signs its tasks' receipts (also those the restart fails, [`recover`]).
+    pub sealer: Arc<receipts::Sealer>,
     /// The A2A server.
     pub server: Arc<Server>,
     /// Its MCP endpoint, if configured.
@@ -211,6 +214,7 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
         exts.push(crate::authority::extension(
             a.require_delegation_from.as_deref().unwrap_or_default(),
         ));
+        exts.push(receipts::extension());
         exts.push(json!({
             "uri": agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION,
             "description": "A SendMessage sent again with the same messageId by the same caller (a retry after a lost answer) is answered with the task the first one started, and a follow-up already received is not run again.",
@@ -274,6 +278,7 @@ pub fn build(
     tasks: &Arc<TaskDb>,
     auth: Arc<dyn Authenticator>,
     authority: &crate::authority::Shared,
+    audit: Option<crate::audit::Recorder>,
 ) -> Result<Vec<Hosted>, ConfigError> {
     let mut out = Vec::new();
     let commands = cfg.agent.iter().filter(|a| a.kind == Kind::Command).count();
@@ -306,6 +311,8 @@ pub fn build(
             agent: a.id.clone(),
             source,
         })?;
+        let subs = Arc::new(receipts::SubReceipts::default());
+        let sealer = Arc::new(receipts::Sealer::new(&key, subs.clone()));
         let handler: Arc<dyn Handler> = match a.kind {
             Kind::Echo => Arc::new(samples::Echo),
             Kind::Tck => Arc::new(samples::Tck),
@@ -336,6 +343,9 @@ pub fn build(
                 resolver: authority.resolver().clone(),
                 identity: crate::identity::Identity::did_key(SecretKey::from_seed(&key.seed())),
                 client: Arc::new(tokio::sync::OnceCell::new()),
+                audit: audit.clone().map(|r| (r, did.to_string())),
+                subs: subs.clone(),
+                upstream_did: Arc::new(tokio::sync::OnceCell::new()),
             }),
         };
         let gate = Arc::new(authority.authority(
@@ -349,7 +359,10 @@ pub fn build(
                 .limits(limits_for(a.kind, commands))
                 .gate(gate.clone()),
             handler,
-            Arc::new(tasks.agent(&a.id)),
+            Arc::new(tasks.agent(&a.id).sealed({
+                let sealer = sealer.clone();
+                Arc::new(move |caller: Option<&str>, t: &mut Task| sealer.seal(caller, t))
+            })),
             auth.clone(),
         );
         let mcp = (a.mcp == Some(true)).then(|| crate::mcp::hosted::Endpoint {
@@ -380,9 +393,24 @@ pub fn build(
             ttl: a.ttl.unwrap_or(3600),
             server,
             mcp,
+            sealer,
         });
     }
     Ok(out)
+}
+
+/// Fail the tasks the last run left working ([`TaskDb::recover_sealed`]), each signed by its
+/// agent's [`receipts::Sealer`] (an agent no longer configured: unsigned). Call before serving.
+/// `sealers`: each agent's id and [`Hosted::sealer`].
+pub fn recover(
+    tasks: &TaskDb,
+    sealers: &[(String, Arc<receipts::Sealer>)],
+) -> Result<usize, agentnet_a2a::store::StoreError> {
+    tasks.recover_sealed(&|agent, caller, task| {
+        if let Some((_, s)) = sealers.iter().find(|(id, _)| id == agent) {
+            s.seal(caller, task);
+        }
+    })
 }
 
 /// The routes of every hosted agent, for the public listener: `/a2a/<id>/…` (and its MCP

@@ -16,6 +16,48 @@ pub(super) struct ProxyAgent {
     pub(super) identity: crate::identity::Identity,
     /// The upstream client, and the upstream agent's DID when its card verified.
     pub(super) client: Arc<tokio::sync::OnceCell<(Arc<Client>, Option<agentnet_did::Did>)>>,
+    /// Where the upstream receipts go (the node's audit log), and the DID this agent signs as.
+    pub(super) audit: Option<(crate::audit::Recorder, String)>,
+    /// The upstream receipts' digests, for this agent's own receipts.
+    pub(super) subs: Arc<receipts::SubReceipts>,
+    /// The upstream agent's DID: its card's signer (`None`: unsigned card, receipts unchecked).
+    pub(super) upstream_did: Arc<tokio::sync::OnceCell<Option<String>>>,
+}
+
+impl ProxyAgent {
+    /// Verify the upstream task's receipt, log it, and list its digest in this task's receipt.
+    async fn record(&self, turn: &Turn, upstream: &Task, sent: &Message) {
+        let Some((rec, me)) = &self.audit else {
+            return;
+        };
+        let Some(Some(did)) = self.upstream_did.get() else {
+            if crate::audit::receipt_of(upstream).is_some() {
+                tracing::warn!(task = %turn.task_id, "upstream receipt not checked: the upstream card is not signed");
+            }
+            return;
+        };
+        match rec
+            .record(
+                "proxy",
+                did,
+                Some(me),
+                upstream,
+                Some(sent),
+                Some(&turn.caller.key()),
+            )
+            .await
+        {
+            crate::audit::Recorded::Logged { digest, .. } => {
+                if !self.subs.add(&turn.task_id, digest) {
+                    tracing::warn!(task = %turn.task_id, "sub-receipt not listed: too many waiting");
+                }
+            }
+            crate::audit::Recorded::None => {}
+            other => {
+                tracing::warn!(task = %turn.task_id, upstream = %upstream.id, outcome = ?other, "upstream receipt not logged")
+            }
+        }
+    }
 }
 
 /// Each upstream request: connect within 10 s, answer within 60 s.
@@ -38,9 +80,12 @@ impl ProxyAgent {
                     .map_err(|e| HandlerError(format!("upstream card: {e}")))?;
                 let endpoint = client::choose_interface(&card)
                     .map_err(|e| HandlerError(format!("upstream: {e}")))?;
+                // The DID whose signature on the card verifies: hand-offs go to it, and its
+                // receipts are checked against it.
+                let did = upstream_did(&card, &self.resolver).await;
+                let _ = self.upstream_did.set(did.as_ref().map(|d| d.to_string()));
                 // The card names its own URL, perhaps on another host: checked the same way.
                 let http = self.pinned(&endpoint.url).await?;
-                let did = upstream_did(&card, &self.resolver).await;
                 let signer: Arc<dyn agentnet_a2a::client::Signer> =
                     Arc::new(crate::call::DidSigner::new(self.identity.clone()));
                 Ok((Arc::new(Client::new(http, endpoint, Some(signer))), did))
@@ -155,6 +200,7 @@ impl Handler for ProxyAgent {
                     .get_or_insert_with(Default::default)
                     .insert(agentnet_did::delegation::METADATA_MEMBER.to_string(), chain);
             }
+            let sent = msg.clone();
             let req = SendMessageRequest {
                 message: msg,
                 configuration: None,
@@ -185,6 +231,9 @@ impl Handler for ProxyAgent {
             let mut wait = Duration::from_millis(100);
             loop {
                 if let Some(o) = outcome_of(&turn, task.clone()) {
+                    if task.status.state.is_terminal() {
+                        this.record(&turn, &task, &sent).await;
+                    }
                     return Ok(o);
                 }
                 if tokio::time::Instant::now() >= deadline {

@@ -100,6 +100,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct Server {
     inner: Arc<Inner>,
+    /// Where the receipts of tasks that end go, and the DID this server signs as.
+    audit: Option<Arc<(crate::audit::Recorder, Option<String>)>>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -337,6 +339,12 @@ pub struct TaskResult {
     /// With full: the raw A2A Task (or Message), hidden characters escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<Value>,
+    /// A task that ended: what became of its signed receipt (logged, not logged, refused).
+    /// Left out of the output schema: `tools/list` is every host's context
+    /// ([`TOOLS_LIST_BUDGET`]), and a host that does not know the member ignores it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub receipt: Option<Value>,
 }
 
 /// A connected peer.
@@ -434,6 +442,7 @@ pub(crate) fn task_result(outcome: &Outcome, agent: Option<AgentRef>, full: bool
                 } else {
                     None
                 },
+                receipt: None,
             }
         }
         Outcome::Message(m) => TaskResult {
@@ -449,6 +458,7 @@ pub(crate) fn task_result(outcome: &Outcome, agent: Option<AgentRef>, full: bool
             } else {
                 None
             },
+            receipt: None,
         },
     };
     let in_texts = r.texts.iter_mut().map(escape_str).sum::<usize>()
@@ -513,7 +523,35 @@ impl Server {
                 caller,
             }),
             tool_router: Self::tool_router(),
+            audit: None,
         }
+    }
+
+    /// Verify and log the receipt of every task its tools see end (`send_message`,
+    /// `get_task`, `cancel_task`) with `recorder`; `caller`: the DID its requests are signed as.
+    pub fn recording(mut self, recorder: crate::audit::Recorder, caller: Option<String>) -> Self {
+        self.audit = Some(Arc::new((recorder, caller)));
+        self
+    }
+
+    /// [`crate::audit::Recorder::record`] for a task a tool saw; `None` unless it ended.
+    async fn record(&self, agent: &call::Agent, outcome: &Outcome) -> Option<Value> {
+        let (Some(a), Outcome::Task(t)) = (&self.audit, outcome) else {
+            return None;
+        };
+        if !t.status.state.is_terminal() {
+            return None;
+        }
+        let sent = t
+            .history
+            .iter()
+            .flatten()
+            .rev()
+            .find(|m| m.role == agentnet_a2a::types::Role::User);
+        let r =
+            a.0.record("mcp", agent.did.as_str(), a.1.as_deref(), t, sent, None)
+                .await;
+        serde_json::to_value(r).ok()
     }
 
     /// Whether the node has no peers (`false` when it cannot tell): then it finds no agent
@@ -557,11 +595,10 @@ impl Server {
             caller.get_task(&agent, &args.task_id).await
         }
         .map_err(|e| explain(&e))?;
-        Ok(Json(task_result(
-            &Outcome::Task(Box::new(t)),
-            Some(agent_ref(&agent)),
-            args.full,
-        )))
+        let outcome = Outcome::Task(Box::new(t));
+        let mut r = task_result(&outcome, Some(agent_ref(&agent)), args.full);
+        r.receipt = self.record(&agent, &outcome).await;
+        Ok(Json(r))
     }
 
     #[tool(
@@ -716,11 +753,9 @@ impl Server {
             }
             o => o,
         };
-        Ok(Json(task_result(
-            &outcome,
-            Some(agent_ref(&agent)),
-            args.full,
-        )))
+        let mut r = task_result(&outcome, Some(agent_ref(&agent)), args.full);
+        r.receipt = self.record(&agent, &outcome).await;
+        Ok(Json(r))
     }
 
     #[tool(

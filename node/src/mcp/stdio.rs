@@ -45,13 +45,18 @@ pub async fn run(directory: Arc<dyn Directory>, opts: &Options) -> anyhow::Resul
             SecretKey::load(&data_dir::key_file(dir)).context("loading the node key")?,
         ),
     };
+    let resolver = Resolver::new(opts.resolver.clone()).map_err(anyhow::Error::msg)?;
+    let me = id.did().to_string();
     let cfg = Config {
-        resolver: Resolver::new(opts.resolver.clone()).map_err(anyhow::Error::msg)?,
+        resolver: resolver.clone(),
         signer: Some(Arc::new(DidSigner::new(id))),
         allow_private: opts.allow_private,
         delegation: opts.delegation.clone(),
     };
+    // Receipts go to the node's audit log through its admin API (verified only, none running).
+    let recorder = crate::audit::Recorder::for_cli(dir, resolver);
     let service = Server::new(directory, cfg)
+        .recording(recorder, Some(me))
         .serve(rmcp::transport::stdio())
         .await?;
     service.waiting().await?;

@@ -1,0 +1,1077 @@
+//! The caller's audit log (issue 18): every verified task receipt, hash-chained, in the node's
+//! RocksDB.
+//!
+//! [`AuditLog`] keeps one column family, [`CF_AUDIT`], of the node's [`Store`]. Entries are
+//! appended, never changed or deleted. Each is a JSON object ([`Entry`]) stored as its RFC 8785
+//! bytes; its digest is the lowercase hex SHA-256 of those bytes, and the next entry's `prev`
+//! is that digest (the first entry's `prev` is [`GENESIS`]). `docs/PROTOCOL.md`, "Receipts and
+//! the audit log", specifies the entry and the checks.
+//!
+//! # Layout
+//!
+//! | key | value |
+//! |---|---|
+//! | `e ‖ seq (u64 BE)` | the entry's JCS bytes, `seq` from 1 |
+//! | `H` | the head: `{"seq": n, "digest": "<hex>", "bytes": b}` (JCS) |
+//! | `r ‖ receipt digest (hex)` | the seq of the entry holding that receipt: a receipt is logged once |
+//! | `R` | entries on behalf of remote callers (u64 BE) |
+//! | `o ‖ owner key` | entries on behalf of that remote caller (u64 BE) |
+//!
+//! # Writers
+//!
+//! The daemon owns the database: in-process writers (the hosted `proxy` agent, the MCP server
+//! of `/mcp`) append with [`AuditLog::append`]; CLI processes (`agentnet call`, `agentnet mcp`)
+//! go through the admin API (`POST /admin/v1/audit`, [`router`]), which verifies the receipt
+//! again before it appends. With no node running, a CLI verifies the receipt and says it was
+//! not logged ([`Recorded::NotLogged`]): it does not open the database behind a node's back.
+//! `agentnet audit` reads through the admin API, or, with no node running, opens the store
+//! itself ([`open_dir`]).
+//!
+//! # Bounds
+//!
+//! [`Limits`]: entries in all, bytes in all, bytes of one entry; entries a `proxy` appends on
+//! behalf of remote callers, in all (half the log) and per caller. An append past a bound is
+//! refused ([`AuditError::Full`]) and the writer says so; nothing is dropped or overwritten.
+//! The request message is kept when its JCS bytes fit [`Limits::max_message_bytes`], else its
+//! digest only (`request.message` is `null`, `request.omitted` says why).
+
+use std::sync::{Arc, Mutex};
+
+use agentnet_did::receipt::{self, Expected, Receipt, ReceiptError};
+use agentnet_did::Resolver;
+use agentnet_discovery::store::{Family, FamilyOp, Store};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The column family.
+pub const CF_AUDIT: &str = "audit_log";
+/// The `prev` of the first entry: 64 zeros.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// The first line's `format` in an export file.
+pub const EXPORT_FORMAT: &str = "agentnet-audit/v1";
+/// Most entries one admin page returns.
+pub const MAX_PAGE: usize = 500;
+/// Most bytes of entries one admin page returns (under the admin client's 8 MiB).
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
+
+const HEAD_KEY: &[u8] = b"H";
+const REMOTE_KEY: &[u8] = b"R";
+
+/// The log's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most entries: 1,000,000.
+    pub max_entries: u64,
+    /// Most bytes of entries: 1 GiB.
+    pub max_bytes: u64,
+    /// Most bytes of one entry: 1 MiB (a receipt is at most 256 KiB).
+    pub max_entry_bytes: usize,
+    /// A request message larger than this (JCS bytes) is kept as its digest alone: 256 KiB.
+    pub max_message_bytes: usize,
+    /// Most entries appended on behalf of remote callers (a `proxy` agent's upstream
+    /// receipts): 500,000, half the log, so that strangers calling a proxy cannot take the room
+    /// of the node's own calls.
+    pub max_remote_entries: u64,
+    /// Most entries on behalf of one remote caller (a DID; anonymous callers by network
+    /// block): 10,000.
+    pub max_per_owner: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_entries: 1_000_000,
+            max_bytes: 1 << 30,
+            max_entry_bytes: 1 << 20,
+            max_message_bytes: 256 << 10,
+            max_remote_entries: 500_000,
+            max_per_owner: 10_000,
+        }
+    }
+}
+
+/// An audit operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    /// The receipt did not verify; nothing was appended.
+    #[error("receipt not verified, not logged: {0}")]
+    Receipt(#[from] ReceiptError),
+    /// A bound refused the entry; nothing was appended (see [`Limits`]).
+    #[error("audit log full: {0}; export it (`agentnet audit export FILE`) and keep the export; a new data directory starts a new log")]
+    Full(String),
+    /// The store failed.
+    #[error("audit log: {0}")]
+    Backend(String),
+}
+
+/// The request the caller sent: the message (unless too large) and its digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    /// Digest of the message's JCS bytes; `null` when the writer had no message.
+    pub message_digest: Option<String>,
+    /// The message as sent; `null` when omitted.
+    pub message: Option<Value>,
+    /// Why the message is not kept (`too large`), if it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<String>,
+}
+
+/// One log entry, as stored (its JCS bytes) and exported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// Position, from 1.
+    pub seq: u64,
+    /// Digest of the previous entry's bytes ([`GENESIS`] for the first).
+    pub prev: String,
+    /// When it was appended (RFC 3339).
+    pub at: String,
+    /// Who appended it: `call`, `mcp`, `proxy`.
+    pub writer: String,
+    /// The receipt's task id.
+    pub task_id: String,
+    /// The agent (the receipt's signer).
+    pub agent: String,
+    /// The DID the caller signed as, `null` when it did not sign.
+    pub caller: Option<String>,
+    /// The receipt, the compact JWS as received.
+    pub receipt: String,
+    /// Its digest ([`receipt::receipt_digest`]).
+    pub receipt_digest: String,
+    /// The sub-receipt digests the receipt names (copied from it, for the tree).
+    pub sub_receipts: Vec<String>,
+    /// The final state the receipt states.
+    pub state: String,
+    /// The request.
+    pub request: Request,
+    /// The remote caller the writer worked for (a `proxy`'s caller: `c:<did>`, or
+    /// `a:<network block>` when anonymous); absent for the node's own calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf: Option<String>,
+}
+
+impl Entry {
+    /// The entry's bytes: RFC 8785.
+    pub fn bytes(&self) -> Vec<u8> {
+        agentnet_did::jcs::canonicalize(&serde_json::to_value(self).unwrap_or(Value::Null))
+    }
+}
+
+/// What to append: a receipt, who was called, as whom, with what.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewEntry {
+    /// `call`, `mcp`, `proxy`.
+    pub writer: String,
+    /// The task followed.
+    pub task_id: String,
+    /// The agent called (its DID).
+    pub agent: String,
+    /// The DID the caller signed as.
+    pub caller: Option<String>,
+    /// The receipt from `Task.metadata`.
+    pub receipt: String,
+    /// The message sent.
+    pub message: Option<Value>,
+    /// The remote caller the writer worked for ([`Entry::on_behalf`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Head {
+    seq: u64,
+    digest: String,
+    bytes: u64,
+}
+
+/// The audit log in the node's store.
+#[derive(Debug)]
+pub struct AuditLog {
+    family: Family,
+    limits: Limits,
+    head: Mutex<Head>,
+}
+
+fn backend(e: impl std::fmt::Display) -> AuditError {
+    AuditError::Backend(e.to_string())
+}
+
+fn receipt_key(digest: &str) -> Vec<u8> {
+    [&b"r"[..], digest.as_bytes()].concat()
+}
+
+fn entry_key(seq: u64) -> Vec<u8> {
+    [&b"e"[..], &seq.to_be_bytes()].concat()
+}
+
+impl AuditLog {
+    /// The log in `store`, opened with [`CF_AUDIT`].
+    pub fn open(store: &Store, limits: Limits) -> Result<Arc<AuditLog>, AuditError> {
+        let family = store.family(CF_AUDIT).map_err(backend)?;
+        let head = match family.get(HEAD_KEY).map_err(backend)? {
+            Some(b) => serde_json::from_slice(&b)
+                .map_err(|e| AuditError::Backend(format!("reading the log's head: {e}")))?,
+            None => Head {
+                seq: 0,
+                digest: GENESIS.into(),
+                bytes: 0,
+            },
+        };
+        Ok(Arc::new(AuditLog {
+            family,
+            limits,
+            head: Mutex::new(head),
+        }))
+    }
+
+    /// How many entries.
+    pub fn len(&self) -> u64 {
+        self.head.lock().unwrap_or_else(|p| p.into_inner()).seq
+    }
+
+    /// No entries yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The head: last seq and its digest.
+    pub fn head(&self) -> (u64, String) {
+        let h = self.head.lock().unwrap_or_else(|p| p.into_inner());
+        (h.seq, h.digest.clone())
+    }
+
+    /// Append `new`, whose receipt `verified` the caller has verified. Blocking (RocksDB).
+    pub fn append(&self, new: NewEntry, verified: &Receipt) -> Result<Entry, AuditError> {
+        let mut request = Request {
+            message_digest: new.message.as_ref().map(receipt::digest_json),
+            message: None,
+            omitted: None,
+        };
+        if let Some(m) = new.message {
+            if agentnet_did::jcs::canonicalize(&m).len() <= self.limits.max_message_bytes {
+                request.message = Some(m);
+            } else {
+                request.omitted = Some("too large".into());
+            }
+        }
+        let mut head = self.head.lock().unwrap_or_else(|p| p.into_inner());
+        let digest = receipt::receipt_digest(&new.receipt);
+        // A receipt already logged (a task read again) is not appended twice.
+        if let Some(seq) = self.family.get(&receipt_key(&digest)).map_err(backend)? {
+            let seq = seq.try_into().map(u64::from_be_bytes).unwrap_or(0);
+            if let Some(b) = self.family.get(&entry_key(seq)).map_err(backend)? {
+                if let Ok(e) = serde_json::from_slice::<Entry>(&b) {
+                    return Ok(e);
+                }
+            }
+        }
+        let entry = Entry {
+            seq: head.seq + 1,
+            prev: head.digest.clone(),
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            writer: new.writer,
+            task_id: new.task_id,
+            agent: new.agent,
+            caller: new.caller,
+            receipt_digest: receipt::receipt_digest(&new.receipt),
+            receipt: new.receipt,
+            sub_receipts: verified.sub_receipts.clone(),
+            state: verified.state.clone(),
+            request,
+            on_behalf: new.on_behalf,
+        };
+        let bytes = entry.bytes();
+        if bytes.len() > self.limits.max_entry_bytes {
+            return Err(AuditError::Full(format!(
+                "an entry of {} bytes is over the {}-byte bound",
+                bytes.len(),
+                self.limits.max_entry_bytes
+            )));
+        }
+        if head.seq >= self.limits.max_entries {
+            return Err(AuditError::Full(format!(
+                "{} entries, the bound",
+                self.limits.max_entries
+            )));
+        }
+        if head.bytes + bytes.len() as u64 > self.limits.max_bytes {
+            return Err(AuditError::Full(format!(
+                "{} bytes of {}",
+                head.bytes, self.limits.max_bytes
+            )));
+        }
+        // Remote callers' entries: their share of the log, and each caller's.
+        let mut counters = Vec::new();
+        if let Some(o) = &entry.on_behalf {
+            let read = |k: &[u8]| -> Result<u64, AuditError> {
+                Ok(self
+                    .family
+                    .get(k)
+                    .map_err(backend)?
+                    .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
+                    .unwrap_or(0))
+            };
+            let okey = [&b"o"[..], o.as_bytes()].concat();
+            let (remote, mine) = (read(REMOTE_KEY)?, read(&okey)?);
+            if remote >= self.limits.max_remote_entries {
+                return Err(AuditError::Full(format!(
+                    "{remote} entries on behalf of remote callers, their share"
+                )));
+            }
+            if mine >= self.limits.max_per_owner {
+                return Err(AuditError::Full(format!(
+                    "{mine} entries on behalf of {o}, the bound per caller"
+                )));
+            }
+            counters.push(FamilyOp::Put(
+                REMOTE_KEY.to_vec(),
+                (remote + 1).to_be_bytes().to_vec(),
+            ));
+            counters.push(FamilyOp::Put(okey, (mine + 1).to_be_bytes().to_vec()));
+        }
+        let next = Head {
+            seq: entry.seq,
+            digest: receipt::digest(&bytes),
+            bytes: head.bytes + bytes.len() as u64,
+        };
+        let head_bytes = serde_json::to_vec(&next).map_err(backend)?;
+        let mut ops = vec![
+            FamilyOp::Put(entry_key(entry.seq), bytes),
+            FamilyOp::Put(HEAD_KEY.to_vec(), head_bytes),
+            FamilyOp::Put(
+                receipt_key(&entry.receipt_digest),
+                entry.seq.to_be_bytes().to_vec(),
+            ),
+        ];
+        ops.extend(counters);
+        self.family.write(ops).map_err(backend)?;
+        *head = next;
+        Ok(entry)
+    }
+
+    /// Up to `limit` raw entries after `after` (seq), at most [`MAX_PAGE_BYTES`] (at least
+    /// one): `(seq from the key, bytes)`.
+    pub fn raw_page(&self, after: u64, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, AuditError> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        self.family
+            .scan(&entry_key(after.saturating_add(1)), b"f", limit, |k, v| {
+                let seq = k
+                    .get(1..9)
+                    .and_then(|s| s.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .unwrap_or(0);
+                bytes += v.len();
+                out.push((seq, v.to_vec()));
+                bytes < MAX_PAGE_BYTES
+            })
+            .map_err(backend)?;
+        Ok(out)
+    }
+
+    /// Write raw bytes at entry `seq` (`None`: delete it), bypassing every check: for tests
+    /// that play an attacker with access to the disk.
+    #[doc(hidden)]
+    pub fn tamper(&self, seq: u64, bytes: Option<Vec<u8>>) -> Result<(), AuditError> {
+        let op = match bytes {
+            Some(b) => FamilyOp::Put(entry_key(seq), b),
+            None => FamilyOp::Delete(entry_key(seq)),
+        };
+        self.family.write(vec![op]).map_err(backend)
+    }
+
+    /// Re-check every entry (see [`Verifier`]) and the head.
+    pub async fn verify(self: &Arc<Self>, resolver: &Resolver) -> Report {
+        let mut v = Verifier::new();
+        let mut after = 0;
+        loop {
+            let log = self.clone();
+            let page = tokio::task::spawn_blocking(move || log.raw_page(after, MAX_PAGE)).await;
+            let page = match page {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => return v.fail(after + 1, e.to_string()),
+                Err(e) => return v.fail(after + 1, e.to_string()),
+            };
+            let Some(last) = page.last().map(|p| p.0) else {
+                break;
+            };
+            for (seq, bytes) in page {
+                v.check(seq, &bytes, resolver).await;
+            }
+            if v.bad.is_some() {
+                break;
+            }
+            after = last;
+        }
+        let (seq, digest) = self.head();
+        v.finish(Some((seq, &digest)))
+    }
+}
+
+/// The result of `audit verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Every entry and link checked out.
+    pub ok: bool,
+    /// Entries checked.
+    pub entries: u64,
+    /// The first bad entry: its seq.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bad_entry: Option<u64>,
+    /// What is wrong with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Checks entries in order: each is canonical JSON of an [`Entry`], its seq follows the last
+/// one's, its `prev` is the last one's digest, its receipt verifies for its task, agent and
+/// caller, and its copied members match the receipt and the request. The first failure is
+/// kept; later entries are not checked.
+#[derive(Debug)]
+pub struct Verifier {
+    seq: u64,
+    digest: String,
+    entries: u64,
+    bad: Option<(u64, String)>,
+}
+
+impl Default for Verifier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Verifier {
+    /// Before the first entry.
+    pub fn new() -> Self {
+        Verifier {
+            seq: 0,
+            digest: GENESIS.into(),
+            entries: 0,
+            bad: None,
+        }
+    }
+
+    fn fail(mut self, seq: u64, why: String) -> Report {
+        self.bad.get_or_insert((seq, why));
+        self.finish(None)
+    }
+
+    /// Check the entry stored under `key_seq`.
+    pub async fn check(&mut self, key_seq: u64, bytes: &[u8], resolver: &Resolver) {
+        if self.bad.is_some() {
+            return;
+        }
+        if let Err(why) = self.check_inner(key_seq, bytes, resolver).await {
+            self.bad = Some((key_seq, why));
+        }
+    }
+
+    async fn check_inner(
+        &mut self,
+        key_seq: u64,
+        bytes: &[u8],
+        resolver: &Resolver,
+    ) -> Result<(), String> {
+        let expected = self.seq + 1;
+        if key_seq != expected {
+            self.bad = Some((
+                expected,
+                format!(
+                    "entry {expected} is missing (entry {key_seq} follows entry {}): the chain is broken",
+                    self.seq
+                ),
+            ));
+            return Ok(());
+        }
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| format!("not JSON ({e}): the stored bytes were changed"))?;
+        if agentnet_did::jcs::canonicalize(&value) != bytes {
+            return Err("not in its canonical form: the stored bytes were changed".into());
+        }
+        let e: Entry = serde_json::from_value(value)
+            .map_err(|e| format!("not an audit entry ({e}): the stored bytes were changed"))?;
+        if e.seq != key_seq {
+            return Err(format!("says seq {} but is stored as {key_seq}", e.seq));
+        }
+        if e.prev != self.digest {
+            return Err(format!(
+                "its prev {} is not the digest of entry {} ({}): an entry before it was changed or removed, or this one was",
+                e.prev, self.seq, self.digest
+            ));
+        }
+        let expect = Expected {
+            task_id: &e.task_id,
+            agent: &e.agent,
+            caller: e.caller.as_deref(),
+        };
+        let r = receipt::verify(&e.receipt, resolver, &expect)
+            .await
+            .map_err(|err| format!("its receipt does not verify: {err}"))?;
+        if e.receipt_digest != receipt::receipt_digest(&e.receipt) {
+            return Err("its receiptDigest is not the digest of its receipt".into());
+        }
+        if e.sub_receipts != r.sub_receipts || e.state != r.state {
+            return Err("its subReceipts or state differ from its receipt's".into());
+        }
+        if let (Some(m), Some(d)) = (&e.request.message, &e.request.message_digest) {
+            if &receipt::digest_json(m) != d {
+                return Err("its request message does not match its digest".into());
+            }
+        }
+        self.seq = key_seq;
+        self.digest = receipt::digest(bytes);
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// The report; `head`, when known, must be the last entry checked.
+    pub fn finish(self, head: Option<(u64, &str)>) -> Report {
+        let mut bad = self.bad;
+        if bad.is_none() {
+            if let Some((seq, digest)) = head {
+                if seq != self.seq {
+                    bad = Some((
+                        self.seq + 1,
+                        format!(
+                            "the log's head says {seq} entries, {} were found: entries after {} were removed",
+                            self.seq, self.seq
+                        ),
+                    ));
+                } else if digest != self.digest {
+                    bad = Some((
+                        self.seq,
+                        "the last entry is not the one the head names: it was changed".into(),
+                    ));
+                }
+            }
+        }
+        Report {
+            ok: bad.is_none(),
+            entries: self.entries,
+            bad_entry: bad.as_ref().map(|b| b.0),
+            reason: bad.map(|b| b.1),
+        }
+    }
+}
+
+/// Verify an export file (`agentnet audit export`): JSON lines, the first
+/// `{"format": "agentnet-audit/v1", "head": {"seq", "digest"}}`, then each entry's stored bytes.
+pub async fn verify_export(text: &str, resolver: &Resolver) -> Result<Report, String> {
+    let mut lines = text.lines();
+    let first = lines
+        .next()
+        .ok_or("the file is empty: write one with `agentnet audit export FILE`")?;
+    let header: Value = serde_json::from_str(first)
+        .map_err(|e| format!("the first line is not the export header: {e}"))?;
+    if header["format"] != EXPORT_FORMAT {
+        return Err(format!(
+            "not an agentnet audit export (the first line's format is not {EXPORT_FORMAT:?})"
+        ));
+    }
+    let head_seq = header["head"]["seq"].as_u64().unwrap_or(0);
+    let head_digest = header["head"]["digest"]
+        .as_str()
+        .unwrap_or(GENESIS)
+        .to_string();
+    let mut v = Verifier::new();
+    for line in lines {
+        if line.is_empty() {
+            continue;
+        }
+        let seq = serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|e| e["seq"].as_u64())
+            .unwrap_or(v.seq + 1);
+        v.check(seq, line.as_bytes(), resolver).await;
+    }
+    Ok(v.finish(Some((head_seq, &head_digest))))
+}
+
+/// The export header line for a log whose head is `(seq, digest)`.
+pub fn export_header(seq: u64, digest: &str) -> String {
+    json!({"format": EXPORT_FORMAT, "head": {"seq": seq, "digest": digest}}).to_string()
+}
+
+/// Verify `new`'s receipt and append it. The receipt must name `new`'s task, agent and caller.
+pub async fn verify_and_append(
+    log: &Arc<AuditLog>,
+    resolver: &Resolver,
+    new: NewEntry,
+) -> Result<Entry, AuditError> {
+    let expect = Expected {
+        task_id: &new.task_id,
+        agent: &new.agent,
+        caller: new.caller.as_deref(),
+    };
+    let verified = receipt::verify(&new.receipt, resolver, &expect).await?;
+    let log = log.clone();
+    tokio::task::spawn_blocking(move || log.append(new, &verified))
+        .await
+        .map_err(backend)?
+}
+
+/// Open the audit log of a stopped node's store directory (`<data-dir>/store`).
+pub fn open_dir(path: &std::path::Path) -> Result<(Store, Arc<AuditLog>), AuditError> {
+    let store = Store::open_with_families(
+        path,
+        agentnet_discovery::store::Limits::default(),
+        &[CF_AUDIT],
+    )
+    .map_err(backend)?;
+    let log = AuditLog::open(&store, Limits::default())?;
+    Ok((store, log))
+}
+
+/// What became of a task's receipt, for the caller's output (`--json`: `receipt`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum Recorded {
+    /// Verified and appended as entry `seq`.
+    Logged {
+        /// The entry.
+        seq: u64,
+        /// The receipt's digest.
+        digest: String,
+    },
+    /// Verified, not logged: why (no node running).
+    NotLogged {
+        /// The receipt's digest.
+        digest: String,
+        /// Why.
+        reason: String,
+    },
+    /// The task carries no receipt (the agent does not sign them).
+    None,
+    /// The receipt does not verify, or could not be logged: why.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Recorded {
+    /// The warning line to print, if any.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            Recorded::Logged { .. } | Recorded::None => None,
+            Recorded::NotLogged { reason, .. } => {
+                Some(format!("receipt verified, not logged: {reason}"))
+            }
+            Recorded::Refused { reason } => Some(format!("warning: {reason}")),
+        }
+    }
+}
+
+/// The receipt in a task (`metadata["signed-receipts/v1"]`), if any.
+pub fn receipt_of(task: &agentnet_a2a::types::Task) -> Option<String> {
+    task.metadata
+        .as_ref()?
+        .get(receipt::METADATA_KEY)?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Where a process's receipts go.
+#[derive(Clone)]
+pub enum Recorder {
+    /// This process owns the log (the daemon).
+    Local(Arc<AuditLog>, Resolver),
+    /// A node's admin API (a CLI process).
+    Admin(crate::admin::Client, Resolver),
+    /// No node running: verify only.
+    Nowhere(Resolver, String),
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Recorder::Local(..) => "Recorder::Local",
+            Recorder::Admin(..) => "Recorder::Admin",
+            Recorder::Nowhere(..) => "Recorder::Nowhere",
+        })
+    }
+}
+
+impl Recorder {
+    /// The resolver receipts are verified with.
+    pub fn resolver(&self) -> &Resolver {
+        match self {
+            Recorder::Local(_, r) | Recorder::Admin(_, r) | Recorder::Nowhere(r, _) => r,
+        }
+    }
+
+    /// The recorder of a CLI process with data directory `dir`: the running node's admin API,
+    /// or verify-only when none runs.
+    pub fn for_cli(dir: &std::path::Path, resolver: Resolver) -> Recorder {
+        match crate::admin::Client::from_data_dir(dir, std::time::Duration::from_secs(30)) {
+            Ok(c) => Recorder::Admin(c, resolver),
+            Err(_) => Recorder::Nowhere(
+                resolver,
+                format!(
+                    "no node is running on {} (start `agentnet up` to keep an audit log)",
+                    dir.display()
+                ),
+            ),
+        }
+    }
+
+    /// Verify and log the receipt of `task`, which `agent` ran for `caller` after `message`.
+    pub async fn record(
+        &self,
+        writer: &str,
+        agent: &str,
+        caller: Option<&str>,
+        task: &agentnet_a2a::types::Task,
+        message: Option<&agentnet_a2a::types::Message>,
+        on_behalf: Option<&str>,
+    ) -> Recorded {
+        let Some(jws) = receipt_of(task) else {
+            return Recorded::None;
+        };
+        let new = NewEntry {
+            writer: writer.into(),
+            task_id: task.id.clone(),
+            agent: agent.into(),
+            caller: caller.map(str::to_string),
+            receipt: jws.clone(),
+            message: message.and_then(|m| serde_json::to_value(m).ok()),
+            on_behalf: on_behalf.map(str::to_string),
+        };
+        let digest = receipt::receipt_digest(&jws);
+        let refused = |reason: String| Recorded::Refused { reason };
+        match self {
+            Recorder::Local(log, resolver) => match verify_and_append(log, resolver, new).await {
+                Ok(e) => Recorded::Logged { seq: e.seq, digest },
+                Err(e) => refused(e.to_string()),
+            },
+            Recorder::Admin(client, resolver) => {
+                let expect = Expected {
+                    task_id: &new.task_id,
+                    agent: &new.agent,
+                    caller: new.caller.as_deref(),
+                };
+                if let Err(e) = receipt::verify(&new.receipt, resolver, &expect).await {
+                    return refused(AuditError::Receipt(e).to_string());
+                }
+                match client.audit_append(&new).await {
+                    Ok(v) => Recorded::Logged {
+                        seq: v["seq"].as_u64().unwrap_or(0),
+                        digest,
+                    },
+                    Err(crate::admin::ClientError::NotRunning(url)) => Recorded::NotLogged {
+                        digest,
+                        reason: format!("the node at {url} is not running (start `agentnet up` to keep an audit log)"),
+                    },
+                    Err(e) => refused(format!("receipt verified, not logged: {e}")),
+                }
+            }
+            Recorder::Nowhere(resolver, why) => {
+                let expect = Expected {
+                    task_id: &new.task_id,
+                    agent: &new.agent,
+                    caller: new.caller.as_deref(),
+                };
+                match receipt::verify(&new.receipt, resolver, &expect).await {
+                    Ok(_) => Recorded::NotLogged {
+                        digest,
+                        reason: why.clone(),
+                    },
+                    Err(e) => refused(AuditError::Receipt(e).to_string()),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct RouteState {
+    log: Arc<AuditLog>,
+    resolver: Resolver,
+}
+
+fn api_error(status: u16, reason: &str, error: impl std::fmt::Display) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::BAD_REQUEST),
+        axum::Json(json!({"error": error.to_string(), "reason": reason})),
+    )
+        .into_response()
+}
+
+/// The admin routes (mounted behind the admin guard by the daemon): `POST /admin/v1/audit`
+/// appends a [`NewEntry`] whose receipt verifies; `GET /admin/v1/audit?after=N&limit=M`
+/// returns `{entries: [...], head: {seq, digest}}`; `GET /admin/v1/audit/verify` a [`Report`].
+pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
+    use axum::extract::{RawQuery, State};
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    async fn append(
+        State(s): State<RouteState>,
+        axum::Json(new): axum::Json<NewEntry>,
+    ) -> axum::response::Response {
+        match verify_and_append(&s.log, &s.resolver, new).await {
+            Ok(e) => axum::Json(e).into_response(),
+            Err(e @ AuditError::Receipt(_)) => api_error(400, "receipt_invalid", e),
+            Err(e @ AuditError::Full(_)) => api_error(507, "audit_full", e),
+            Err(e) => api_error(500, "internal", e),
+        }
+    }
+    async fn page(State(s): State<RouteState>, RawQuery(q): RawQuery) -> axum::response::Response {
+        let log = s.log.clone();
+        let (mut after, mut limit) = (0u64, MAX_PAGE);
+        for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
+            match (&*k, v.parse::<u64>()) {
+                ("after", Ok(n)) => after = n,
+                ("limit", Ok(n)) => limit = (n as usize).clamp(1, MAX_PAGE),
+                _ => {
+                    return api_error(
+                        400,
+                        "bad_request",
+                        format!("bad query parameter {k}={v}: after and limit take numbers"),
+                    )
+                }
+            }
+        }
+        let r = tokio::task::spawn_blocking(move || log.raw_page(after, limit)).await;
+        match r {
+            Ok(Ok(page)) => {
+                let entries: Vec<Value> = page
+                    .into_iter()
+                    .map(|(seq, b)| json!({"seq": seq, "raw": String::from_utf8_lossy(&b)}))
+                    .collect();
+                let (seq, digest) = s.log.head();
+                axum::Json(json!({"entries": entries, "head": {"seq": seq, "digest": digest}}))
+                    .into_response()
+            }
+            Ok(Err(e)) => api_error(500, "internal", e),
+            Err(e) => api_error(500, "internal", e),
+        }
+    }
+    async fn verify(State(s): State<RouteState>) -> axum::response::Response {
+        axum::Json(s.log.verify(&s.resolver).await).into_response()
+    }
+    axum::Router::new()
+        .route("/admin/v1/audit", get(page).post(append))
+        .route("/admin/v1/audit/verify", get(verify))
+        .layer(axum::extract::DefaultBodyLimit::max(2 << 20))
+        .with_state(RouteState { log, resolver })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentnet_did::SecretKey;
+
+    fn receipt_for(key: &SecretKey, task: &str) -> (String, Receipt) {
+        let did = key.did_key();
+        let t = json!({"id": task, "contextId": "c",
+            "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
+        let r = Receipt::for_task(
+            &t,
+            did.as_str(),
+            Some("did:key:zMe"),
+            "2026-01-01T00:00:00Z",
+            vec![],
+        );
+        (
+            receipt::sign(&r, key, &did.with_fragment(did.method_specific_id())),
+            r,
+        )
+    }
+
+    fn log_with(n: usize) -> (tempfile::TempDir, Store, Arc<AuditLog>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, log) = open_dir(dir.path()).unwrap();
+        let key = SecretKey::from_seed(&[3; 32]);
+        for i in 0..n {
+            let task = format!("task-{i}");
+            let (jws, r) = receipt_for(&key, &task);
+            let new = NewEntry {
+                writer: "call".into(),
+                task_id: task,
+                agent: key.did_key().to_string(),
+                caller: Some("did:key:zMe".into()),
+                receipt: jws,
+                on_behalf: None,
+                message: Some(
+                    json!({"messageId": format!("m{i}"), "role": "ROLE_USER", "parts": [{"text": "hi"}]}),
+                ),
+            };
+            log.append(new, &r).unwrap();
+        }
+        (dir, store, log)
+    }
+
+    fn resolver() -> Resolver {
+        Resolver::new(Default::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_clean_log_verifies_and_a_receipt_is_logged_once() {
+        let (_d, _s, log) = log_with(3);
+        let r = log.verify(&resolver()).await;
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.entries, 3);
+        // The same receipt again (a task read twice): the entry it has, nothing appended.
+        let key = SecretKey::from_seed(&[3; 32]);
+        let (jws, rc) = receipt_for(&key, "task-1");
+        let again = NewEntry {
+            writer: "mcp".into(),
+            task_id: "task-1".into(),
+            agent: key.did_key().to_string(),
+            caller: Some("did:key:zMe".into()),
+            receipt: jws,
+            message: None,
+            on_behalf: None,
+        };
+        assert_eq!(log.append(again, &rc).unwrap().seq, 2);
+        assert_eq!(log.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn one_flipped_stored_byte_names_its_entry() {
+        let (_d, _s, log) = log_with(3);
+        let (_, mut bytes) = log.raw_page(1, 1).unwrap().remove(0);
+        // A byte inside the receipt's payload part (still a string: the JSON parses).
+        let at = bytes.windows(9).position(|w| w == b"\"receipt\"").unwrap() + 40;
+        bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+        log.tamper(2, Some(bytes)).unwrap();
+        let r = log.verify(&resolver()).await;
+        assert!(!r.ok);
+        assert_eq!(r.bad_entry, Some(2), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn a_changed_request_breaks_the_next_link() {
+        let (_d, _s, log) = log_with(3);
+        let (_, bytes) = log.raw_page(0, 1).unwrap().remove(0);
+        let s = String::from_utf8(bytes)
+            .unwrap()
+            .replace("\"hi\"", "\"ho\"");
+        log.tamper(1, Some(s.into_bytes())).unwrap();
+        let r = log.verify(&resolver()).await;
+        assert_eq!(r.bad_entry, Some(1), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn a_removed_entry_breaks_the_chain_and_is_named() {
+        let (_d, _s, log) = log_with(4);
+        log.tamper(2, None).unwrap();
+        let r = log.verify(&resolver()).await;
+        assert_eq!(r.bad_entry, Some(2), "{r:?}");
+        assert!(r.reason.unwrap().contains("missing"));
+        // The last one removed: the head still counts it.
+        let (_d, _s, log) = log_with(2);
+        log.tamper(2, None).unwrap();
+        let r = log.verify(&resolver()).await;
+        assert_eq!(r.bad_entry, Some(2), "{r:?}");
+    }
+
+    #[test]
+    fn appends_past_the_bound_are_refused_and_nothing_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_families(
+            dir.path(),
+            agentnet_discovery::store::Limits::default(),
+            &[CF_AUDIT],
+        )
+        .unwrap();
+        let log = AuditLog::open(
+            &store,
+            Limits {
+                max_entries: 2,
+                ..Limits::default()
+            },
+        )
+        .unwrap();
+        let key = SecretKey::from_seed(&[3; 32]);
+        for i in 0..3 {
+            let (jws, r) = receipt_for(&key, &format!("t{i}"));
+            let new = NewEntry {
+                writer: "call".into(),
+                task_id: format!("t{i}"),
+                agent: key.did_key().to_string(),
+                caller: Some("did:key:zMe".into()),
+                receipt: jws,
+                message: None,
+                on_behalf: None,
+            };
+            let got = log.append(new, &r);
+            if i < 2 {
+                got.unwrap();
+            } else {
+                assert!(matches!(got, Err(AuditError::Full(_))), "{got:?}");
+            }
+        }
+        assert_eq!(log.len(), 2);
+        assert_eq!(log.raw_page(0, 10).unwrap().len(), 2);
+    }
+
+    /// Strangers calling a proxy: each caller's entries are bounded, and all of them together
+    /// take at most their share; the node's own entries still go in.
+    #[test]
+    fn remote_callers_have_a_share_of_the_log_and_each_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_families(
+            dir.path(),
+            agentnet_discovery::store::Limits::default(),
+            &[CF_AUDIT],
+        )
+        .unwrap();
+        let log = AuditLog::open(
+            &store,
+            Limits {
+                max_remote_entries: 3,
+                max_per_owner: 2,
+                ..Limits::default()
+            },
+        )
+        .unwrap();
+        let key = SecretKey::from_seed(&[3; 32]);
+        let mut n = 0;
+        let mut append = |on_behalf: Option<&str>| {
+            n += 1;
+            let (jws, r) = receipt_for(&key, &format!("t{n}"));
+            let new = NewEntry {
+                writer: "proxy".into(),
+                task_id: format!("t{n}"),
+                agent: key.did_key().to_string(),
+                caller: Some("did:key:zMe".into()),
+                receipt: jws,
+                message: None,
+                on_behalf: on_behalf.map(str::to_string),
+            };
+            log.append(new, &r)
+        };
+        append(Some("c:did:key:zA")).unwrap();
+        append(Some("c:did:key:zA")).unwrap();
+        let e = append(Some("c:did:key:zA")).unwrap_err();
+        assert!(e.to_string().contains("per caller"), "{e}");
+        append(Some("c:did:key:zB")).unwrap();
+        let e = append(Some("c:did:key:zC")).unwrap_err();
+        assert!(e.to_string().contains("share"), "{e}");
+        append(None).expect("the node's own calls still have room");
+        assert_eq!(log.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn an_export_verifies_offline_and_a_changed_line_is_named() {
+        let (_d, _s, log) = log_with(3);
+        let (seq, digest) = log.head();
+        let mut text = export_header(seq, &digest);
+        for (_, b) in log.raw_page(0, 10).unwrap() {
+            text.push('\n');
+            text.push_str(std::str::from_utf8(&b).unwrap());
+        }
+        let r = verify_export(&text, &resolver()).await.unwrap();
+        assert!(r.ok, "{r:?}");
+        let bad = text.replace("task-2", "task-7");
+        let r = verify_export(&bad, &resolver()).await.unwrap();
+        assert_eq!(r.bad_entry, Some(3), "{r:?}");
+    }
+}

@@ -1,0 +1,218 @@
+//! Signed receipts of the hosted agents' tasks ([`agentnet_did::receipt`]): each task that
+//! reaches a terminal state is signed by its agent's key as it is written ([`Sealer`], a
+//! [`crate::tasks::Seal`]), whatever the path: a turn's outcome, a handler failure, a cancel,
+//! the restart that fails tasks left working.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use agentnet_a2a::types::Task;
+use agentnet_did::receipt::{self, Receipt};
+use agentnet_did::{DidUrl, SecretKey};
+use serde_json::Value;
+
+/// `Task.metadata` member with the time the task was first written (RFC 3339): the receipt's
+/// `created`.
+pub const CREATED_KEY: &str = "agentnet.created";
+/// `Task.metadata` member with the sub-receipt digests gathered so far (a `proxy`'s upstream
+/// receipts), which the receipt's `subReceipts` lists.
+pub const SUBS_KEY: &str = "agentnet.subReceipts";
+/// Most tasks with sub-receipt digests waiting to be written at once ([`SubReceipts`]).
+pub const MAX_PENDING: usize = 4096;
+
+/// Sub-receipt digests a handler learned during a turn, until the engine writes the task.
+#[derive(Debug, Default)]
+pub struct SubReceipts(Mutex<HashMap<String, Vec<String>>>);
+
+impl SubReceipts {
+    /// Note `digest` for task `task_id`; `false` when [`MAX_PENDING`] tasks wait already or
+    /// the task has [`receipt::MAX_SUB_RECEIPTS`] (the digest is then not listed).
+    pub fn add(&self, task_id: &str, digest: String) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !m.contains_key(task_id) && m.len() >= MAX_PENDING {
+            return false;
+        }
+        let v = m.entry(task_id.to_string()).or_default();
+        if v.len() >= receipt::MAX_SUB_RECEIPTS {
+            return false;
+        }
+        v.push(digest);
+        true
+    }
+
+    fn take(&self, task_id: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(task_id)
+            .unwrap_or_default()
+    }
+}
+
+/// Signs the receipts of one hosted agent.
+#[derive(Debug)]
+pub struct Sealer {
+    key: SecretKey,
+    did: String,
+    kid: DidUrl,
+    subs: std::sync::Arc<SubReceipts>,
+}
+
+impl Sealer {
+    /// The sealer of the agent with `key` (its did:key; `kid` the verification method its
+    /// card is signed with).
+    pub fn new(key: &SecretKey, subs: std::sync::Arc<SubReceipts>) -> Self {
+        let did = key.did_key();
+        Sealer {
+            key: SecretKey::from_seed(&key.seed()),
+            kid: did.with_fragment(did.method_specific_id()),
+            did: did.to_string(),
+            subs,
+        }
+    }
+
+    /// Stamp `created`, gather the sub-receipts, and sign the receipt of a terminal task
+    /// that has none yet.
+    pub fn seal(&self, caller: Option<&str>, task: &mut Task) {
+        let now = || chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let pending = self.subs.take(&task.id);
+        let meta = task.metadata.get_or_insert_with(Default::default);
+        meta.entry(CREATED_KEY.to_string())
+            .or_insert_with(|| Value::String(now()));
+        if !pending.is_empty() {
+            let list = meta
+                .entry(SUBS_KEY.to_string())
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(a) = list {
+                let room = receipt::MAX_SUB_RECEIPTS.saturating_sub(a.len());
+                a.extend(pending.into_iter().take(room).map(Value::String));
+            }
+        }
+        if !task.status.state.is_terminal() || meta.contains_key(receipt::METADATA_KEY) {
+            return;
+        }
+        let created = meta
+            .get(CREATED_KEY)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(now);
+        let subs = meta
+            .get(SUBS_KEY)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Ok(json) = serde_json::to_value(&*task) else {
+            return;
+        };
+        let r = Receipt::for_task(&json, &self.did, caller, &created, subs);
+        let jws = receipt::sign(&r, &self.key, &self.kid);
+        task.metadata
+            .get_or_insert_with(Default::default)
+            .insert(receipt::METADATA_KEY.to_string(), Value::String(jws));
+    }
+}
+
+/// The card extension that says the agent signs receipts.
+pub fn extension() -> Value {
+    serde_json::json!({
+        "uri": receipt::EXTENSION,
+        "description": "When a task ends (COMPLETED, FAILED, CANCELED, REJECTED) the agent signs a receipt with its DID key: a compact JWS (EdDSA, kid a DID URL of the agent) over the RFC 8785 bytes of {v, taskId, contextId, agent, caller, delegation, messages, artifacts, state, created, ended, subReceipts}, in Task.metadata[\"signed-receipts/v1\"].",
+        "required": false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentnet_a2a::types::{TaskState, TaskStatus};
+
+    /// A task the last run left working is failed at start, and signed by its agent then.
+    #[test]
+    fn the_restart_signs_the_tasks_it_fails() {
+        use agentnet_a2a::auth::Owner;
+        use agentnet_a2a::store::TaskStore as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, db) = crate::tasks::open_dir(dir.path(), Default::default()).unwrap();
+        let key = SecretKey::from_seed(&[6; 32]);
+        let sealer = std::sync::Arc::new(Sealer::new(&key, Default::default()));
+        let owner = Owner::Caller("did:key:zCaller".into());
+        let mut t = Task {
+            id: "t1".into(),
+            context_id: "c1".into(),
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: None,
+            history: None,
+            metadata: None,
+        };
+        sealer.seal(owner.caller(), &mut t);
+        db.agent("a").put(&owner, &t).unwrap();
+        assert_eq!(
+            crate::hosted::recover(&db, &[("a".into(), sealer)]).unwrap(),
+            1
+        );
+        let t = db.agent("a").get(&owner, "t1").unwrap().unwrap();
+        assert_eq!(t.status.state, TaskState::Failed);
+        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
+            .as_str()
+            .expect("the failed task carries a receipt");
+        let did = key.did_key().to_string();
+        let expect = receipt::Expected {
+            task_id: "t1",
+            agent: &did,
+            caller: Some("did:key:zCaller"),
+        };
+        let pk = agentnet_did::PublicKey::Ed25519(key.public());
+        let r = receipt::verify_with_key(jws, &pk, &expect).unwrap();
+        assert_eq!(r.state, "TASK_STATE_FAILED");
+    }
+
+    #[test]
+    fn only_a_terminal_task_gets_a_receipt_and_it_names_its_sub_receipts() {
+        let key = SecretKey::from_seed(&[5; 32]);
+        let subs = std::sync::Arc::new(SubReceipts::default());
+        let s = Sealer::new(&key, subs.clone());
+        let mut t = Task {
+            id: "t1".into(),
+            context_id: "c1".into(),
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: None,
+            history: None,
+            metadata: None,
+        };
+        s.seal(Some("did:key:zCaller"), &mut t);
+        let meta = t.metadata.clone().unwrap();
+        assert!(meta.contains_key(CREATED_KEY) && !meta.contains_key(receipt::METADATA_KEY));
+        assert!(subs.add("t1", "ab".repeat(32)));
+        t.status.state = TaskState::Completed;
+        s.seal(Some("did:key:zCaller"), &mut t);
+        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
+            .as_str()
+            .unwrap();
+        let did = key.did_key().to_string();
+        let expect = receipt::Expected {
+            task_id: "t1",
+            agent: &did,
+            caller: Some("did:key:zCaller"),
+        };
+        let r = receipt::verify_with_key(
+            jws,
+            &agentnet_did::PublicKey::Ed25519(key.public()),
+            &expect,
+        )
+        .unwrap();
+        assert_eq!(r.sub_receipts, vec!["ab".repeat(32)]);
+        assert_eq!(r.state, "TASK_STATE_COMPLETED");
+    }
+}
