@@ -192,6 +192,29 @@ fn three_nodes_discover_every_sample_agent_from_the_last_node() {
         "{faces:#}"
     );
 
+    // Authority across hops (issue 18): the last node acts for the principal through node 2's
+    // specialist to node 1's sub-agent; every hop checks the chain; the last node's audit log
+    // holds the specialist's receipt, which names the sub-agent's, which node 2 logged; a
+    // narrower delegation is refused by the sub-agent, one hop further.
+    let d = &report["delegation"];
+    assert!(d.get("error").is_none(), "{d:#}");
+    assert_eq!(
+        d["orchestrator"],
+        report["nodes"].as_array().unwrap().last().unwrap()["did"],
+        "{d:#}"
+    );
+    assert_eq!(d["answer"][0], d["sent"], "{d:#}");
+    assert_eq!(d["links_at_specialist"], 2, "{d:#}");
+    assert!(d["audit_entry"].as_u64().is_some_and(|n| n >= 1), "{d:#}");
+    assert_eq!(d["sub_receipts"].as_array().map(Vec::len), Some(1), "{d:#}");
+    assert_eq!(d["sub_receipts_logged"], true, "{d:#}");
+    assert_eq!(d["refused_state"], "TASK_STATE_FAILED", "{d:#}");
+    assert!(
+        str_of(d, "refused_reason").contains("PERMISSION_DENIED")
+            && str_of(d, "refused_reason").contains("not among the agents granted"),
+        "{d:#}"
+    );
+
     let well_known = &report["well_known"];
     assert!(str_of(well_known, "did_json").ends_with("/.well-known/did.json"));
     assert!(str_of(well_known, "agent_card_json").ends_with("/.well-known/agent-card.json"));

@@ -11,8 +11,13 @@
 //! (INPUT_REQUIRED), the caller answers, the task completes with its artifact. Then MCP: node 1
 //! also hosts `mcp-echo` (kind `echo`, DID policy, `mcp = true`); the last node finds it by
 //! skill, verifies its card, reads the MCP endpoint the card advertises and calls its `echo`
-//! tool over MCP with every HTTP request RFC 9421-signed by the same DID. Nodes are
-//! numbered from 1 in the output, JSON included.
+//! tool over MCP with every HTTP request RFC 9421-signed by the same DID. Then authority
+//! across hops ([`DelegationReport`]): a principal delegates to the last node, which calls
+//! node 2's `specialist` (a proxy), which hands the chain on to node 1's `summaries`; both
+//! require the principal's delegation and check the whole chain; the last node logs the
+//! specialist's verified receipt, which names the sub-agent's (logged on node 2); and a
+//! narrower delegation is refused by `summaries`, one hop on. Nodes are numbered from 1 in the
+//! output, JSON included.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -305,6 +310,14 @@ pub struct DelegationReport {
     pub chain_digest: Option<String>,
     /// Time of the call through both hops, milliseconds.
     pub call_ms: u64,
+    /// The orchestrator's audit log: the entry of the specialist's verified receipt.
+    pub audit_entry: Option<u64>,
+    /// That receipt's digest.
+    pub receipt: Option<String>,
+    /// The sub-receipts it names (the sub-agent's, which node 2's proxy verified and logged).
+    pub sub_receipts: Vec<String>,
+    /// Whether node 2's audit log holds each of them.
+    pub sub_receipts_logged: bool,
     /// The narrower delegation's call: how the specialist's task ended, and why.
     pub refused_state: Option<String>,
     /// The refusal, as the sub-agent gave it.
@@ -585,6 +598,62 @@ async fn delegation_inner(
     if r.answer.join(" ") != r.sent {
         bail!("the sub-agent answered {:?}", r.answer);
     }
+    // The orchestrator verifies the specialist's receipt and logs it, as `agentnet call` does;
+    // the receipt names the sub-agent's, which node 2's proxy verified and logged.
+    let recorder = crate::audit::Recorder::Admin(
+        clients[n - 1].clone(),
+        agentnet_did::Resolver::new(Default::default())?,
+    );
+    match recorder
+        .record(
+            "call",
+            agent.did.as_str(),
+            Some(holder.did().as_str()),
+            task,
+            None,
+            None,
+        )
+        .await
+    {
+        crate::audit::Recorded::Logged { seq, digest } => {
+            r.audit_entry = Some(seq);
+            r.receipt = Some(digest);
+        }
+        other => bail!("the specialist's receipt was not logged: {other:?}"),
+    }
+    // A page holds each entry as its stored bytes.
+    let entries = |page: &Value| -> Vec<Value> {
+        page["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| serde_json::from_str(e["raw"].as_str()?).ok())
+            .collect()
+    };
+    let page = entries(&clients[n - 1].audit_page(0).await?);
+    r.sub_receipts = page
+        .iter()
+        .filter(|e| e["receiptDigest"].as_str() == r.receipt.as_deref())
+        .flat_map(|e| e["subReceipts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|d| d.as_str().map(str::to_string))
+        .collect();
+    let specialist_log = entries(&clients[1].audit_page(0).await?);
+    let logged: Vec<&str> = specialist_log
+        .iter()
+        .filter_map(|e| e["receiptDigest"].as_str())
+        .collect();
+    r.sub_receipts_logged =
+        !r.sub_receipts.is_empty() && r.sub_receipts.iter().all(|d| logged.contains(&d.as_str()));
+    if !r.sub_receipts_logged {
+        bail!(
+            "the specialist's receipt names sub-receipts {:?}, node 2 logged {logged:?}",
+            r.sub_receipts
+        );
+    }
+    progress.line(format!(
+        "node {n}'s audit log: entry {} holds the specialist's verified receipt, naming the sub-agent's receipt, which node 2 logged",
+        r.audit_entry.unwrap_or(0)
+    ));
     progress.line(format!(
         "node {n} → specialist (node 2) → summaries (node 1): {} in {} ms, every hop checking the chain ({} links at the specialist, one more handed on)",
         r.answer.join(" "),
@@ -1016,6 +1085,7 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
              agentnet call --data-dir {last} --skill greeting Hello\n  \
              agentnet tools --data-dir {last} --skill mcp-echo\n  \
              agentnet status --data-dir {last}\n  \
+             agentnet audit --data-dir {last}\n  \
              agentnet peers --data-dir {last}"
         ));
         if let Err(error) = daemon::terminated().await {
@@ -1551,6 +1621,13 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
                 d.answer.join(" "),
                 d.call_ms,
                 d.links_at_specialist
+            )?;
+            out!(
+                "    node {}'s audit log: entry {} (receipt {}) → sub-receipt {} in node 2's log; try `agentnet audit --task …`",
+                r.nodes.len(),
+                d.audit_entry.unwrap_or(0),
+                d.receipt.as_deref().map(|x| &x[..x.len().min(12)]).unwrap_or("?"),
+                d.sub_receipts.first().map(|x| &x[..x.len().min(12)]).unwrap_or("?")
             )?;
             out!(
                 "    a delegation for the specialist only: {} at summaries: {}",
