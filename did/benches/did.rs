@@ -173,6 +173,36 @@ fn benches(c: &mut Criterion) {
                 .unwrap()
         })
     });
+
+    // A task receipt (issue 18) as a caller checks it: the kid's did:key document from the
+    // resolver's cache, the JWS, the payload's RFC 8785 bytes, the task, agent and caller.
+    use agentnet_did::receipt::{self, Expected, Receipt};
+    let r = Receipt {
+        v: receipt::VERSION,
+        task_id: "3f0c2a4e-8f4b-4d0e-9f55-1b2c3d4e5f60".into(),
+        context_id: "6a7b8c9d-0e1f-4a2b-8c3d-4e5f6a7b8c9d".into(),
+        agent: did.to_string(),
+        caller: Some(caller.clone()),
+        delegation: Some(delegation::digest(&chain)),
+        messages: vec![receipt::digest(b"message")],
+        artifacts: vec![receipt::digest(b"artifact")],
+        state: "TASK_STATE_COMPLETED".into(),
+        created: "2026-12-01T19:00:00Z".into(),
+        ended: "2026-12-01T19:00:01Z".into(),
+        sub_receipts: vec![],
+    };
+    let jws = receipt::sign(&r, &key, &kid);
+    let expect = Expected {
+        task_id: &r.task_id,
+        agent: &r.agent,
+        caller: r.caller.as_deref(),
+    };
+    c.bench_function("receipt/verify", |b| {
+        b.iter(|| {
+            rt.block_on(receipt::verify(black_box(&jws), &resolver, &expect))
+                .unwrap()
+        })
+    });
 }
 
 criterion_group!(name = did; config = Criterion::default().sample_size(50); targets = benches);
