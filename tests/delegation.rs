@@ -77,16 +77,10 @@ fn grant(who: &Who, from: &Who, c: &Capability, until: i64, chain: Option<&Value
     .unwrap()
 }
 
-/// A signed JSON-RPC `SendMessage` of `text` with `chain` in the message's metadata; the status
-/// and the answer.
-async fn send(url: &str, who: &Who, text: &str, chain: Option<&Value>) -> (u16, Value) {
-    let mut message = json!({"role": "ROLE_USER", "parts": [{"text": text}],
-        "messageId": httpsig::new_nonce()});
-    if let Some(c) = chain {
-        message["metadata"] = json!({"actorChain": c});
-    }
-    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-        "params": {"message": message}}))
+/// A signed JSON-RPC request `method` with `params` to `url`; the status and the answer.
+async fn rpc(url: &str, who: &Who, method: &str, params: Value) -> (u16, Value) {
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method,
+        "params": params}))
     .unwrap();
     let h = httpsig::sign(
         &who.key,
@@ -111,6 +105,16 @@ async fn send(url: &str, who: &Who, text: &str, chain: Option<&Value>) -> (u16, 
         .unwrap();
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// A signed `SendMessage` of `text` with `chain` in the message's metadata.
+async fn send(url: &str, who: &Who, text: &str, chain: Option<&Value>) -> (u16, Value) {
+    let mut message = json!({"role": "ROLE_USER", "parts": [{"text": text}],
+        "messageId": httpsig::new_nonce()});
+    if let Some(c) = chain {
+        message["metadata"] = json!({"actorChain": c});
+    }
+    rpc(url, who, "SendMessage", json!({"message": message})).await
 }
 
 /// The refusal's message, asserting it is PERMISSION_DENIED.
@@ -330,31 +334,7 @@ require_delegation_from = ["{}"]
         .as_str()
         .unwrap()
         .to_owned();
-    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
-        "params": {"id": task_id}}))
-    .unwrap();
-    let h = httpsig::sign(
-        &caller.key,
-        &caller.kid,
-        "POST",
-        &url,
-        &body,
-        now() as u64,
-        &httpsig::new_nonce(),
-    )
-    .unwrap();
-    let mut headers = reqwest::header::HeaderMap::new();
-    h.apply(&mut headers);
-    let resp = http()
-        .post(&url)
-        .header("content-type", "application/a2a+json")
-        .header("A2A-Version", "1.0")
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let got = (resp.status().as_u16(), resp.json::<Value>().await.unwrap());
+    let got = rpc(&url, &caller, "GetTask", json!({"id": task_id})).await;
     let msg = denied(&got);
     assert!(msg.contains("operation get"), "{msg}");
 
