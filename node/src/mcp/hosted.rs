@@ -258,6 +258,14 @@ async fn check_tool_call(
         #[serde(default)]
         params: Value,
     }
+    // Nothing to check unless a delegation is required or one may be presented: then the body
+    // is not parsed a second time (rmcp parses it for the tool). A chain spelled with JSON
+    // escapes slips past this scan only where none is required, and then reaches no tool
+    // unchecked: `send_message` hands it to the A2A gate, `echo` ignores it.
+    let key = agentnet_did::delegation::METADATA_MEMBER.as_bytes();
+    if !authority.requires() && !body.windows(key.len()).any(|w| w == key) {
+        return None;
+    }
     let call: Call = serde_json::from_slice(body).ok()?;
     if call.method != "tools/call" {
         return None;
