@@ -762,12 +762,20 @@ mod tests {
         }
     }
 
+    /// One instant for every grant of a test run: links issued a second apart must not end
+    /// a second apart, or a child outlives its parent (CI caught the clock ticking between
+    /// two `now()` calls).
+    fn t0() -> i64 {
+        static T0: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+        *T0.get_or_init(now)
+    }
+
     fn grant<'a>(to: &'a Did, c: &'a Capability) -> Grant<'a> {
         Grant {
             audience: to,
             capability: c,
-            valid_from: now() - 10,
-            valid_until: now() + 3600,
+            valid_from: t0() - 10,
+            valid_until: t0() + 3600,
         }
     }
 
