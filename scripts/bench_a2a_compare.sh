@@ -26,6 +26,9 @@
 #                    10000 per DID, for 360 s]
 #   ONLY             space-separated subset of: node-open node-did node-chain node-token a2a-lf python
 #   OUT_DIR          where wrk's outputs go
+#   PERF             when set, the server is sampled with `perf record -g` during the load
+#                    (OUT_DIR/NAME.perf; read with `perf report -i`; set OUT_DIR to keep it);
+#                    PERF_CALL_GRAPH=dwarf for call stacks (release builds keep no frame pointers)
 # Build first (release; docs/BENCHMARKS.md, "A2A: baselines and signed load"):
 #   CARGO_TARGET_DIR=/root/.cache/agentnet/target-release cargo build --offline --release --workspace --bins
 #   (cd bench/a2a-lf-echo && CARGO_TARGET_DIR=/root/.cache/agentnet/target-bench cargo build --release --offline)
@@ -132,10 +135,24 @@ start_printing_url() {
 
 # wrk against $2 with the Lua script $3 (plus env from the caller); output kept as $1.wrk.
 run_wrk() {
-  local name=$1 url=$2 lua=$3
-  WRK_THREADS=2 wrk -t2 -c16 -d"${SECS}s" --latency -s "$lua" "$url" >"$OUT_DIR/$name.wrk" 2>&1 \
+  local name=$1 url=$2 lua=$3 perf=
+  if [ -n "${PERF:-}" ] && [ -n "$PID" ]; then
+    perf record -q -F 499 --call-graph "${PERF_CALL_GRAPH:-fp}" -p "$PID" -o "$OUT_DIR/$name.perf" -- sleep "$SECS" 2>/dev/null &
+    perf=$!
+  fi
+  local before
+  before=$(cpu_ticks "$PID")
+  # wrk's own CPU (user + system seconds, init included) goes to the .time file.
+  WRK_THREADS=2 /usr/bin/time -o "$OUT_DIR/$name.time" -f '%U %S' \
+    wrk -t2 -c16 -d"${SECS}s" --latency -s "$lua" "$url" >"$OUT_DIR/$name.wrk" 2>&1 \
     || { cat "$OUT_DIR/$name.wrk" >&2; exit 1; }
+  echo "server_ticks $(( $(cpu_ticks "$PID") - before ))" >>"$OUT_DIR/$name.time"
+  if [ -n "$perf" ]; then wait "$perf" || true; fi
 }
+
+# User + system CPU of process $1 so far, in clock ticks (fields 14 and 15 of /proc/PID/stat;
+# the command name, field 2, has no spaces here).
+cpu_ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 
 ROWS=()
 row() {
@@ -148,7 +165,15 @@ row() {
   if grep -q '^replay: [1-9]' "$w"; then
     errs="$errs; RAN OUT of pre-signed requests (figures invalid: raise SIGNED_REQUESTS_N or lower SECONDS)"
   fi
-  ROWS+=("$(printf '%-10s %10s %9s %9s %8s  %-13s %-13s %s' "$name" "$rps" "$p50" "$p99" "$non2xx" "$idle" "$after" "$errs")")
+  # The server's CPU per request (µs) and the cores it kept busy; then wrk's CPU in seconds.
+  local ticks hz requests cpu_req cores client
+  ticks=$(awk '/^server_ticks/ {print $2}' "$OUT_DIR/$1.time")
+  hz=$(getconf CLK_TCK)
+  requests=$(awk '/requests in/ {print $1}' "$w")
+  cpu_req=$(awk -v t="$ticks" -v hz="$hz" -v n="$requests" 'BEGIN {if (n > 0 && t > 0) printf "%.0f", t / hz / n * 1e6; else print "-"}')
+  cores=$(awk -v t="$ticks" -v hz="$hz" -v s="$SECS" 'BEGIN {if (t > 0) printf "%.2f", t / hz / s; else print "-"}')
+  client=$(awk 'NR == 1 {printf "%.1f s", $1 + $2}' "$OUT_DIR/$1.time")
+  ROWS+=("$(printf '%-10s %10s %9s %9s %8s  %-13s %-13s %9s %6s %8s  %s' "$name" "$rps" "$p50" "$p99" "$non2xx" "$idle" "$after" "$cpu_req" "$cores" "$client" "$errs")")
 }
 
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at start; wrk -t2 -c16 -d${SECS}s on the same machine"
@@ -243,5 +268,5 @@ for target in $ONLY; do
 done
 for f in "$OUT_DIR"/*.wrk; do echo "== $(basename "$f" .wrk)"; cat "$f"; done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-printf '%-10s %10s %9s %9s %8s  %-13s %-13s %s\n' server req/s p50 p99 non-2xx "RSS idle" "RSS after" "socket errors"
+printf '%-10s %10s %9s %9s %8s  %-13s %-13s %9s %6s %8s  %s\n' server req/s p50 p99 non-2xx "RSS idle" "RSS after" "µs CPU/req" cores "wrk CPU" "socket errors"
 printf '%s\n' "${ROWS[@]}"

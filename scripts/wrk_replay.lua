@@ -1,9 +1,12 @@
 -- wrk script: replay pre-signed requests from a file, one line per request, each sent once.
 --   REQUESTS=reqs.tsv wrk -t2 -c16 -d10s --latency -s scripts/wrk_replay.lua URL
 -- Line format (agentnet-sim --bin signed_requests): METHOD \t PATH \t "Name: value"... \t BODY.
--- wrk thread k of T takes lines k, k+T, k+2T, ... so no line is sent twice. A thread that runs
--- out of lines stops (wrk.thread:stop()); done() reports how many threads ran out, since their
--- last seconds were not under load.
+-- wrk thread k of T takes lines k, k+T, k+2T, ... so no line is sent twice. Each thread reads
+-- and formats its lines in init(), before wrk starts its clock: a request() that split a line
+-- of a few kilobytes (a request with a delegation chain) cost the client as much CPU as the
+-- server spent answering it, and the client shares the machine's cores with the server. A
+-- thread that runs out of lines stops (wrk.thread:stop()); done() reports how many threads ran
+-- out, since their last seconds were not under load.
 local threads = {}
 local counter = 0
 
@@ -13,18 +16,9 @@ function setup(thread)
   counter = counter + 1
 end
 
-local file, lineno, nthreads
+local requests, next_request
 -- A global, so that done() can read it with thread:get().
 out_of_lines = 0
-
-function init(args)
-  local path = os.getenv("REQUESTS")
-  if not path then error("set REQUESTS to the requests file") end
-  file = assert(io.open(path, "r"))
-  lineno = -1
-  nthreads = tonumber(os.getenv("WRK_THREADS") or "2")
-  out_of_lines = 0
-end
 
 local function split(line)
   local fields = {}
@@ -36,14 +30,14 @@ local function split(line)
   return fields
 end
 
-function request()
-  while true do
-    local line = file:read("*l")
-    if not line then
-      out_of_lines = 1
-      wrk.thread:stop()
-      return wrk.format("GET", "/")
-    end
+function init(args)
+  local path = os.getenv("REQUESTS")
+  if not path then error("set REQUESTS to the requests file") end
+  local nthreads = tonumber(os.getenv("WRK_THREADS") or "2")
+  local file = assert(io.open(path, "r"))
+  requests, next_request = {}, 1
+  local lineno = -1
+  for line in file:lines() do
     lineno = lineno + 1
     if lineno % nthreads == id then
       local f = split(line)
@@ -52,9 +46,23 @@ function request()
         local name, value = string.match(f[i], "^([^:]+): (.*)$")
         headers[name] = value
       end
-      return wrk.format(f[1], f[2], headers, f[#f])
+      table.insert(requests, wrk.format(f[1], f[2], headers, f[#f]))
     end
   end
+  file:close()
+  out_of_lines = 0
+end
+
+function request()
+  local r = requests[next_request]
+  if not r then
+    out_of_lines = 1
+    wrk.thread:stop()
+    return wrk.format("GET", "/")
+  end
+  requests[next_request] = nil
+  next_request = next_request + 1
+  return r
 end
 
 function done(summary, latency, requests)

@@ -211,19 +211,24 @@ pub const MAX_RECORD_DEPTH: usize = 120;
 /// (`agentnet-did` has its own for DID documents: this crate does not depend on it.)
 pub fn json_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // To the closing quote: the next quote not escaped. A backslash skips the byte
+                // after it; memchr finds the next quote or backslash a vector at a time.
+                i += 1;
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
+                        None => return max,
+                        Some(at) if bytes[i + at] == b'\\' => i += at + 2,
+                        Some(at) => {
+                            i += at;
+                            break;
+                        }
+                    }
+                }
             }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 max = max.max(depth);
@@ -231,6 +236,7 @@ pub fn json_depth(bytes: &[u8]) -> usize {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
     max
 }
@@ -422,6 +428,62 @@ impl TaskStore for MemoryStore {
 mod tests {
     use super::*;
     use a2a::TaskStatus;
+
+    /// The byte-at-a-time scan json_depth replaced; every input must give the same depth.
+    fn depth_by_bytes(bytes: &[u8]) -> usize {
+        let (mut depth, mut max) = (0usize, 0usize);
+        let (mut in_string, mut escaped) = (false, false);
+        for &b in bytes {
+            if in_string {
+                match (escaped, b) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        max
+    }
+
+    #[test]
+    fn json_depth_skips_strings_and_their_escapes() {
+        for (json, want) in [
+            (&br#"{"a":[1,{"b":[]}]}"#[..], 4),
+            (br#"{"a":"[[[[{{{{"}"#, 1),
+            (br#"{"a":"\"[[[","b":[]}"#, 2),
+            (br#"{"a":"\\","b":[[]]}"#, 3),
+            (br#"["\\\"[[",[]]"#, 2),
+            (br#"[[["unterminated \"[["#, 3),
+            (br#"["ends in a backslash \"#, 1),
+            (b"", 0),
+        ] {
+            assert_eq!(json_depth(json), want, "{}", String::from_utf8_lossy(json));
+            assert_eq!(depth_by_bytes(json), want);
+        }
+        // Every mix of the bytes that matter, up to 7 of them.
+        let alphabet = [b'"', b'\\', b'[', b']', b'{', b'}', b'x'];
+        for len in 0..=7u32 {
+            for n in 0..7usize.pow(len) {
+                let (mut v, mut k) = (Vec::new(), n);
+                for _ in 0..len {
+                    v.push(alphabet[k % 7]);
+                    k /= 7;
+                }
+                assert_eq!(json_depth(&v), depth_by_bytes(&v), "{}", String::from_utf8_lossy(&v));
+            }
+        }
+    }
 
     fn task(id: &str, micros: i64, state: TaskState) -> Task {
         Task {

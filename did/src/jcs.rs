@@ -34,7 +34,7 @@ fn write(value: &Value, out: &mut Vec<u8>) {
         }
         Value::Object(map) => {
             let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            members.sort_by(|a, b| utf16_order(a.0, b.0));
             out.push(b'{');
             for (i, (k, v)) in members.into_iter().enumerate() {
                 if i > 0 {
@@ -64,26 +64,45 @@ fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
 }
 
 fn write_string(s: &str, out: &mut Vec<u8>) {
+    out.reserve(s.len() + 2);
     out.push(b'"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\u{08}' => out.extend_from_slice(b"\\b"),
-            '\u{0c}' => out.extend_from_slice(b"\\f"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            c if (c as u32) < 0x20 => {
-                out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes())
-            }
-            c => {
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-            }
+    // Runs of bytes that need no escape are copied whole: a byte below 0x20, a quote or a
+    // backslash is never part of a multi-byte UTF-8 sequence, so a byte scan finds every escape.
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if escape.is_empty() {
+            out.extend_from_slice(format!("\\u{:04x}", b).as_bytes());
+        } else {
+            out.extend_from_slice(escape);
         }
+        start = i + 1;
     }
+    out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// RFC 8785 §3.2.3 orders members by the UTF-16 code units of their names. For two ASCII
+/// names that is their byte order, which needs no re-encoding (and serde_json's map already
+/// iterates in it, so the sort finds the members in order).
+fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        a.as_bytes().cmp(b.as_bytes())
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
+    }
 }
 
 #[cfg(test)]
