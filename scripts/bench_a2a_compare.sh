@@ -26,6 +26,7 @@
 #                    10000 per DID, for 360 s]
 #   ONLY             space-separated subset of: node-open node-did node-chain node-token a2a-lf python
 #   OUT_DIR          where wrk's outputs go
+#   VERIFY_BATCH     the node's [auth] verify_batch [16; 0 verifies each signature alone]
 #   PERF             when set, the server is sampled with `perf record -g` during the load
 #                    (OUT_DIR/NAME.perf; read with `perf report -i`; set OUT_DIR to keep it);
 #                    PERF_CALL_GRAPH=dwarf for call stacks (release builds keep no frame pointers)
@@ -89,10 +90,6 @@ max_total_mib = 100000
 max_per_owner_mib = 100000
 max_per_source_mib = 100000
 new_per_second_per_source = 0
-[auth]
-# All the load comes from 127.0.0.1: the per-source share (max_nonces / 32 by default) would
-# refuse all but 3 125 signed requests of one run.
-per_source_nonces = 100000
 [[agent]]
 id = "echo"
 kind = "echo"
@@ -105,6 +102,11 @@ policy = "did"
 publish = false
 TOML
   cat >> "$DIR/$name/node.toml" <<TOML
+[auth]
+# All the load comes from 127.0.0.1: the per-source share (max_nonces / 32 by default) would
+# refuse all but 3 125 signed requests of one run.
+per_source_nonces = 100000
+verify_batch = ${VERIFY_BATCH:-16}
 [[agent]]
 id = "echo-chain"
 kind = "echo"

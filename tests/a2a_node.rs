@@ -979,3 +979,92 @@ fn strangers_flooding_signed_requests_do_not_lock_out_a_new_signer() {
         assert_eq!(s, 401, "a replay was accepted: {v}");
     });
 }
+
+/// Signed requests arriving together are verified in batches (`[auth] verify_batch`,
+/// docs/PROTOCOL.md "Batch verification"). The attacker mixes forged signatures (signed by its
+/// own key under another DID's key id) and replays of honest requests into a stream of honest
+/// ones: every honest request gets its task, every forgery and every second copy gets 401,
+/// whichever batch each lands in.
+#[test]
+fn forged_and_replayed_signatures_among_concurrent_honest_ones_are_each_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(&dir.path().join("node"));
+    let url = node.agent("echo");
+    let keys: Vec<SecretKey> = (0..8u8)
+        .map(|i| SecretKey::from_seed(&[i + 40; 32]))
+        .collect();
+    let thief = SecretKey::from_seed(&[99; 32]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // (status expected, body, signature headers), sent all at once; then the copies.
+    let (mut requests, mut copies) = (Vec::new(), Vec::new());
+    for i in 0..120usize {
+        let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": i, "method": "SendMessage",
+            "params": {"message": {"role": "ROLE_USER", "parts": [{"text": format!("n{i}")}],
+            "messageId": format!("m-{i}")}}}))
+        .unwrap();
+        let owner = &keys[i % keys.len()];
+        let did = owner.did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        let forged = i % 4 == 3;
+        let signer = if forged { &thief } else { owner };
+        let h = httpsig::sign(
+            signer,
+            &kid,
+            "POST",
+            &url,
+            &body,
+            now,
+            &httpsig::new_nonce(),
+        )
+        .unwrap();
+        if i % 5 == 0 && !forged {
+            copies.push((401u16, body.clone(), h.clone()));
+        }
+        requests.push((if forged { 401u16 } else { 200 }, body, h));
+    }
+    let send_all = |batch: Vec<(u16, Vec<u8>, httpsig::SignatureHeaders)>| {
+        let url = url.clone();
+        async move {
+            let client = agentnet_did::http::client();
+            // 16 at a time: one source may hold 32 connections (`server::Limits`).
+            let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
+            let mut sends = tokio::task::JoinSet::new();
+            for (want, body, h) in batch {
+                let permits = permits.clone();
+                let request = client
+                    .post(&url)
+                    .header("content-type", "application/a2a+json")
+                    .header("A2A-Version", "1.0")
+                    .header("content-digest", h.content_digest)
+                    .header("signature-input", h.signature_input)
+                    .header("signature", h.signature)
+                    .body(body);
+                sends.spawn(async move {
+                    let _permit = permits.acquire().await.unwrap();
+                    let r = request.send().await.unwrap();
+                    let status = r.status().as_u16();
+                    (want, status, r.text().await.unwrap())
+                });
+            }
+            sends.join_all().await
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut results = rt.block_on(send_all(requests));
+    results.extend(rt.block_on(send_all(copies)));
+    let (mut ok, mut refused) = (0, 0);
+    for (want, got, body) in &results {
+        assert_eq!(want, got, "{body}");
+        if *got == 200 {
+            assert!(body.contains("TASK_STATE_COMPLETED"), "{body}");
+            ok += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    // 90 honest, 30 forged, 18 copies of honest ones (every fifth honest request but forged).
+    assert_eq!((ok, refused), (90, 30 + 18));
+}

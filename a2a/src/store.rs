@@ -480,7 +480,12 @@ mod tests {
                     v.push(alphabet[k % 7]);
                     k /= 7;
                 }
-                assert_eq!(json_depth(&v), depth_by_bytes(&v), "{}", String::from_utf8_lossy(&v));
+                assert_eq!(
+                    json_depth(&v),
+                    depth_by_bytes(&v),
+                    "{}",
+                    String::from_utf8_lossy(&v)
+                );
             }
         }
     }

@@ -302,7 +302,8 @@ pub struct VerifyOptions {
     pub max_future_skew: u64,
     /// How old `created` may be, seconds.
     pub max_age: u64,
-    /// Most nonces remembered at once.
+    /// Most nonces remembered at once; 0 remembers none, for a caller that keeps its own
+    /// replay cache (agentnet-node's authenticator does, bounded per DID and per source).
     pub replay_capacity: usize,
 }
 
@@ -385,6 +386,7 @@ pub struct Verifier {
     resolver: Resolver,
     opts: VerifyOptions,
     nonces: Mutex<NonceCache>,
+    batch: Option<crate::batch::Batcher>,
 }
 
 struct ParsedInput<'a> {
@@ -404,7 +406,15 @@ impl Verifier {
             resolver,
             opts,
             nonces: Mutex::new(NonceCache::default()),
+            batch: None,
         }
+    }
+
+    /// Verify Ed25519 request signatures through `batcher`, together with those of concurrent
+    /// requests ([`crate::batch`] says what that accepts). Without, each alone.
+    pub fn with_batches(mut self, batcher: crate::batch::Batcher) -> Self {
+        self.batch = Some(batcher);
+        self
     }
 
     /// Verify a request. `target_uri` is the absolute URL the client addressed; `now` is Unix
@@ -615,7 +625,11 @@ impl Verifier {
         let key = doc
             .key_for(keyid, Relationship::Authentication)
             .map_err(AuthError::KeyNotAuthorized)?;
-        if !key.verify(msg, sig) {
+        let ok = match (&self.batch, key.ed25519()) {
+            (Some(b), Some(k)) => b.verify(k, msg, sig).await,
+            _ => key.verify(msg, sig),
+        };
+        if !ok {
             return Err(AuthError::BadSignature(keyid.to_owned()));
         }
         Ok(())
@@ -626,6 +640,9 @@ impl Verifier {
             return Err(AuthError::Malformed(format!(
                 "nonce must be 1 to {MAX_NONCE} characters"
             )));
+        }
+        if self.opts.replay_capacity == 0 {
+            return Ok(());
         }
         // A signature is acceptable until created + max_age; its nonce is remembered that long.
         self.nonces

@@ -267,6 +267,14 @@ impl PublicKey {
         }
     }
 
+    /// The Ed25519 key, if it is one.
+    pub fn ed25519(&self) -> Option<&ed25519_dalek::VerifyingKey> {
+        match self {
+            PublicKey::Ed25519(k) => Some(k),
+            _ => None,
+        }
+    }
+
     /// The JWS `alg` that goes with this key.
     pub fn jws_alg(&self) -> &'static str {
         match self {

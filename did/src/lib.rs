@@ -31,9 +31,11 @@
 //! - [`di`]: Data Integrity proofs (`eddsa-jcs-2022`); [`delegation`]: delegation chains of
 //!   such credentials, and their checks (issue 18).
 //! - [`receipt`]: signed task receipts (issue 18), a compact JWS over a JCS payload.
+//! - [`batch`]: Ed25519 request signatures verified in batches across concurrent callers.
 //! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
 
 pub mod a2a;
+pub mod batch;
 pub mod card;
 pub mod delegation;
 pub mod di;

@@ -263,6 +263,9 @@ pub struct DidAuthConfig {
     /// Lifetime of the access tokens given to callers whose signature verified: 15 minutes;
     /// zero gives none (see the module doc).
     pub token_ttl: Duration,
+    /// Most Ed25519 request signatures verified together (`agentnet_did::batch`): 16; 0 or 1
+    /// verifies each alone.
+    pub verify_batch: usize,
 }
 
 impl DidAuthConfig {
@@ -280,6 +283,7 @@ impl DidAuthConfig {
             max_age: v.max_age,
             max_future_skew: v.max_future_skew,
             token_ttl: Duration::from_secs(15 * 60),
+            verify_batch: 16,
         }
     }
 }
@@ -551,10 +555,13 @@ impl DidAuthenticator {
         let opts = VerifyOptions {
             max_future_skew: cfg.max_future_skew,
             max_age: cfg.max_age,
-            replay_capacity: cfg.max_nonces.saturating_mul(2),
+            // The nonces are ours (`Nonces`: per DID, per source, in all): the verifier's own
+            // cache would hold each a second time.
+            replay_capacity: 0,
         };
         DidAuthenticator {
-            verifier: Verifier::new(resolver.clone(), opts),
+            verifier: Verifier::new(resolver.clone(), opts)
+                .with_batches(agentnet_did::batch::Batcher::new(cfg.verify_batch)),
             resolver,
             nonces: Mutex::new(Nonces::default()),
             budgets: Mutex::new(Budgets::default()),

@@ -215,6 +215,9 @@ pub struct AuthSection {
     /// Lifetime of the access tokens given to verified callers, seconds; 0: none; at most
     /// [`MAX_TOKEN_TTL_SECS`].
     pub token_ttl_secs: Option<u64>,
+    /// Most Ed25519 request signatures verified together when requests arrive faster than
+    /// they are verified; 0 or 1: each alone; at most 64.
+    pub verify_batch: Option<usize>,
 }
 
 impl TasksSection {
@@ -269,6 +272,10 @@ impl AuthSection {
         if let Some(secs) = self.token_ttl_secs {
             c.token_ttl = Duration::from_secs(secs);
         }
+        c.verify_batch = self
+            .verify_batch
+            .unwrap_or(c.verify_batch)
+            .min(agentnet_did::batch::MAX_BATCH);
         c
     }
 
@@ -282,6 +289,7 @@ impl AuthSection {
             fetch_burst: Some(c.fetch_burst),
             fetches_per_minute: Some(c.fetches_per_minute),
             token_ttl_secs: Some(c.token_ttl.as_secs()),
+            verify_batch: Some(c.verify_batch),
         }
     }
 }
