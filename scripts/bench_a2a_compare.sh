@@ -26,7 +26,7 @@
 #                    10000 per DID, for 360 s]
 #   ONLY             space-separated subset of: node-open node-did node-chain node-token a2a-lf python
 #   OUT_DIR          where wrk's outputs go
-#   VERIFY_BATCH     the node's [auth] verify_batch [16; 0 verifies each signature alone]
+#   VERIFY_BATCH     the node's [auth] verify_batch [0: each signature alone; 16: in batches]
 #   PERF             when set, the server is sampled with `perf record -g` during the load
 #                    (OUT_DIR/NAME.perf; read with `perf report -i`; set OUT_DIR to keep it);
 #                    PERF_CALL_GRAPH=dwarf for call stacks (release builds keep no frame pointers)
@@ -106,7 +106,7 @@ TOML
 # All the load comes from 127.0.0.1: the per-source share (max_nonces / 32 by default) would
 # refuse all but 3 125 signed requests of one run.
 per_source_nonces = 100000
-verify_batch = ${VERIFY_BATCH:-16}
+verify_batch = ${VERIFY_BATCH:-0}
 [[agent]]
 id = "echo-chain"
 kind = "echo"

@@ -980,7 +980,7 @@ fn strangers_flooding_signed_requests_do_not_lock_out_a_new_signer() {
     });
 }
 
-/// Signed requests arriving together are verified in batches (`[auth] verify_batch`,
+/// Signed requests arriving together verified in batches (`[auth] verify_batch = 16`,
 /// docs/PROTOCOL.md "Batch verification"). The attacker mixes forged signatures (signed by its
 /// own key under another DID's key id) and replays of honest requests into a stream of honest
 /// ones: every honest request gets its task, every forgery and every second copy gets 401,
@@ -988,7 +988,8 @@ fn strangers_flooding_signed_requests_do_not_lock_out_a_new_signer() {
 #[test]
 fn forged_and_replayed_signatures_among_concurrent_honest_ones_are_each_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let node = Node::start(&dir.path().join("node"));
+    let config = format!("{CONFIG}\n[auth]\nverify_batch = 16\n");
+    let node = Node::start_with(&dir.path().join("node"), &config);
     let url = node.agent("echo");
     let keys: Vec<SecretKey> = (0..8u8)
         .map(|i| SecretKey::from_seed(&[i + 40; 32]))

@@ -43,6 +43,30 @@ fn benches(c: &mut Criterion) {
         b.iter(|| pk.verify_strict(black_box(&msg), black_box(&sig)).unwrap())
     });
 
+    // The batch lever (docs/PROTOCOL.md "Batch verification"): n signatures of 32 signers, per
+    // batch; divide by n for the cost of one.
+    let signers: Vec<SecretKey> = (0..32u8).map(|i| SecretKey::from_seed(&[i; 32])).collect();
+    for n in [4usize, 16, 64] {
+        let msgs: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("request {i} {}", "x".repeat(200)).into_bytes())
+            .collect();
+        let sigs: Vec<ed25519_dalek::Signature> = (0..n)
+            .map(|i| ed25519_dalek::Signature::from_bytes(&signers[i % 32].sign(&msgs[i])))
+            .collect();
+        let keys: Vec<_> = (0..n).map(|i| signers[i % 32].public()).collect();
+        let refs: Vec<&[u8]> = msgs.iter().map(|m| m.as_slice()).collect();
+        c.bench_function(&format!("batch/verify_{n}_alone"), |b| {
+            b.iter(|| {
+                for i in 0..n {
+                    keys[i].verify_strict(&refs[i], &sigs[i]).unwrap();
+                }
+            })
+        });
+        c.bench_function(&format!("batch/verify_{n}_together"), |b| {
+            b.iter(|| ed25519_dalek::verify_batch(black_box(&refs), &sigs, &keys).unwrap())
+        });
+    }
+
     let did_str = did.to_string();
     c.bench_function("did_key/resolve", |b| {
         b.iter(|| {

@@ -263,8 +263,9 @@ pub struct DidAuthConfig {
     /// Lifetime of the access tokens given to callers whose signature verified: 15 minutes;
     /// zero gives none (see the module doc).
     pub token_ttl: Duration,
-    /// Most Ed25519 request signatures verified together (`agentnet_did::batch`): 16; 0 or 1
-    /// verifies each alone.
+    /// Most Ed25519 request signatures verified together (`agentnet_did::batch`); 0 (the
+    /// default) or 1 verifies each alone (docs/BENCHMARKS.md: on two cores batches did not
+    /// raise the signed throughput).
     pub verify_batch: usize,
 }
 
@@ -283,7 +284,7 @@ impl DidAuthConfig {
             max_age: v.max_age,
             max_future_skew: v.max_future_skew,
             token_ttl: Duration::from_secs(15 * 60),
-            verify_batch: 16,
+            verify_batch: 0,
         }
     }
 }

@@ -216,7 +216,7 @@ pub struct AuthSection {
     /// [`MAX_TOKEN_TTL_SECS`].
     pub token_ttl_secs: Option<u64>,
     /// Most Ed25519 request signatures verified together when requests arrive faster than
-    /// they are verified; 0 or 1: each alone; at most 64.
+    /// they are verified; 0 (the default) or 1: each alone; at most 64.
     pub verify_batch: Option<usize>,
 }
 

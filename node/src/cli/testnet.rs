@@ -1350,7 +1350,7 @@ async fn exercise(
     let delegation = delegation_sample(
         &dirs,
         &clients,
-        &nodes,
+        nodes,
         &principal_key,
         last_key()?,
         &progress,
