@@ -786,3 +786,121 @@ require_delegation_from = ["{}"]
     assert!(stdout(&o).contains("hi"), "{}", stdout(&o));
     drop(node);
 }
+
+/// `/mcp` on the admin listener: its `send_message` presents `[mcp] delegation` (a chain to the
+/// node's DID, which signs `/mcp`'s calls), so an MCP host acts on the principal's behalf; an
+/// agent that requires another principal still refuses it. A chain the node does not hold
+/// stops `agentnet up` with the reason.
+#[tokio::test]
+async fn the_node_s_mcp_presents_the_delegation_its_config_names() {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ServiceExt as _;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let principal = Who::new(tmp.path(), "principal");
+    let other_principal = Who::new(tmp.path(), "other-principal");
+    let node = Who::new(tmp.path(), "node");
+    let delegate_to = |to: &str, out: &Path| {
+        let o = agentnet(&[
+            "delegate",
+            "--data-dir",
+            p(&principal.dir),
+            "--to",
+            to,
+            "--skill",
+            "books",
+            "--ops",
+            "send,get",
+            "--for",
+            "10m",
+            "--depth",
+            "1",
+            "--out",
+            p(out),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    let config = |chain: &Path| {
+        format!(
+            r#"
+[node]
+local = true
+
+[mcp]
+delegation = "{chain}"
+
+[[agent]]
+id = "books"
+kind = "echo"
+tags = ["books"]
+require_delegation_from = ["{p}"]
+
+[[agent]]
+id = "vault"
+kind = "echo"
+tags = ["books"]
+require_delegation_from = ["{q}"]
+"#,
+            chain = chain.display(),
+            p = principal.did(),
+            q = other_principal.did(),
+        )
+    };
+    // A chain to someone else: the node does not start, and says why.
+    let theirs = tmp.path().join("theirs.json");
+    delegate_to(&other_principal.did(), &theirs);
+    let cfg = tmp.path().join("bad.toml");
+    std::fs::write(&cfg, config(&theirs)).unwrap();
+    let mut args = vec!["up", "--config", p(&cfg), "--data-dir", p(&node.dir)];
+    args.extend(LOOPBACK);
+    let o = agentnet(&args);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("[mcp] delegation") && err.contains("is to"),
+        "{err}"
+    );
+
+    let chain = tmp.path().join("chain.json");
+    delegate_to(&node.did(), &chain);
+    let up = start(&node.dir, &config(&chain));
+    let books = agent_did(&format!("{}/books", base(&up))).await;
+    let vault = agent_did(&format!("{}/vault", base(&up))).await;
+    let token = std::fs::read_to_string(node.dir.join("admin.token")).unwrap();
+    let url = format!("http://{}/mcp", up.info["admin"].as_str().unwrap());
+    let http = agentnet_did::http::client_builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.trim().to_owned()),
+    );
+    let host = ().serve(transport).await.expect("the MCP client starts");
+    let send = |did: String| {
+        let host = &host;
+        async move {
+            let args = json!({"did": did, "text": "hi"});
+            let Value::Object(args) = args else {
+                unreachable!()
+            };
+            host.call_tool(CallToolRequestParams::new("send_message").with_arguments(args))
+                .await
+                .unwrap()
+        }
+    };
+    let r = send(books).await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let content = r.structured_content.clone().unwrap_or_default();
+    assert_eq!(content["state"], "completed", "{r:?}");
+    // The vault requires another principal: the chain is checked there, and refused.
+    let r = send(vault).await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let text = format!("{r:?}");
+    assert!(
+        text.contains("PERMISSION_DENIED") || text.contains("principal"),
+        "{text}"
+    );
+}

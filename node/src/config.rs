@@ -148,6 +148,11 @@ pub struct McpSection {
     /// Let `/mcp`'s tools call agents on loopback and private addresses over plain http
     /// (local testnets); default false: https to public addresses only.
     pub allow_private: Option<bool>,
+    /// A delegation chain file (`agentnet delegate --to <the node's DID>`, a path as given) that
+    /// `/mcp`'s `send_message` presents to the agents it calls, handed off to each when the
+    /// chain allows: the MCP host then acts on the principal's behalf. Its last audience must be
+    /// the node's did:key, which signs `/mcp`'s calls.
+    pub delegation: Option<PathBuf>,
 }
 
 /// `[node]`.
@@ -674,6 +679,7 @@ impl FileConfig {
             auth: self.auth.filled(),
             mcp: McpSection {
                 allow_private: Some(self.mcp.allow_private.unwrap_or(s.local)),
+                delegation: self.mcp.delegation.clone(),
             },
             agent: self.agent.clone(),
         })

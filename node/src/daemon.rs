@@ -117,6 +117,9 @@ impl Options {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// `[mcp] delegation` could not be read, or is not held by the node's DID.
+    #[error("[mcp] delegation: {0}")]
+    McpDelegation(String),
     /// The node key could not be loaded or created.
     #[error("node key {}: {source}", path.display())]
     Key {
@@ -541,7 +544,19 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         http_stop.clone(),
     ));
     // `/mcp` beside the admin API, each behind its own guard (`admin::Guard`, `mcp::http`);
-    // `/mcp` signs A2A requests as the node's did:key, nothing else.
+    // `/mcp` signs A2A requests as the node's did:key, nothing else, and presents the
+    // delegation the config names.
+    let mcp_delegation = match &opts.hosted.mcp.delegation {
+        Some(path) => {
+            let holder = Identity::did_key(SecretKey::from_seed(&key.seed()));
+            let bad = |e: anyhow::Error| Error::McpDelegation(format!("{e:#}"));
+            let chain = crate::call::read_chain(path).map_err(bad)?;
+            let what = path.display().to_string();
+            let d = crate::call::Delegation::held(chain, holder, true, &what).map_err(bad)?;
+            Some(Arc::new(d))
+        }
+        None => None,
+    };
     let mcp = crate::mcp::Server::new(
         Arc::new(admin.clone()),
         crate::mcp::Config {
@@ -550,7 +565,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
                 SecretKey::from_seed(&key.seed()),
             )))),
             allow_private: opts.hosted.mcp.allow_private.unwrap_or(opts.local),
-            delegation: None,
+            delegation: mcp_delegation,
         },
     )
     .recording(audit.clone(), Some(did.to_string()));

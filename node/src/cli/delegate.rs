@@ -4,9 +4,6 @@
 use super::*;
 use agentnet_did::delegation::{self, Capability, Chain, Grant};
 
-/// Largest delegation file read.
-const MAX_FILE: u64 = (delegation::MAX_LINKS * delegation::MAX_LINK_BYTES) as u64 + 4096;
-
 #[derive(Debug, Args)]
 pub(super) struct DelegateArgs {
     /// The audience: the agent (or person) DID the capability is granted to.
@@ -82,34 +79,9 @@ pub(super) fn identity_of(
     })
 }
 
-/// Read a chain file: the JSON array `delegate` writes (or an object with `actorChain`).
+/// Read a chain file ([`call::read_chain`]).
 pub(super) fn read_chain(path: &Path) -> anyhow::Result<Value> {
-    let f = std::fs::File::open(path)
-        .with_context(|| format!("reading the delegation {}", path.display()))?;
-    let mut bytes = Vec::new();
-    f.take(MAX_FILE + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_FILE {
-        bail!(
-            "{} is over {MAX_FILE} bytes: not a delegation chain",
-            path.display()
-        );
-    }
-    let v: Value = json::from_slice(
-        &bytes,
-        json::Limits {
-            max_depth: 16,
-            max_values: 16_384,
-        },
-    )
-    .with_context(|| format!("{} is not JSON", path.display()))?;
-    let v = match v {
-        Value::Object(mut o) => o.remove(delegation::METADATA_MEMBER).with_context(|| {
-            format!("{} has no {}", path.display(), delegation::METADATA_MEMBER)
-        })?,
-        v => v,
-    };
-    Chain::parse(&v).with_context(|| format!("{} does not hold", path.display()))?;
-    Ok(v)
+    call::read_chain(path)
 }
 
 /// The delegation a call presents: `file`, held by `holder`, whose DID must be its last
@@ -127,22 +99,18 @@ pub(super) fn delegation_for(
             file.display()
         );
     };
-    let parsed = Chain::parse(&chain)?;
-    let last = parsed
+    let holds = Chain::parse(&chain)?
         .links()
         .last()
         .map(|l| l.audience.to_string())
         .unwrap_or_default();
-    if last != holder.did().as_str() {
-        bail!(
-            "the delegation {} is to {last}, but this call signs as {}: pass --as {last} (its key in the data directory), or use a chain issued to {}",
-            file.display(),
-            holder.did(),
-            holder.did()
-        );
-    }
-    let holder = (!no_hand_off).then_some(holder);
-    Ok(Some(Arc::new(call::Delegation::new(chain, holder)?)))
+    let what = file.display().to_string();
+    let d = call::Delegation::held(chain, holder, !no_hand_off, &what).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}; or pass --as {holds} to sign as the holder (its key in the data directory)"
+        )
+    })?;
+    Ok(Some(Arc::new(d)))
 }
 
 pub(super) fn delegate_cmd(args: DelegateArgs) -> anyhow::Result<ExitCode> {
