@@ -368,6 +368,7 @@ pub fn verify(
     if ad.did != keys.raw_did {
         return Err(Reject::Malformed("keys are for another DID".into()));
     }
+    check_card_text(&ad.card)?;
     let tags = card_tags(&ad.card)?;
     let kid = proof_kid(&ad, did)?;
     let kid = kid.as_str();
@@ -631,6 +632,7 @@ impl Validator {
             }
             _ => {
                 // The cheap checks first: a malformed advertisement never costs a fetch.
+                check_card_text(&ad.card)?;
                 card_tags(&ad.card)?;
                 proof_kid(ad, &did)?;
                 self.spend_web_budget(&did, stored_seq.is_some()).await?;
@@ -726,6 +728,63 @@ fn check_peer(ad: &Advertisement, max_addrs: usize) -> Result<(), Reject> {
         }
     }
     Ok(())
+}
+
+/// Refuse a card any of whose text (every string and every member name, at any depth: names,
+/// descriptions, skill fields, examples, URLs) holds a character that hides text or changes
+/// how the text around it is shown: a format character (bidi embeddings, overrides and
+/// isolates, zero-width characters, tag characters U+E0000-E007F, the soft hyphen), a line or
+/// paragraph separator, or a control other than tab, line feed and carriage return
+/// ([`agentnet_did::text::is_hidden`]). A person reading the card and a model reading it would
+/// see different things. The card is bounded before this runs (its JSON values are counted),
+/// so the walk is too. docs/PROTOCOL.md, "Validation", lists the rule.
+pub fn check_card_text(card: &Value) -> Result<(), Reject> {
+    fn refused(s: &str) -> Option<char> {
+        s.chars()
+            .find(|&c| !matches!(c, '\t' | '\n' | '\r') && agentnet_did::text::is_hidden(c))
+    }
+    fn walk(v: &Value, path: &mut String) -> Result<(), Reject> {
+        let bad = |path: &str, c: char| {
+            Reject::BadCard(format!(
+                "{} holds the hidden character U+{:04X}: a card's text may not hide or reorder what is shown",
+                if path.is_empty() { "the card" } else { path },
+                c as u32
+            ))
+        };
+        match v {
+            Value::String(s) => match refused(s) {
+                Some(c) => Err(bad(path, c)),
+                None => Ok(()),
+            },
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    walk(item, path)?;
+                    path.truncate(len);
+                }
+                Ok(())
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    let len = path.len();
+                    if let Some(c) = refused(k) {
+                        return Err(bad(&format!("a member name under {path:?}"), c));
+                    }
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    // The name as shown in the reason has nothing hidden (checked above).
+                    path.extend(k.chars().take(64));
+                    walk(item, path)?;
+                    path.truncate(len);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    walk(card, &mut String::new())
 }
 
 /// The normalized, deduplicated, sorted skill tags of a card; at least one, at most
@@ -1190,6 +1249,61 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(v.tags, vec!["caf\u{e9}"]);
+    }
+
+    /// Attack: hidden characters anywhere in a card's text (today's tag check covered tags
+    /// only): a bidi override that shows "exe.txt" as "txt.exe", a zero-width space in the name,
+    /// a tag character smuggling an instruction, an escape sequence in an example. Each is
+    /// refused, and the reason names where, with nothing hidden in it. Line breaks and tabs in
+    /// a description are text, and stay.
+    #[tokio::test]
+    async fn hidden_characters_anywhere_in_a_card_refuse_it() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+            (
+                "skills[0].description",
+                Box::new(|c| c["skills"][0]["description"] = json!("opens safe\u{202e}txt.exe")),
+            ),
+            (
+                "name",
+                Box::new(|c| c["name"] = json!("Pay\u{200b}Pal agent")),
+            ),
+            (
+                "description",
+                Box::new(|c| c["description"] = json!("helpful\u{e0049}\u{e0047}\u{e004e}")),
+            ),
+            (
+                "skills[0].examples[0]",
+                Box::new(|c| c["skills"][0]["examples"] = json!(["\u{1b}[2Jclear"])),
+            ),
+            (
+                "provider.organization",
+                Box::new(|c| {
+                    c["provider"] =
+                        json!({"organization": "a\u{2066}b", "url": "https://x.example"})
+                }),
+            ),
+        ];
+        for (at, change) in cases {
+            let mut c = card("d");
+            change(&mut c);
+            let r = validator()
+                .validate(&signed(&key, c, PEER, vec![]), None, NOW)
+                .await
+                .unwrap_err();
+            assert_eq!(r.reason(), "bad_card", "{at}: {r}");
+            assert!(r.to_string().contains(at), "{at}: {r}");
+            assert!(
+                !r.to_string().chars().any(agentnet_did::text::is_hidden),
+                "{r}"
+            );
+        }
+        let mut c = card("d");
+        c["description"] = json!("Line one.\n\n- a list\twith a tab\r\n");
+        validator()
+            .validate(&signed(&key, c, PEER, vec![]), None, NOW)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -304,6 +304,12 @@ async fn adversarial_gossip_is_refused_and_never_reaches_a_third_node() {
     let big = agent.advert(evil, 10, &"x".repeat(66_000), "forgery-test", now, 3600);
     bad.push(("oversized", big));
     bad.push(("malformed bytes", b"\x00\xffnot json at all".to_vec()));
+    // Properly signed, a higher sequence, and a right-to-left override in the description
+    // (shown as "…txt.exe", it is "…exe.txt"): refused for the hidden character.
+    bad.push((
+        "hidden character",
+        agent.advert(evil, 12, "report\u{202e}txt.exe", "forgery-test", now, 3600),
+    ));
 
     for (what, bytes) in &bad {
         evil.gossip_unchecked(bytes.clone())

@@ -458,6 +458,29 @@ impl AgentConfig {
         {
             return bad("id must be 1 to 64 of a-z 0-9 - _");
         }
+        // What the network would refuse in the published card (`advert::check_card_text`),
+        // refused here, where the operator can fix it.
+        let texts = [("name", &self.name), ("description", &self.description)];
+        for (what, text) in texts {
+            let hidden = text.as_deref().and_then(|t| {
+                t.chars()
+                    .find(|&c| !matches!(c, '\t' | '\n' | '\r') && agentnet_did::text::is_hidden(c))
+            });
+            if let Some(c) = hidden {
+                return Err(invalid(
+                    &self.id,
+                    format!(
+                        "{what} holds the hidden character U+{:04X} (nodes refuse cards that hide or reorder text); remove it",
+                        c as u32
+                    ),
+                ));
+            }
+        }
+        for t in self.tags.iter().flatten() {
+            if t.chars().any(agentnet_did::text::is_hidden) {
+                return bad("a tag holds a hidden character (nodes refuse the card); remove it");
+            }
+        }
         let has = (
             self.work_ms.is_some(),
             self.command.is_some()
@@ -824,6 +847,20 @@ mod tests {
             let e = config(&format!("[[agent]]\nid = \"t\"\nkind = \"tck\"\n{bad}\n")).unwrap_err();
             assert!(e.to_string().contains("tck take"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_card_text_the_network_would_refuse_is_refused_at_load() {
+        let agent = |rest: &str| format!("[[agent]]\nid = \"e\"\nkind = \"echo\"\n{rest}\n");
+        for bad in [
+            "description = \"opens safe\\u202etxt.exe\"",
+            "name = \"Pay\\u200bPal\"",
+            "tags = [\"trans\\u200blation\"]",
+        ] {
+            let e = config(&agent(bad)).unwrap_err();
+            assert!(e.to_string().contains("hidden character"), "{bad}: {e}");
+        }
+        assert!(config(&agent("description = \"two\\nlines\\tand a tab\"")).is_ok());
     }
 
     #[test]
