@@ -4,7 +4,9 @@
 //! on this project's machine a signature costs 55 µs alone, 28 µs in a batch of 4 and 22 µs in
 //! a batch of 16 (docs/BENCHMARKS.md). Requests arrive one by one, so a [`Batcher`] gathers
 //! them: a caller queues its signature and waits; a runner on a blocking thread takes what is
-//! queued (up to the batch size) and verifies it together. Nothing waits for a batch to fill:
+//! queued (up to the batch size) and verifies it together. (Verifying the batch on the task of
+//! the caller that found none under way, instead, was slower still on two cores: that worker
+//! stops serving requests while it verifies; docs/BENCHMARKS.md.) Nothing waits for a batch to fill:
 //! a lone request is verified at once, alone, and batches grow only when signatures arrive
 //! faster than they are verified, which is when batching pays.
 //!
@@ -175,11 +177,13 @@ impl Inner {
                 let n = if alone { 1 } else { self.max_batch };
                 let n = n.min(st.queue.len());
                 st.singles = st.singles.saturating_sub(n);
+                // Counted when taken, before anyone is answered: a caller that reads the
+                // stats after its answer finds its signature in them.
+                st.stats.signatures += n as u64;
                 (st.queue.drain(..n).collect::<Vec<_>>(), alone)
             };
             let done = verify_jobs(jobs, alone);
             let mut st = self.lock();
-            st.stats.signatures += done.signatures as u64;
             if done.batched > 0 {
                 st.stats.batches += 1;
                 st.stats.batched += done.batched as u64;
