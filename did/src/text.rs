@@ -26,6 +26,14 @@ pub fn is_hidden(c: char) -> bool {
     )
 }
 
+/// The first character of `s` that would hide text or change how the text around it is shown,
+/// if any: [`is_hidden`], less tab, line feed and carriage return, which are how text is laid
+/// out (a card's description keeps its paragraphs). What a card's text may not hold.
+pub fn first_hiding(s: &str) -> Option<char> {
+    s.chars()
+        .find(|&c| !matches!(c, '\t' | '\n' | '\r') && is_hidden(c))
+}
+
 /// `s` in Unicode Normalization Form C (borrowed when it already is).
 pub fn nfc(s: &str) -> Cow<'_, str> {
     ComposingNormalizerBorrowed::new_nfc().normalize(s)

@@ -735,14 +735,11 @@ fn check_peer(ad: &Advertisement, max_addrs: usize) -> Result<(), Reject> {
 /// how the text around it is shown: a format character (bidi embeddings, overrides and
 /// isolates, zero-width characters, tag characters U+E0000-E007F, the soft hyphen), a line or
 /// paragraph separator, or a control other than tab, line feed and carriage return
-/// ([`agentnet_did::text::is_hidden`]). A person reading the card and a model reading it would
-/// see different things. The card is bounded before this runs (its JSON values are counted),
-/// so the walk is too. docs/PROTOCOL.md, "Validation", lists the rule.
+/// ([`agentnet_did::text::first_hiding`]). A person reading the card and a model reading it
+/// would see different things. The card is bounded before this runs (its JSON values are
+/// counted), so the walk is too. docs/PROTOCOL.md, "Validation", lists the rule.
 pub fn check_card_text(card: &Value) -> Result<(), Reject> {
-    fn refused(s: &str) -> Option<char> {
-        s.chars()
-            .find(|&c| !matches!(c, '\t' | '\n' | '\r') && agentnet_did::text::is_hidden(c))
-    }
+    use agentnet_did::text::first_hiding as refused;
     fn walk(v: &Value, path: &mut String) -> Result<(), Reject> {
         let bad = |path: &str, c: char| {
             Reject::BadCard(format!(
@@ -1259,7 +1256,8 @@ mod tests {
     #[tokio::test]
     async fn hidden_characters_anywhere_in_a_card_refuse_it() {
         let key = SecretKey::from_seed(&[1; 32]);
-        let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        type Change = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(&str, Change)> = vec![
             (
                 "skills[0].description",
                 Box::new(|c| c["skills"][0]["description"] = json!("opens safe\u{202e}txt.exe")),

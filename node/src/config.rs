@@ -462,10 +462,7 @@ impl AgentConfig {
         // refused here, where the operator can fix it.
         let texts = [("name", &self.name), ("description", &self.description)];
         for (what, text) in texts {
-            let hidden = text.as_deref().and_then(|t| {
-                t.chars()
-                    .find(|&c| !matches!(c, '\t' | '\n' | '\r') && agentnet_did::text::is_hidden(c))
-            });
+            let hidden = text.as_deref().and_then(agentnet_did::text::first_hiding);
             if let Some(c) = hidden {
                 return Err(invalid(
                     &self.id,
