@@ -560,9 +560,14 @@ impl DidAuthenticator {
             // cache would hold each a second time.
             replay_capacity: 0,
         };
+        let mut verifier = Verifier::new(resolver.clone(), opts);
+        // Off (the default): no batcher at all, so a signature is verified as before, with no
+        // queue or lock on the way.
+        if cfg.verify_batch >= 2 {
+            verifier = verifier.with_batches(agentnet_did::batch::Batcher::new(cfg.verify_batch));
+        }
         DidAuthenticator {
-            verifier: Verifier::new(resolver.clone(), opts)
-                .with_batches(agentnet_did::batch::Batcher::new(cfg.verify_batch)),
+            verifier,
             resolver,
             nonces: Mutex::new(Nonces::default()),
             budgets: Mutex::new(Budgets::default()),
