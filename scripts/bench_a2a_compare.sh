@@ -14,7 +14,8 @@
 # Each server is started fresh, checked with one request (a completed task with an artifact;
 # for node-did, three pre-signed requests from the file succeed and a replay of one is refused)
 # before the load. Prints a table: req/s, p50, p99, non-2xx responses, and for our node its RSS
-# idle and after the load. wrk's full output is kept in OUT_DIR (default: a temporary directory).
+# idle and after the load. wrk's full output is kept in OUT_DIR (default: a temporary directory),
+# with one answer of each checked row (NAME.answer: its body, then its HTTP status).
 #
 #   scripts/bench_a2a_compare.sh [AGENTNET_BINARY] [SECONDS]
 # Environment (defaults in brackets):
@@ -203,6 +204,7 @@ for target in $ONLY; do
         [ "$(tail -n1 <<<"$out")" = 200 ] && grep -q '"TASK_STATE_COMPLETED"' <<<"$out" \
           && grep -q '"artifacts":\[{' <<<"$out" \
           || { echo "a pre-signed request failed: $out" >&2; exit 1; }
+        printf '%s\n' "$out" >"$OUT_DIR/node-did.answer"
       done <"$DIR/check.tsv"
       out=$(replay_line "$NODE_BASE" "$(head -n1 "$DIR/check.tsv")")
       [ "$(tail -n1 <<<"$out")" = 401 ] || { echo "a replayed request was not refused: $out" >&2; exit 1; }
@@ -220,6 +222,7 @@ for target in $ONLY; do
         out=$(replay_line "$NODE_BASE" "$line")
         [ "$(tail -n1 <<<"$out")" = 200 ] && grep -q '"TASK_STATE_COMPLETED"' <<<"$out" \
           || { echo "a request with a chain failed: $out" >&2; exit 1; }
+        printf '%s\n' "$out" >"$OUT_DIR/node-chain.answer"
       done <"$DIR/chain-check.tsv"
       # The same signer without a chain is refused (the agent requires one).
       "$SIGNED_REQUESTS" --agent "$NODE_BASE/a2a/echo-chain" --dids 1 --requests 1 \

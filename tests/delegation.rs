@@ -236,6 +236,11 @@ require_delegation_from = ["{}"]
     let answer = send(&url, &caller, "hello", Some(&ok)).await;
     assert_eq!(completed_text(&answer), "hello");
     assert_eq!(answer.1["result"]["task"]["metadata"]["actorChain"], ok);
+    // Kept once: on the task, and its history holds the message without it.
+    let history = answer.1["result"]["task"]["history"].as_array().unwrap();
+    let sent = history.iter().find(|m| m["role"] == "ROLE_USER").unwrap();
+    assert_eq!(sent["parts"][0]["text"], "hello");
+    assert!(sent.get("metadata").is_none(), "{history:?}");
 
     // A two-link chain through a middle agent: served.
     let root = grant(

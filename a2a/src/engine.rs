@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Caller, Owner, Source};
 use crate::error::ProtocolError;
-use crate::gate::{Admit, Gate, Operation};
+use crate::gate::{as_held, Admit, Admitted, Gate, Operation};
 use crate::handler::{Handler, Outcome, Turn, Update, Updates};
 use crate::seen::{Bounds, Seen};
 use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
@@ -805,8 +805,11 @@ impl Engine {
     ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<TurnEnd>), ProtocolError> {
         let owner = &caller.owner;
         self.validate_send(&req)?;
-        let admitted = match &self.inner.gate {
-            None => None,
+        let Admitted {
+            metadata: admitted,
+            held,
+        } = match &self.inner.gate {
+            None => Admitted::default(),
             Some(gate) => {
                 let stored = match &req.message.task_id {
                     Some(id) if !id.is_empty() && id.len() <= self.inner.limits.max_id_len => {
@@ -841,7 +844,7 @@ impl Engine {
         let cancel = self.inner.shutdown.child_token();
         let (task, history) = match message.task_id.clone() {
             Some(id) => {
-                let msg = message.clone();
+                let msg = as_held(&message, held);
                 let task = self
                     .update(
                         owner,
@@ -909,7 +912,7 @@ impl Engine {
                     history: None,
                     metadata: admitted,
                 };
-                push_history(&mut task, message.clone(), max_hist);
+                push_history(&mut task, as_held(&message, held), max_hist);
                 // The turn starts at once, so the task is stored as WORKING in its first write
                 // (one write fewer per message); the caller still sees it SUBMITTED first.
                 let mut working = task.clone();

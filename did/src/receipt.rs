@@ -153,6 +153,28 @@ fn is_terminal(state: &str) -> bool {
     )
 }
 
+/// What a receipt says of its task, borrowed from wherever the task is held
+/// ([`Receipt::for_task`] reads it from a task's JSON; a server holding typed tasks gives
+/// each message and artifact as JSON, and copies nothing else).
+#[derive(Debug, Clone)]
+pub struct Facts<'a, M, A> {
+    /// The task id.
+    pub task_id: &'a str,
+    /// Its context id.
+    pub context_id: &'a str,
+    /// The caller's messages (`history` entries of role `ROLE_USER`) as JSON, in order: the
+    /// first [`MAX_DIGESTS`] are read.
+    pub messages: M,
+    /// Its artifacts as JSON: the first [`MAX_DIGESTS`] are read.
+    pub artifacts: A,
+    /// The delegation chain used (`Task.metadata.actorChain`).
+    pub delegation: Option<&'a Value>,
+    /// Its state (`TASK_STATE_…`).
+    pub state: &'a str,
+    /// Its status timestamp, if any.
+    pub ended: Option<&'a str>,
+}
+
 impl Receipt {
     /// The receipt of `task` (an A2A `Task` as JSON) by `agent` for `caller`: messages are the
     /// `history` entries of role `ROLE_USER`, `ended` the status timestamp (else `created`).
@@ -165,44 +187,67 @@ impl Receipt {
         created: &str,
         sub_receipts: Vec<String>,
     ) -> Receipt {
-        let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
-        let list = |v: Option<&Value>| v.and_then(Value::as_array).cloned().unwrap_or_default();
-        let messages = list(task.get("history"))
-            .iter()
-            .filter(|m| m.get("role").and_then(Value::as_str) == Some("ROLE_USER"))
-            .take(MAX_DIGESTS)
-            .map(digest_json)
-            .collect();
-        let artifacts = list(task.get("artifacts"))
-            .iter()
-            .take(MAX_DIGESTS)
-            .map(digest_json)
-            .collect();
-        let delegation = task
-            .get("metadata")
-            .and_then(|m| m.get("actorChain"))
-            .filter(|c| !c.is_null())
-            .map(digest_json);
+        fn s(v: Option<&Value>) -> &str {
+            v.and_then(Value::as_str).unwrap_or_default()
+        }
+        fn list(v: Option<&Value>) -> &[Value] {
+            v.and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+        }
         let status = task.get("status");
-        let ended = status
-            .and_then(|st| st.get("timestamp"))
-            .and_then(Value::as_str)
-            .unwrap_or(created)
-            .to_string();
-        let mut sub_receipts = sub_receipts;
+        let facts = Facts {
+            task_id: s(task.get("id")),
+            context_id: s(task.get("contextId")),
+            messages: list(task.get("history"))
+                .iter()
+                .filter(|m| m.get("role").and_then(Value::as_str) == Some("ROLE_USER")),
+            artifacts: list(task.get("artifacts")).iter(),
+            delegation: task.get("metadata").and_then(|m| m.get("actorChain")),
+            state: s(status.and_then(|st| st.get("state"))),
+            ended: status
+                .and_then(|st| st.get("timestamp"))
+                .and_then(Value::as_str),
+        };
+        Receipt::of(facts, agent, caller, created, sub_receipts)
+    }
+
+    /// The receipt of the task `facts` describe (see [`Receipt::for_task`]).
+    pub fn of<M, A>(
+        facts: Facts<'_, M, A>,
+        agent: &str,
+        caller: Option<&str>,
+        created: &str,
+        mut sub_receipts: Vec<String>,
+    ) -> Receipt
+    where
+        M: Iterator,
+        M::Item: std::borrow::Borrow<Value>,
+        A: Iterator,
+        A::Item: std::borrow::Borrow<Value>,
+    {
+        use std::borrow::Borrow as _;
         sub_receipts.truncate(MAX_SUB_RECEIPTS);
         Receipt {
             v: VERSION,
-            task_id: s(task.get("id")),
-            context_id: s(task.get("contextId")),
+            task_id: facts.task_id.to_string(),
+            context_id: facts.context_id.to_string(),
             agent: agent.to_string(),
             caller: caller.map(str::to_string),
-            delegation,
-            messages,
-            artifacts,
-            state: s(status.and_then(|st| st.get("state"))),
+            delegation: facts.delegation.filter(|c| !c.is_null()).map(digest_json),
+            messages: facts
+                .messages
+                .take(MAX_DIGESTS)
+                .map(|m| digest_json(m.borrow()))
+                .collect(),
+            artifacts: facts
+                .artifacts
+                .take(MAX_DIGESTS)
+                .map(|a| digest_json(a.borrow()))
+                .collect(),
+            state: facts.state.to_string(),
             created: created.to_string(),
-            ended,
+            ended: facts.ended.unwrap_or(created).to_string(),
             sub_receipts,
         }
     }

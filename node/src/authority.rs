@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use agentnet_a2a::auth::{BoxFuture, Owner};
-use agentnet_a2a::gate::{Admit, Gate, Operation};
+use agentnet_a2a::gate::{Admit, Admitted, Gate, Operation};
 use agentnet_a2a::ProtocolError;
 use agentnet_did::delegation::{self, Chain, Request, Target, METADATA_MEMBER};
 use agentnet_did::Resolver;
@@ -266,10 +266,7 @@ impl Authority {
 }
 
 impl Gate for Authority {
-    fn admit<'a>(
-        &'a self,
-        ask: Admit<'a>,
-    ) -> BoxFuture<'a, Result<Option<HashMap<String, Value>>, ProtocolError>> {
+    fn admit<'a>(&'a self, ask: Admit<'a>) -> BoxFuture<'a, Result<Admitted, ProtocolError>> {
         Box::pin(async move {
             let from_message = ask.message.and_then(|m| chain_in(m.metadata.as_ref()));
             let from_task = ask.task.and_then(|t| chain_in(t.metadata.as_ref()));
@@ -281,14 +278,30 @@ impl Gate for Authority {
                 self.none_presented(
                     "Message.metadata.actorChain (agentnet call --delegation FILE)",
                 )?;
-                return Ok(None);
+                return Ok(Admitted::default());
             };
             self.check(chain, &ask.caller.owner, ask.op.as_str(), ask.caller.source)
                 .await?;
-            // A new task keeps the chain it was admitted under (echoed on Task.metadata).
+            // A new task keeps the chain it was admitted under (echoed on Task.metadata), and
+            // keeps it once: its history holds the message without it, as it holds a
+            // follow-up that presented the task's chain again.
             let new_task = ask.op == Operation::Send && ask.task.is_none();
-            Ok((new_task && from_message.is_some())
-                .then(|| HashMap::from([(METADATA_MEMBER.to_string(), chain.clone())])))
+            let Some(presented) = from_message else {
+                return Ok(Admitted::default());
+            };
+            if new_task {
+                return Ok(Admitted {
+                    metadata: Some(HashMap::from([(
+                        METADATA_MEMBER.to_string(),
+                        presented.clone(),
+                    )])),
+                    held: Some(METADATA_MEMBER),
+                });
+            }
+            Ok(Admitted {
+                metadata: None,
+                held: (from_task == Some(presented)).then_some(METADATA_MEMBER),
+            })
         })
     }
 }

@@ -36,13 +36,21 @@ impl ProxyAgent {
             }
             return;
         };
+        // The request as the upstream agent holds it (its history keeps the message without
+        // the chain the task holds: docs/PROTOCOL.md, "Kept once"), else as sent.
+        let held = upstream
+            .history
+            .iter()
+            .flatten()
+            .rev()
+            .find(|m| m.role == agentnet_a2a::types::Role::User);
         match rec
             .record(
                 "proxy",
                 did,
                 Some(me),
                 upstream,
-                Some(sent),
+                Some(held.unwrap_or(sent)),
                 Some(&turn.caller.key()),
             )
             .await

@@ -105,10 +105,47 @@ impl Sealer {
                     .collect()
             })
             .unwrap_or_default();
-        let Ok(json) = serde_json::to_value(&*task) else {
+        // The facts read in place: a task as a whole JSON value would copy its delegation
+        // chain and every message (docs/BENCHMARKS.md, "The chain kept once").
+        let messages: Result<Vec<Value>, _> = task
+            .history
+            .iter()
+            .flatten()
+            .filter(|m| m.role == agentnet_a2a::types::Role::User)
+            .take(receipt::MAX_DIGESTS)
+            .map(serde_json::to_value)
+            .collect();
+        let artifacts: Result<Vec<Value>, _> = task
+            .artifacts
+            .iter()
+            .flatten()
+            .take(receipt::MAX_DIGESTS)
+            .map(serde_json::to_value)
+            .collect();
+        let (Ok(messages), Ok(artifacts), Ok(Value::String(state))) = (
+            messages,
+            artifacts,
+            serde_json::to_value(&task.status.state),
+        ) else {
             return;
         };
-        let r = Receipt::for_task(&json, &self.did, caller, &created, subs);
+        let ended = task
+            .status
+            .timestamp
+            .and_then(|t| serde_json::to_value(t).ok());
+        let facts = receipt::Facts {
+            task_id: &task.id,
+            context_id: &task.context_id,
+            messages: messages.iter(),
+            artifacts: artifacts.iter(),
+            delegation: task
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(agentnet_did::delegation::METADATA_MEMBER)),
+            state: &state,
+            ended: ended.as_ref().and_then(Value::as_str),
+        };
+        let r = Receipt::of(facts, &self.did, caller, &created, subs);
         let jws = receipt::sign(&r, &self.key, &self.kid);
         task.metadata
             .get_or_insert_with(Default::default)
@@ -172,6 +209,69 @@ mod tests {
         let pk = agentnet_did::PublicKey::Ed25519(key.public());
         let r = receipt::verify_with_key(jws, &pk, &expect).unwrap();
         assert_eq!(r.state, "TASK_STATE_FAILED");
+    }
+
+    /// The sealer reads the typed task in place; what it signs is what the receipt of the
+    /// same task as JSON says (`Receipt::for_task`, the definition the verifiers follow).
+    #[test]
+    fn the_receipt_read_in_place_is_the_receipt_of_the_task_as_json() {
+        use agentnet_a2a::types::{Artifact, Message, Role};
+        let key = SecretKey::from_seed(&[4; 32]);
+        let s = Sealer::new(&key, Default::default());
+        let msg = |id: &str, role: Role, text: &str| {
+            let mut m: Message = serde_json::from_value(serde_json::json!({
+                "messageId": id, "role": "ROLE_USER", "parts": [{"text": text}],
+                "metadata": {"k": [1, "é", {"b": 2, "a": 1}]},
+            }))
+            .unwrap();
+            m.role = role;
+            m
+        };
+        let art: Artifact = serde_json::from_value(serde_json::json!({
+            "artifactId": "a1", "parts": [{"text": "out"}]
+        }))
+        .unwrap();
+        let mut t = Task {
+            id: "t9".into(),
+            context_id: "c9".into(),
+            status: TaskStatus {
+                state: TaskState::Completed,
+                message: None,
+                timestamp: Some(chrono::Utc::now()),
+            },
+            artifacts: Some(vec![art.clone(), art]),
+            history: Some(vec![
+                msg("m1", Role::User, "one"),
+                msg("m2", Role::Agent, "two"),
+                msg("m3", Role::User, "three"),
+            ]),
+            metadata: Some(HashMap::from([(
+                agentnet_did::delegation::METADATA_MEMBER.to_string(),
+                serde_json::json!([{"issuer": "did:key:z1", "n": 1.5}]),
+            )])),
+        };
+        s.seal(Some("did:key:zCaller"), &mut t);
+        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let did = key.did_key().to_string();
+        let expect = receipt::Expected {
+            task_id: "t9",
+            agent: &did,
+            caller: Some("did:key:zCaller"),
+        };
+        let pk = agentnet_did::PublicKey::Ed25519(key.public());
+        let got = receipt::verify_with_key(&jws, &pk, &expect).unwrap();
+        let created = t.metadata.as_ref().unwrap()[CREATED_KEY]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let json = serde_json::to_value(&t).unwrap();
+        let want = Receipt::for_task(&json, &did, Some("did:key:zCaller"), &created, vec![]);
+        assert_eq!(got, want);
+        assert_eq!((got.messages.len(), got.artifacts.len()), (2, 2));
+        assert!(got.delegation.is_some());
     }
 
     #[test]
