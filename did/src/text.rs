@@ -63,6 +63,19 @@ pub fn sanitize(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The first `n` characters of `s`, with `…` if it had more.
+pub fn shorten(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        None => s.to_owned(),
+        Some((end, _)) => {
+            let mut out = String::with_capacity(end + '…'.len_utf8());
+            out.push_str(&s[..end]);
+            out.push('…');
+            out
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

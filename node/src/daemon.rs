@@ -324,6 +324,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         let mut families = tasks::FAMILIES.to_vec();
         families.push(publisher::CF_PUBLISHED);
         families.push(crate::audit::CF_AUDIT);
+        families.push(crate::pins::CF_PINS);
         Store::open_with_families(&store_path, store_limits, &families)
     })
     .await
@@ -528,6 +529,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         publisher,
         node_seed: Arc::new(key.seed()),
         agent_keys: AgentKeys::new(&opts.data_dir),
+        pins: Some(Arc::new(crate::pins::Pins::open(client.store())?)),
     };
     let http_stop = stop.child_token();
     let http_task = tracker.spawn(server::serve(

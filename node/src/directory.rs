@@ -49,6 +49,10 @@ pub struct Found {
     pub expires_at: u64,
     /// The signed Agent Card.
     pub card: Value,
+    /// The card against the one the operator accepted ([`crate::pins`]): absent where the
+    /// node keeps no pins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<crate::pins::PinState>,
 }
 
 /// A stored advertisement as [`Found`]; a card that does not read is `null`.
@@ -64,6 +68,7 @@ pub(crate) fn found(a: StoredAdvert) -> Found {
         peer_id: a.peer_id,
         expires_at: a.expires_at,
         card,
+        pin: None,
     }
 }
 
@@ -239,20 +244,13 @@ pub struct AgentSummary {
     pub expires_at: u64,
     /// The libp2p peer that published it.
     pub peer_id: String,
+    /// Its card against the one the operator accepted: `new` (first seen, pinned now),
+    /// `pinned`, `changed` (with what differs: not approved), `unpinned`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<crate::pins::PinState>,
 }
 
-/// The first `n` characters of `s`, with `…` if it had more.
-pub(crate) fn shorten(s: &str, n: usize) -> String {
-    match s.char_indices().nth(n) {
-        None => s.to_owned(),
-        Some((end, _)) => {
-            let mut out = String::with_capacity(end + '…'.len_utf8());
-            out.push_str(&s[..end]);
-            out.push('…');
-            out
-        }
-    }
-}
+pub(crate) use agentnet_did::text::shorten;
 
 pub(crate) fn text_of(v: &Value, key: &str) -> Option<String> {
     v.get(key)
@@ -338,6 +336,7 @@ pub(crate) fn summarize(a: agentnet_discovery::store::StoredAdvert) -> AgentSumm
         tags: a.tags,
         expires_at: a.expires_at,
         peer_id: a.peer_id,
+        pin: None,
     }
 }
 
@@ -368,6 +367,7 @@ pub(crate) fn summary(f: Found) -> AgentSummary {
         domain_verified: f.domain_verified,
         expires_at: f.expires_at,
         peer_id: f.peer_id,
+        pin: f.pin,
     }
 }
 

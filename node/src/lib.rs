@@ -76,6 +76,7 @@ pub mod hosted;
 pub mod http;
 pub mod identity;
 pub mod mcp;
+pub mod pins;
 pub mod publisher;
 pub mod server;
 pub mod signer;

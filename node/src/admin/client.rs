@@ -120,6 +120,17 @@ impl Client {
             .await
     }
 
+    /// `POST /admin/v1/trust/accept`: accept `did`'s live card as its pin.
+    pub async fn trust_accept(&self, did: &str) -> Result<crate::pins::PinState, ClientError> {
+        let body = serde_json::json!({ "did": did });
+        self.send(
+            self.http
+                .post(self.url("/admin/v1/trust/accept"))
+                .json(&body),
+        )
+        .await
+    }
+
     /// `GET /admin/v1/discover`.
     pub async fn discover(
         &self,

@@ -14,6 +14,8 @@ pub struct AdminState {
     pub node_seed: Arc<[u8; 32]>,
     /// The agents' keys in the data directory.
     pub agent_keys: AgentKeys,
+    /// The cards the operator accepted ([`crate::pins`]); `None`: nothing is pinned.
+    pub pins: Option<Arc<crate::pins::Pins>>,
 }
 
 /// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
@@ -49,6 +51,7 @@ pub fn router_with(state: AdminState, guard: Guard, extra: Router) -> Router {
         .route("/admin/v1/publish", post(publish))
         .route("/admin/v1/unpublish", post(unpublish))
         .route("/admin/v1/discover", get(discover))
+        .route("/admin/v1/trust/accept", post(trust_accept))
         .route("/admin/v1/peers", get(peers))
         .route("/admin/v1/adverts", post(import))
         .route("/admin/v1/adverts/{did}", get(advert))
@@ -219,6 +222,20 @@ async fn discover(
     Ok(Json(state.discover(&skills, limit).await?))
 }
 
+/// The body of `POST /admin/v1/trust/accept`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcceptBody {
+    did: String,
+}
+
+async fn trust_accept(
+    State(state): State<AdminState>,
+    Json(body): Json<AcceptBody>,
+) -> Result<Json<crate::pins::PinState>, ApiError> {
+    Ok(Json(state.accept(&body.did).await?))
+}
+
 async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError> {
     Ok(Json(state.peers().await?))
 }
@@ -227,12 +244,54 @@ impl AdminState {
     /// What `GET /admin/v1/discover` answers, for `skills` already checked
     /// ([`check_tags`]).
     pub async fn discover(&self, skills: &[String], limit: usize) -> Result<Vec<Found>, ApiError> {
-        Ok(self
+        let found: Vec<Found> = self
             .stored(skills, limit)
             .await?
             .into_iter()
             .map(directory::found)
-            .collect())
+            .collect();
+        let Some(pins) = self.pins.clone() else {
+            return Ok(found);
+        };
+        // Each card shown is checked against its pin (and pinned when first seen).
+        tokio::task::spawn_blocking(move || {
+            let now = unix_now();
+            found
+                .into_iter()
+                .map(|mut f| {
+                    f.pin = Some(pins.observe(&f.did, &f.card, now));
+                    f
+                })
+                .collect()
+        })
+        .await
+        .map_err(ApiError::internal)
+    }
+
+    /// `POST /admin/v1/trust/accept`: pin `did`'s live card as the one accepted.
+    pub async fn accept(&self, did: &str) -> Result<crate::pins::PinState, ApiError> {
+        let Some(pins) = self.pins.clone() else {
+            return Err(ApiError::bad_request("this node keeps no card pins"));
+        };
+        let Some(bytes) = self.advert_bytes(did).await? else {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no live advertisement of {did}: `agentnet discover` lists the agents this node knows"),
+            ));
+        };
+        let card = serde_json::from_slice::<agentnet_discovery::advert::Advertisement>(&bytes)
+            .map(|a| a.card)
+            .map_err(ApiError::internal)?;
+        let d = did.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let now = unix_now();
+            pins.accept(&d, &card, now)?;
+            Ok(pins.observe(&d, &card, now))
+        })
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|e: String| ApiError::internal(e))
     }
 
     /// The stored advertisements [`AdminState::discover`] answers with.
@@ -352,7 +411,28 @@ impl Directory for AdminState {
         Box::pin(async move {
             check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
             let stored = self.stored(skills, limit).await?;
-            Ok(stored.into_iter().map(directory::summarize).collect())
+            let Some(pins) = self.pins.clone() else {
+                return Ok(stored.into_iter().map(directory::summarize).collect());
+            };
+            tokio::task::spawn_blocking(move || {
+                let now = unix_now();
+                stored
+                    .into_iter()
+                    .map(|a| {
+                        let card = serde_json::from_slice::<
+                            agentnet_discovery::advert::Advertisement,
+                        >(&a.bytes)
+                        .map(|ad| ad.card)
+                        .unwrap_or(Value::Null);
+                        let did = a.did.clone();
+                        let mut s = directory::summarize(a);
+                        s.pin = Some(pins.observe(&did, &card, now));
+                        s
+                    })
+                    .collect()
+            })
+            .await
+            .map_err(|e| ClientError::from(ApiError::internal(e)))
         })
     }
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {

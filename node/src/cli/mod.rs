@@ -48,7 +48,7 @@ use audit::audit_cmd;
 use calls::{call_cmd, tool_cmd, tools_cmd};
 use cards::{sign_card, verify_card};
 use dids::{identity_new, identity_show, key_new, resolve};
-use network::{discover, peers, publish, unpublish};
+use network::{discover, peers, publish, trust_accept, unpublish};
 use node::{init, mcp_stdio, up};
 use output::{
     duration, expires_in, json_line, json_text, print_table, rfc3339, shell_word, unix_time,
@@ -208,6 +208,11 @@ enum Command {
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+    /// Approve what discovery shows: `trust accept DID` pins an agent's card as it is now.
+    Trust {
+        #[command(subcommand)]
+        command: TrustCommand,
     },
     /// Show the running node's peers and counters.
     Peers {
@@ -493,6 +498,21 @@ struct McpArgs {
 }
 
 #[derive(Debug, Subcommand)]
+enum TrustCommand {
+    /// Accept DID's card as the running node has it now: `discover` shows it `pinned`, not
+    /// `CHANGED`, until its name, description, skills, interfaces or security change again.
+    Accept {
+        /// The agent's DID.
+        did: String,
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum CardCommand {
     /// Sign a card (JWS, EdDSA, kid = DID URL) and print the signed card.
     Sign {
@@ -725,6 +745,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => discover(&skills, limit, &node, json).await,
         Command::Peers { node, json } => peers(&node, json).await,
+        Command::Trust {
+            command: TrustCommand::Accept { did, node, json },
+        } => trust_accept(&did, &node, json).await,
         Command::Status { node, json } => status(&node, json).await,
         Command::Config {
             command: ConfigCommand::Check(args),

@@ -1,6 +1,7 @@
 //! The commands that ask the running node: `publish`, `unpublish`, `discover`, `peers`.
 
 use super::*;
+use crate::pins::PinState;
 
 pub(super) async fn publish(
     card_path: &Path,
@@ -116,7 +117,7 @@ pub(super) async fn discover(
         return Ok(ExitCode::SUCCESS);
     }
     let now = agentnet_discovery::net::unix_now();
-    let rows: Vec<[String; 5]> = found
+    let rows: Vec<[String; 6]> = found
         .iter()
         .map(|f| {
             let did = if f.domain_verified {
@@ -133,12 +134,64 @@ pub(super) async fn discover(
                 name,
                 did,
                 f.tags.join(","),
+                pin_word(f.pin.as_ref()).into(),
                 expires_in(f.expires_at, now),
                 f.peer_id.clone(),
             ]
         })
         .collect();
-    print_table(["NAME", "DID", "TAGS", "EXPIRES", "PEER"], &rows)?;
+    print_table(["NAME", "DID", "TAGS", "CARD", "EXPIRES", "PEER"], &rows)?;
+    // What changed, under the table: a changed card is shown, not approved.
+    for f in &found {
+        match &f.pin {
+            Some(PinState::Changed { diff, .. }) => {
+                say!(
+                    "{}: its card CHANGED since it was accepted:",
+                    text::sanitize(&f.did)
+                );
+                for line in diff {
+                    say!("  - {}", text::sanitize(line));
+                }
+                say!(
+                    "  check it, then `agentnet trust accept {}` to accept it",
+                    text::sanitize(&f.did)
+                );
+            }
+            Some(PinState::Unpinned { why }) => {
+                say!(
+                    "{}: not pinned: {}",
+                    text::sanitize(&f.did),
+                    text::sanitize(why)
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The CARD column: the card against its pin.
+fn pin_word(p: Option<&PinState>) -> &'static str {
+    match p {
+        None => "-",
+        Some(PinState::New) => "new",
+        Some(PinState::Pinned { .. }) => "pinned",
+        Some(PinState::Changed { .. }) => "CHANGED",
+        Some(PinState::Unpinned { .. }) => "unpinned",
+    }
+}
+
+pub(super) async fn trust_accept(
+    did: &str,
+    node: &NodeArg,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let state = admin_client(node)?.trust_accept(did).await?;
+    if json_out {
+        out!("{}", json_text(&state)?)?;
+    } else {
+        say!("accepted the card of {} as it is now", text::sanitize(did));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -874,6 +874,7 @@ mod tests {
                     domain_verified: true,
                     expires_at: 2,
                     card: self.0["card"].clone(),
+                    pin: None,
                 }])
             })
         }
