@@ -58,7 +58,7 @@ fn benches(c: &mut Criterion) {
         c.bench_function(&format!("batch/verify_{n}_alone"), |b| {
             b.iter(|| {
                 for i in 0..n {
-                    keys[i].verify_strict(&refs[i], &sigs[i]).unwrap();
+                    keys[i].verify_strict(refs[i], &sigs[i]).unwrap();
                 }
             })
         });

@@ -244,9 +244,9 @@ pub struct AgentSummary {
     pub expires_at: u64,
     /// The libp2p peer that published it.
     pub peer_id: String,
-    /// Its card against the one the operator accepted: `new` (first seen, pinned now),
-    /// `pinned`, `changed` (with what differs: not approved), `unpinned`.
+    /// Its card against the one the operator accepted: state new, pinned, changed (with diff: not approved) or unpinned.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Value>")]
     pub pin: Option<crate::pins::PinState>,
 }
 

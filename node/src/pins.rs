@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use agentnet_discovery::store::{Family, FamilyOp, Store, StoreError};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -59,7 +58,7 @@ pub struct Pin {
 }
 
 /// What a shown card is, against its pin.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", tag = "state")]
 pub enum PinState {
     /// First seen now, and pinned.
