@@ -667,6 +667,17 @@ impl Recorded {
     }
 }
 
+/// The request as the agent holds it: the caller's last message in the task's history
+/// (without the chain the task holds: docs/PROTOCOL.md, "Kept once"). What a log entry's
+/// `request` is.
+pub fn request_of(task: &agentnet_a2a::types::Task) -> Option<&agentnet_a2a::types::Message> {
+    task.history
+        .iter()
+        .flatten()
+        .rev()
+        .find(|m| m.role == agentnet_a2a::types::Role::User)
+}
+
 /// The receipt in a task (`metadata["signed-receipts/v1"]`), if any.
 pub fn receipt_of(task: &agentnet_a2a::types::Task) -> Option<String> {
     task.metadata

@@ -206,13 +206,7 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
                     .map(|k| k.did_key().to_string()),
             };
             let rec = super::audit::recorder(&args.reach, &dir)?;
-            // The request as the agent holds it: the caller's last message in the task.
-            let sent = t
-                .history
-                .iter()
-                .flatten()
-                .rev()
-                .find(|m| m.role == agentnet_a2a::types::Role::User);
+            let sent = crate::audit::request_of(t);
             let r = rec
                 .record(
                     "call",

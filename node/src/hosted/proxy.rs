@@ -36,14 +36,8 @@ impl ProxyAgent {
             }
             return;
         };
-        // The request as the upstream agent holds it (its history keeps the message without
-        // the chain the task holds: docs/PROTOCOL.md, "Kept once"), else as sent.
-        let held = upstream
-            .history
-            .iter()
-            .flatten()
-            .rev()
-            .find(|m| m.role == agentnet_a2a::types::Role::User);
+        // The request as the upstream agent holds it, else as sent.
+        let held = crate::audit::request_of(upstream);
         match rec
             .record(
                 "proxy",

@@ -542,12 +542,7 @@ impl Server {
         if !t.status.state.is_terminal() {
             return None;
         }
-        let sent = t
-            .history
-            .iter()
-            .flatten()
-            .rev()
-            .find(|m| m.role == agentnet_a2a::types::Role::User);
+        let sent = crate::audit::request_of(t);
         let r =
             a.0.record("mcp", agent.did.as_str(), a.1.as_deref(), t, sent, None)
                 .await;
