@@ -93,6 +93,9 @@ pub struct Agent {
     pub endpoint: Endpoint,
     /// The addresses the interface's host resolved to, checked, and connected to.
     pub addrs: Vec<SocketAddr>,
+    /// Its card against the one the operator accepted, when the card came from the node
+    /// ([`crate::pins`]).
+    pub pin: Option<crate::pins::PinState>,
 }
 
 /// A card whose signatures verify, one of them by the agent's DID.
@@ -278,6 +281,13 @@ pub enum Progress {
         /// The card's signers.
         signers: Vec<String>,
     },
+    /// The card differs from the one the operator accepted (`agentnet trust accept`).
+    Changed {
+        /// The agent.
+        did: String,
+        /// What differs.
+        diff: Vec<String>,
+    },
     /// A discovered card was passed over.
     Skipped {
         /// The agent.
@@ -335,6 +345,11 @@ impl std::fmt::Display for Progress {
                     signers.join(", ")
                 )
             }
+            Progress::Changed { did, diff } => write!(
+                f,
+                "the card of {did} CHANGED since it was accepted ({}); check it, then `agentnet trust accept {did}`",
+                diff.join("; ")
+            ),
             Progress::Skipped { did, reason } => write!(f, "skipped {did}: {reason}"),
             Progress::Interface { url, binding } => write!(f, "calling {url} ({binding})"),
             Progress::Sent => f.write_str("message sent"),
@@ -512,6 +527,11 @@ impl Caller {
         self.opts.delegation = delegation;
     }
 
+    /// The node's directory this caller finds agents in, if any.
+    pub fn directory(&self) -> Option<&Arc<dyn Directory>> {
+        self.admin.as_ref()
+    }
+
     /// The signer of requests (`None`: anonymous).
     pub fn signer(&self) -> Option<&Arc<dyn Signer>> {
         self.signer.as_ref()
@@ -535,10 +555,10 @@ impl Caller {
         progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Agent, CallError> {
         match target {
-            Target::Card { did, card } => self.check(did, card.clone(), progress).await,
+            Target::Card { did, card } => self.check(did, card.clone(), false, progress).await,
             Target::Did(did) => {
                 let card = self.card_of(did).await?;
-                self.check(did, card, progress).await
+                self.check(did, card, true, progress).await
             }
             Target::Skill { tags, did } => {
                 let found = self.candidates(tags).await?;
@@ -547,7 +567,7 @@ impl Caller {
                     .into_iter()
                     .filter(|f| did.as_ref().is_none_or(|d| *d == f.did))
                 {
-                    match self.check(&f.did, f.card, progress).await {
+                    match self.check(&f.did, f.card, true, progress).await {
                         Ok(a) => return Ok(a),
                         Err(e) => {
                             progress(Progress::Skipped {
@@ -595,11 +615,13 @@ impl Caller {
         Ok(ad.get("card").cloned().unwrap_or(Value::Null))
     }
 
-    /// Verify `card` as `did`'s and choose its interface.
+    /// Verify `card` as `did`'s (checked against its pin when it came `from_node`) and choose
+    /// its interface.
     async fn check(
         &self,
         did: &str,
         card: Value,
+        from_node: bool,
         progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Agent, CallError> {
         let Verified {
@@ -607,6 +629,18 @@ impl Caller {
             card,
             signers,
         } = self.verify(did, card, progress).await?;
+        // A pin that cannot be read is no reason to fail the call: the node says why in
+        // `discover`.
+        let pin = match (&self.admin, from_node) {
+            (Some(admin), true) => admin.pin(did).await.ok().flatten(),
+            _ => None,
+        };
+        if let Some(crate::pins::PinState::Changed { diff, .. }) = &pin {
+            progress(Progress::Changed {
+                did: did.to_owned(),
+                diff: diff.clone(),
+            });
+        }
         let endpoint = client::choose_interface(&card).map_err(CallError::Interface)?;
         let addrs = self.check_address(&endpoint.url).await?;
         progress(Progress::Interface {
@@ -619,6 +653,7 @@ impl Caller {
             signers,
             endpoint,
             addrs,
+            pin,
         })
     }
 

@@ -207,6 +207,27 @@ pub trait Directory: Send + Sync {
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, Error>>;
     /// The node's peers and counters.
     fn peers(&self) -> BoxFuture<'_, Result<Peers, Error>>;
+    /// `did`'s live card against the one the operator accepted ([`crate::pins`]; pinned if
+    /// first seen). The default: the directory keeps no pins (`None`).
+    fn pin<'a>(
+        &'a self,
+        did: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::pins::PinState>, Error>> {
+        let _ = did;
+        Box::pin(async { Ok(None) })
+    }
+    /// The MCP tools `tools` (objects as `tools/list` gave them) of agent `did` against the
+    /// ones accepted, in order (pinned if first seen; all accepted now with `accept`). The
+    /// default: the directory keeps no pins (`None`).
+    fn pin_tools<'a>(
+        &'a self,
+        did: &'a str,
+        tools: &'a [Value],
+        accept: bool,
+    ) -> BoxFuture<'a, Result<Option<Vec<crate::pins::PinState>>, Error>> {
+        let _ = (did, tools, accept);
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// A boxed future, as [`Directory`] returns them.
@@ -244,7 +265,7 @@ pub struct AgentSummary {
     pub expires_at: u64,
     /// The libp2p peer that published it.
     pub peer_id: String,
-    /// Its card against the one the operator accepted: state new, pinned, changed (with diff: not approved) or unpinned.
+    /// vs the accepted card: new, pinned, changed (+diff), unpinned.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Value>")]
     pub pin: Option<crate::pins::PinState>,

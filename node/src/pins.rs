@@ -13,9 +13,14 @@
 //! it (`discover`, MCP `discover_agents`), not when gossip delivers it (the node relays cards it
 //! never shows, and a pin is what the operator saw).
 //!
+//! The same for the MCP tools of agents ([`Pins::observe_tool`]): each tool object as
+//! `tools/list` gave it (not the text a person was shown), keyed by the agent's DID and the
+//! tool's name; `agentnet tool` does not call a changed tool.
+//!
 //! # Layout and bounds
-//! One column family, [`CF_PINS`], of the node's store: key `p` ‖ DID, value the JSON of a
-//! [`Pin`]; key `n`, the number of pins (u64 BE), written in the same batch. Anyone can mint
+//! One column family, [`CF_PINS`], of the node's store: key `p` ‖ DID (a card) or `t` ‖ DID ‖
+//! `0x00` ‖ tool name (a tool), value the JSON of a [`Pin`]; key `n`, the number of pins
+//! (u64 BE), written in the same batch. Anyone can mint
 //! DIDs and publish cards for them, so pins are bounded in all: at most [`MAX_PINS`] DIDs,
 //! whose accepted parts are kept whole up to [`MAX_PARTS_BYTES`] (a larger card's pin keeps its
 //! digest only; a change is then shown without the diff). A DID seen when the pins are full is
@@ -38,6 +43,8 @@ pub const MAX_PINS: u64 = 4096;
 pub const MAX_PARTS_BYTES: usize = 16 * 1024;
 /// Digests remembered per DID.
 pub const MAX_SEEN: usize = 4;
+/// Most tools of one agent pinned in one request.
+pub const MAX_TOOLS: usize = 256;
 /// Most lines in a diff.
 pub const MAX_DIFF_LINES: usize = 12;
 
@@ -83,6 +90,16 @@ pub enum PinState {
 }
 
 impl PinState {
+    /// The word a table shows: `new`, `pinned`, `CHANGED`, `unpinned`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            PinState::New => "new",
+            PinState::Pinned { .. } => "pinned",
+            PinState::Changed { .. } => "CHANGED",
+            PinState::Unpinned { .. } => "unpinned",
+        }
+    }
+
     /// Whether the card is not the one accepted.
     pub fn is_changed(&self) -> bool {
         matches!(self, PinState::Changed { .. })
@@ -104,6 +121,48 @@ impl std::fmt::Debug for Pins {
 
 fn key(did: &str) -> Vec<u8> {
     [b"p", did.as_bytes()].concat()
+}
+
+/// `t` ‖ DID ‖ `0x00` ‖ tool name (a DID has no NUL).
+fn tool_key(did: &str, tool: &Value) -> Vec<u8> {
+    let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+    [b"t", did.as_bytes(), b"\0", name.as_bytes()].concat()
+}
+
+/// The members of an MCP tool object that are pinned.
+const TOOL_MEMBERS: [&str; 6] = [
+    "name",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+];
+
+/// A tool's pinned parts: [`TOOL_MEMBERS`] as received.
+pub fn tool_parts(tool: &Value) -> Value {
+    Value::Object(
+        TOOL_MEMBERS
+            .iter()
+            .filter_map(|k| tool.get(*k).map(|v| (k.to_string(), v.clone())))
+            .collect(),
+    )
+}
+
+/// What differs between two pinned tools, a line per member.
+pub fn tool_diff(old: &Value, new: &Value) -> Vec<String> {
+    let mut out: Vec<String> = TOOL_MEMBERS
+        .iter()
+        .filter(|k| old.get(**k) != new.get(**k))
+        .map(|k| match *k {
+            "title" | "description" => {
+                format!("{k}: {} → {}", short(old.get(*k)), short(new.get(*k)))
+            }
+            other => format!("{other} changed"),
+        })
+        .collect();
+    out.truncate(MAX_DIFF_LINES);
+    out
 }
 
 /// A card's pinned parts (see the module documentation). Members absent from the card are
@@ -271,12 +330,12 @@ impl Pins {
         })
     }
 
-    fn read(&self, did: &str) -> Result<Option<Pin>, String> {
-        match self.family.get(&key(did)).map_err(backend)? {
+    fn read(&self, key: &[u8]) -> Result<Option<Pin>, String> {
+        match self.family.get(key).map_err(backend)? {
             None => Ok(None),
-            Some(b) => serde_json::from_slice(&b)
-                .map(Some)
-                .map_err(|e| format!("the pin of {did} does not read ({e}); `agentnet trust accept {did}` pins the card shown now")),
+            Some(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+                format!("a stored pin does not read ({e}); `agentnet trust accept` pins what is shown now")
+            }),
         }
     }
 
@@ -290,9 +349,9 @@ impl Pins {
             .unwrap_or(0))
     }
 
-    fn write(&self, did: &str, pin: &Pin, count: Option<u64>) -> Result<(), String> {
+    fn write(&self, key: &[u8], pin: &Pin, count: Option<u64>) -> Result<(), String> {
         let bytes = serde_json::to_vec(pin).map_err(|e| e.to_string())?;
-        let mut ops = vec![FamilyOp::Put(key(did), bytes)];
+        let mut ops = vec![FamilyOp::Put(key.to_vec(), bytes)];
         if let Some(n) = count {
             ops.push(FamilyOp::Put(COUNT_KEY.to_vec(), n.to_be_bytes().to_vec()));
         }
@@ -302,10 +361,35 @@ impl Pins {
     /// The state of `card`, shown now for `did`: pinned if it is the first seen (room
     /// permitting). Blocking (RocksDB).
     pub fn observe(&self, did: &str, card: &Value, now: u64) -> PinState {
-        let parts = pinned_parts(card);
+        let accept = format!("`agentnet trust accept {did}` pins it");
+        self.observe_parts(key(did), pinned_parts(card), diff, &accept, now)
+    }
+
+    /// The state of MCP tool `tool` (the object as it came in `tools/list`) of agent `did`,
+    /// pinned if first seen: its `name`, `title`, `description`, `inputSchema`,
+    /// `outputSchema` and `annotations` as received, not the text a person was shown.
+    pub fn observe_tool(&self, did: &str, tool: &Value, now: u64) -> PinState {
+        let accept = format!("`agentnet trust accept {did} --tools` pins it");
+        self.observe_parts(
+            tool_key(did, tool),
+            tool_parts(tool),
+            tool_diff,
+            &accept,
+            now,
+        )
+    }
+
+    fn observe_parts(
+        &self,
+        key: Vec<u8>,
+        parts: Value,
+        differ: fn(&Value, &Value) -> Vec<String>,
+        accept: &str,
+        now: u64,
+    ) -> PinState {
         let d = digest(&parts);
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let stored = match self.read(did) {
+        let stored = match self.read(&key) {
             Ok(p) => p,
             Err(why) => return PinState::Unpinned { why },
         };
@@ -316,13 +400,11 @@ impl Pins {
             };
             if n >= self.max {
                 return PinState::Unpinned {
-                    why: format!(
-                        "{n} cards are pinned, the most this node keeps; `agentnet trust accept {did}` pins it"
-                    ),
+                    why: format!("{n} pins are kept, the most this node keeps; {accept}"),
                 };
             }
             let pin = new_pin(&parts, d, now);
-            return match self.write(did, &pin, Some(n + 1)) {
+            return match self.write(&key, &pin, Some(n + 1)) {
                 Ok(()) => PinState::New,
                 Err(why) => PinState::Unpinned { why },
             };
@@ -333,18 +415,16 @@ impl Pins {
                 let excess = pin.seen.len() - MAX_SEEN;
                 pin.seen.drain(..excess);
             }
-            if let Err(why) = self.write(did, &pin, None) {
-                tracing::warn!(%did, %why, "card pin history not updated");
+            if let Err(why) = self.write(&key, &pin, None) {
+                tracing::warn!(%why, "pin history not updated");
             }
         }
         if pin.digest == d {
             return PinState::Pinned { since: pin.since };
         }
         let diff = match &pin.parts {
-            Some(old) => diff(old, &parts),
-            None => {
-                vec!["the card changed (the accepted card was too large to keep for a diff)".into()]
-            }
+            Some(old) => differ(old, &parts),
+            None => vec!["changed (the accepted version was too large to keep for a diff)".into()],
         };
         PinState::Changed {
             since: pin.since,
@@ -354,10 +434,18 @@ impl Pins {
 
     /// Accept `card` as `did`'s card (whatever was pinned before). Blocking.
     pub fn accept(&self, did: &str, card: &Value, now: u64) -> Result<(), String> {
-        let parts = pinned_parts(card);
+        self.accept_parts(key(did), pinned_parts(card), now)
+    }
+
+    /// Accept `tool` as agent `did`'s tool of that name. Blocking.
+    pub fn accept_tool(&self, did: &str, tool: &Value, now: u64) -> Result<(), String> {
+        self.accept_parts(tool_key(did, tool), tool_parts(tool), now)
+    }
+
+    fn accept_parts(&self, key: Vec<u8>, parts: Value, now: u64) -> Result<(), String> {
         let d = digest(&parts);
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let old = self.read(did).ok().flatten();
+        let old = self.read(&key).ok().flatten();
         let count = match old {
             Some(_) => None,
             None => Some(self.count()? + 1),
@@ -371,12 +459,12 @@ impl Pins {
             let excess = pin.seen.len().saturating_sub(MAX_SEEN);
             pin.seen.drain(..excess);
         }
-        self.write(did, &pin, count)
+        self.write(&key, &pin, count)
     }
 
-    /// The pin of `did`, if any. Blocking.
+    /// The pin of `did`'s card, if any. Blocking.
     pub fn get(&self, did: &str) -> Result<Option<Pin>, String> {
-        self.read(did)
+        self.read(&key(did))
     }
 }
 

@@ -131,6 +131,44 @@ impl Client {
         .await
     }
 
+    /// `POST /admin/v1/trust/check`: `did`'s live card against its pin (pinned if first
+    /// seen), or `None` when the node has no live advertisement of it.
+    pub async fn trust_check(
+        &self,
+        did: &str,
+    ) -> Result<Option<crate::pins::PinState>, ClientError> {
+        let body = serde_json::json!({ "did": did });
+        match self
+            .send(
+                self.http
+                    .post(self.url("/admin/v1/trust/check"))
+                    .json(&body),
+            )
+            .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Refused { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /admin/v1/trust/tools`: agent `did`'s MCP tools against their pins (accepted
+    /// first with `accept`).
+    pub async fn trust_tools(
+        &self,
+        did: &str,
+        tools: &[Value],
+        accept: bool,
+    ) -> Result<Vec<crate::pins::PinState>, ClientError> {
+        let body = serde_json::json!({ "did": did, "tools": tools, "accept": accept });
+        self.send(
+            self.http
+                .post(self.url("/admin/v1/trust/tools"))
+                .json(&body),
+        )
+        .await
+    }
+
     /// `GET /admin/v1/discover`.
     pub async fn discover(
         &self,
@@ -211,5 +249,23 @@ impl Directory for Client {
     }
     fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>> {
         Box::pin(Client::peers(self))
+    }
+    fn pin<'a>(
+        &'a self,
+        did: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::pins::PinState>, ClientError>> {
+        Box::pin(Client::trust_check(self, did))
+    }
+    fn pin_tools<'a>(
+        &'a self,
+        did: &'a str,
+        tools: &'a [Value],
+        accept: bool,
+    ) -> BoxFuture<'a, Result<Option<Vec<crate::pins::PinState>>, ClientError>> {
+        Box::pin(async move {
+            Client::trust_tools(self, did, tools, accept)
+                .await
+                .map(Some)
+        })
     }
 }

@@ -52,6 +52,8 @@ pub fn router_with(state: AdminState, guard: Guard, extra: Router) -> Router {
         .route("/admin/v1/unpublish", post(unpublish))
         .route("/admin/v1/discover", get(discover))
         .route("/admin/v1/trust/accept", post(trust_accept))
+        .route("/admin/v1/trust/check", post(trust_check))
+        .route("/admin/v1/trust/tools", post(trust_tools))
         .route("/admin/v1/peers", get(peers))
         .route("/admin/v1/adverts", post(import))
         .route("/admin/v1/adverts/{did}", get(advert))
@@ -222,18 +224,56 @@ async fn discover(
     Ok(Json(state.discover(&skills, limit).await?))
 }
 
-/// The body of `POST /admin/v1/trust/accept`.
+/// The body of `POST /admin/v1/trust/accept` and `/trust/check`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AcceptBody {
+struct DidBody {
     did: String,
 }
 
 async fn trust_accept(
     State(state): State<AdminState>,
-    Json(body): Json<AcceptBody>,
+    Json(body): Json<DidBody>,
 ) -> Result<Json<crate::pins::PinState>, ApiError> {
     Ok(Json(state.accept(&body.did).await?))
+}
+
+/// The body of `POST /admin/v1/trust/tools`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsBody {
+    did: String,
+    tools: Vec<Value>,
+    #[serde(default)]
+    accept: bool,
+}
+
+async fn trust_tools(
+    State(state): State<AdminState>,
+    Json(body): Json<ToolsBody>,
+) -> Result<Json<Vec<crate::pins::PinState>>, ApiError> {
+    Ok(Json(
+        state
+            .pin_tools_of(&body.did, body.tools, body.accept)
+            .await?,
+    ))
+}
+
+async fn trust_check(
+    State(state): State<AdminState>,
+    Json(body): Json<DidBody>,
+) -> Result<Json<crate::pins::PinState>, ApiError> {
+    match state.pin_of(&body.did).await? {
+        Some(p) => Ok(Json(p)),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "no pin of {}: the node keeps no pins, or holds no live advertisement of it",
+                body.did
+            ),
+        )),
+    }
 }
 
 async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError> {
@@ -266,6 +306,61 @@ impl AdminState {
         })
         .await
         .map_err(ApiError::internal)
+    }
+
+    /// `POST /admin/v1/trust/check`: `did`'s live card against its pin (pinned if first
+    /// seen); `None` when the node keeps no pins or holds no live advertisement of `did`.
+    pub async fn pin_of(&self, did: &str) -> Result<Option<crate::pins::PinState>, ApiError> {
+        let Some(pins) = self.pins.clone() else {
+            return Ok(None);
+        };
+        let Some(bytes) = self.advert_bytes(did).await? else {
+            return Ok(None);
+        };
+        let card = serde_json::from_slice::<agentnet_discovery::advert::Advertisement>(&bytes)
+            .map(|a| a.card)
+            .map_err(ApiError::internal)?;
+        let d = did.to_owned();
+        tokio::task::spawn_blocking(move || Some(pins.observe(&d, &card, unix_now())))
+            .await
+            .map_err(ApiError::internal)
+    }
+
+    /// `POST /admin/v1/trust/tools`: agent `did`'s MCP tools against their pins, in order
+    /// (all accepted first with `accept`); at most [`crate::pins::MAX_TOOLS`] tools.
+    pub async fn pin_tools_of(
+        &self,
+        did: &str,
+        tools: Vec<Value>,
+        accept: bool,
+    ) -> Result<Vec<crate::pins::PinState>, ApiError> {
+        let Some(pins) = self.pins.clone() else {
+            return Err(ApiError::bad_request("this node keeps no pins"));
+        };
+        if tools.len() > crate::pins::MAX_TOOLS {
+            return Err(ApiError::bad_request(format!(
+                "{} tools: at most {} are pinned per agent",
+                tools.len(),
+                crate::pins::MAX_TOOLS
+            )));
+        }
+        agentnet_did::Did::parse(did).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let d = did.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let now = unix_now();
+            if accept {
+                for t in &tools {
+                    pins.accept_tool(&d, t, now)?;
+                }
+            }
+            Ok(tools
+                .iter()
+                .map(|t| pins.observe_tool(&d, t, now))
+                .collect())
+        })
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|e: String| ApiError::internal(e))
     }
 
     /// `POST /admin/v1/trust/accept`: pin `did`'s live card as the one accepted.
@@ -452,6 +547,20 @@ impl Directory for AdminState {
     }
     fn peers(&self) -> BoxFuture<'_, Result<Peers, ClientError>> {
         Box::pin(async move { Ok(AdminState::peers(self).await?) })
+    }
+    fn pin<'a>(
+        &'a self,
+        did: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::pins::PinState>, ClientError>> {
+        Box::pin(async move { Ok(self.pin_of(did).await?) })
+    }
+    fn pin_tools<'a>(
+        &'a self,
+        did: &'a str,
+        tools: &'a [Value],
+        accept: bool,
+    ) -> BoxFuture<'a, Result<Option<Vec<crate::pins::PinState>>, ClientError>> {
+        Box::pin(async move { Ok(Some(self.pin_tools_of(did, tools.to_vec(), accept).await?)) })
     }
 }
 

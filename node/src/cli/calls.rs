@@ -1,6 +1,7 @@
 //! Calling agents: `call` (A2A), `tools` and `tool` (their MCP endpoints).
 
 use super::*;
+use crate::pins::PinState;
 
 /// The identity requests are signed as: `--as DID` (its key in the data directory), else the
 /// node's did:key.
@@ -67,25 +68,81 @@ async fn remote_mcp(
     Ok((caller, remote))
 }
 
+/// The tools of `remote` as `tools/list` gave them, with their pins (`None`: no node keeps
+/// pins for this process).
+async fn pinned_tools(
+    caller: &call::Caller,
+    remote: &crate::mcp::client::Remote,
+    accept: bool,
+) -> anyhow::Result<(Vec<Value>, Option<Vec<PinState>>)> {
+    let tools: Vec<Value> = remote
+        .list_tools(caller)
+        .await?
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    let pins = match caller.directory() {
+        Some(d) => d.pin_tools(remote.did.as_str(), &tools, accept).await?,
+        None => None,
+    };
+    Ok((tools, pins))
+}
+
 pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
     let (caller, remote) = remote_mcp(&args.remote).await?;
-    let tools = remote.list_tools(&caller).await?;
+    let (tools, pins) = pinned_tools(&caller, &remote, args.accept).await?;
+    let pin = |i: usize| pins.as_ref().and_then(|p| p.get(i));
     if args.remote.json {
+        let listed: Vec<Value> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut t = t.clone();
+                if let (Some(p), Some(o)) = (pin(i), t.as_object_mut()) {
+                    o.insert("pin".into(), serde_json::to_value(p).unwrap_or(Value::Null));
+                }
+                t
+            })
+            .collect();
         let out = json!({
             "did": remote.did.as_str(),
             "url": remote.endpoint.url.as_str(),
-            "tools": tools,
+            "tools": listed,
         });
         out!("{}", json_line(&out)?)?;
     } else {
-        for t in &tools {
-            let d = t.description.as_deref().unwrap_or("");
+        for (i, t) in tools.iter().enumerate() {
+            let name = t["name"].as_str().unwrap_or_default();
+            let d = t["description"].as_str().unwrap_or("");
             out!(
-                "{}\t{}",
-                text::sanitize(&t.name),
+                "{}\t{}\t{}",
+                text::sanitize(name),
+                pin(i).map_or("-", PinState::word),
                 text::sanitize(&d.chars().take(300).collect::<String>())
             )?;
         }
+    }
+    let mut changed = false;
+    for (i, t) in tools.iter().enumerate() {
+        if let Some(PinState::Changed { diff, .. }) = pin(i) {
+            changed = true;
+            say!(
+                "tool {} CHANGED since it was accepted:",
+                text::sanitize(t["name"].as_str().unwrap_or_default())
+            );
+            for line in diff {
+                say!("  - {}", text::sanitize(line));
+            }
+        }
+    }
+    if changed {
+        say!(
+            "`agentnet tool` refuses a changed tool; check them, then accept with `agentnet tools --did {} --accept`",
+            text::sanitize(remote.did.as_str())
+        );
+    }
+    if args.accept {
+        say!("accepted the {} tools as listed", tools.len());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -96,6 +153,29 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
         bail!("--args must be a JSON object");
     }
     let (caller, remote) = remote_mcp(&args.remote).await?;
+    // The tool is called only while it is the one accepted (pinned when first listed).
+    let (tools, pins) = pinned_tools(&caller, &remote, false).await?;
+    let at = tools.iter().position(|t| t["name"] == args.name.as_str());
+    match (at, pins.as_ref()) {
+        (None, _) => bail!(
+            "the agent lists no tool {:?}; `agentnet tools --did {}` lists them",
+            text::sanitize(&args.name),
+            remote.did.as_str()
+        ),
+        (Some(i), Some(p)) => {
+            if let Some(PinState::Changed { diff, .. }) = p.get(i) {
+                bail!(
+                    "tool {} CHANGED since it was accepted ({}): not called; check it with `agentnet tools --did {did}`, then accept with `agentnet tools --did {did} --accept`",
+                    text::sanitize(&args.name),
+                    text::sanitize(&diff.join("; ")),
+                    did = remote.did.as_str()
+                );
+            }
+        }
+        (Some(_), None) => {
+            say!("warning: no node keeps pins for this call: the tool is not checked against the one accepted")
+        }
+    }
     let result = remote.call_tool(&caller, &args.name, tool_args).await?;
     let failed = result.is_error == Some(true);
     if args.remote.json {
@@ -243,6 +323,9 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         });
         if let Some(r) = &recorded {
             out["receipt"] = serde_json::to_value(r)?;
+        }
+        if let Some(p) = &agent.pin {
+            out["pin"] = serde_json::to_value(p)?;
         }
         out!("{}", json_line(&out)?)?;
     } else {

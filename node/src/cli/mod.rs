@@ -462,6 +462,10 @@ struct RemoteMcpArgs {
 struct ToolsArgs {
     #[command(flatten)]
     remote: RemoteMcpArgs,
+    /// Accept the tools as listed now: `tool` calls a tool only while it is the one accepted
+    /// (the node pins each tool object when first listed).
+    #[arg(long)]
+    accept: bool,
 }
 
 #[derive(Debug, Args)]

@@ -134,7 +134,7 @@ pub(super) async fn discover(
                 name,
                 did,
                 f.tags.join(","),
-                pin_word(f.pin.as_ref()).into(),
+                f.pin.as_ref().map_or("-", PinState::word).into(),
                 expires_in(f.expires_at, now),
                 f.peer_id.clone(),
             ]
@@ -168,17 +168,6 @@ pub(super) async fn discover(
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The CARD column: the card against its pin.
-fn pin_word(p: Option<&PinState>) -> &'static str {
-    match p {
-        None => "-",
-        Some(PinState::New) => "new",
-        Some(PinState::Pinned { .. }) => "pinned",
-        Some(PinState::Changed { .. }) => "CHANGED",
-        Some(PinState::Unpinned { .. }) => "unpinned",
-    }
 }
 
 pub(super) async fn trust_accept(

@@ -224,6 +224,10 @@ pub struct VerifiedCard {
     /// Set when hidden characters in the card were escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// vs the accepted card: new, pinned, changed (+diff), unpinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Value>")]
+    pub pin: Option<crate::pins::PinState>,
 }
 
 /// `resolve_did`.
@@ -652,6 +656,7 @@ impl Server {
                 binding: agent.endpoint.binding.name().into(),
             },
             card: agent.card,
+            pin: agent.pin,
         }))
     }
 
