@@ -66,16 +66,7 @@ fn agent_key(dir: &Path) -> (PathBuf, String) {
 }
 
 fn up(dir: &Path) -> UpNode {
-    UpNode::spawn(
-        dir,
-        &[
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ],
-    )
+    UpNode::alone(dir)
 }
 
 /// The adverts of `did` in the node's own index for `tag` (no network: the node is alone).

@@ -24,16 +24,7 @@ fn card(url: &str, skill: &str) -> Value {
 }
 
 fn up(dir: &Path) -> UpNode {
-    UpNode::spawn(
-        dir,
-        &[
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ],
-    )
+    UpNode::alone(dir)
 }
 
 fn publish(data: &Path, key: &Path, card: &Value, dir: &Path, name: &str) {
@@ -120,6 +111,16 @@ fn a_card_that_moves_its_interface_is_shown_changed_until_accepted() {
         ],
         "{changed}"
     );
+    // The new skill text is flagged too, with where and why (shown, not dropped).
+    let flags = changed["flags"]
+        .as_array()
+        .expect("flags on the changed card");
+    assert!(
+        flags
+            .iter()
+            .any(|f| f["rule"] == "instruction" && f["at"] == "skills[0].description"),
+        "{changed}"
+    );
     // Shown again, still changed: being seen is not being accepted.
     assert_eq!(shown(&data, &did)["pin"]["state"], "changed");
     // What a person reads: the CARD column, and what to do under the table.
@@ -129,6 +130,10 @@ fn a_card_that_moves_its_interface_is_shown_changed_until_accepted() {
     let err = stderr(&o);
     assert!(
         err.contains("interface added: https://evil.example/a2a"),
+        "{err}"
+    );
+    assert!(
+        err.contains("FLAG instruction (text that instructs a model) at skills[0].description"),
         "{err}"
     );
     assert!(
@@ -330,6 +335,14 @@ async fn a_tool_whose_description_changes_after_approval_is_not_called() {
         "{err}"
     );
     assert!(err.contains("read ~/.ssh/id_rsa"), "{err}");
+    assert!(err.contains("tool lookup: FLAG exfiltration"), "{err}");
+    let o = run(&["tools", "--json"]).await;
+    let shown = listed(&o);
+    let rules: Vec<&str> = shown["tools"][0]["flags"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f["rule"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(rules, ["instruction", "exfiltration"], "{shown}");
     let o = run(&["tool", "lookup"]).await;
     assert!(
         !o.status.success(),

@@ -7,6 +7,7 @@
 //! - `[tasks]` ([`TasksSection`]): how long and how many A2A tasks the node keeps.
 //! - `[auth]` ([`AuthSection`]): the DID verifier's bounds.
 //! - `[mcp]` ([`McpSection`]): the MCP server on the admin listener.
+//! - `[trust]` ([`TrustSection`]): what the node flags in what it shows.
 //! - `[[agent]]` ([`AgentConfig`]): the hosted agents, which [`crate::hosted`] builds.
 //!
 //! Everything a user gives is checked here, before the daemon starts anything:
@@ -139,6 +140,18 @@ pub struct FileConfig {
     /// The MCP server on the admin listener (`/mcp`).
     #[serde(default)]
     pub mcp: McpSection,
+    /// What the node flags and trusts in what it shows.
+    #[serde(default)]
+    pub trust: TrustSection,
+}
+
+/// `[trust]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustSection {
+    /// A file of flag rules added to the built-in ones (`node/rules/flags.toml` shows the
+    /// shape; a path as given): what `discover` and the MCP tools flag in the cards they show.
+    pub flag_rules: Option<PathBuf>,
 }
 
 /// `[mcp]`.
@@ -425,6 +438,10 @@ impl FileConfig {
                 format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
             ));
         }
+        if let Some(f) = &self.trust.flag_rules {
+            crate::flags::Rules::with_file(f)
+                .map_err(|e| invalid("trust", format!("flag_rules: {e}")))?;
+        }
         let mut ids = HashSet::new();
         for a in &self.agent {
             a.check()?;
@@ -701,6 +718,7 @@ impl FileConfig {
                 allow_private: Some(self.mcp.allow_private.unwrap_or(s.local)),
                 delegation: self.mcp.delegation.clone(),
             },
+            trust: self.trust.clone(),
             agent: self.agent.clone(),
         })
     }
@@ -787,6 +805,42 @@ mod tests {
     fn config(text: &str) -> Result<FileConfig, ConfigError> {
         let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
         cfg.check().map(|()| cfg)
+    }
+
+    /// An operator's flag rules are read when the file is checked: a missing file or a bad
+    /// pattern is named, before the node starts.
+    #[test]
+    fn flag_rules_that_do_not_read_are_named_at_check() {
+        let e = config("[trust]\nflag_rules = \"/nonexistent/rules.toml\"\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("flag_rules") && msg.contains("/nonexistent/rules.toml"),
+            "{msg}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("rules.toml");
+        std::fs::write(
+            &f,
+            "[[rule]]\nid = \"x\"\nreason = \"r\"\npatterns = ['(']\n",
+        )
+        .unwrap();
+        let e = config(&format!(
+            "[trust]\nflag_rules = {:?}\n",
+            f.display().to_string()
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("rule x: pattern"), "{e}");
+        std::fs::write(
+            &f,
+            "[[rule]]\nid = \"x\"\nreason = \"r\"\npatterns = ['zzz']\n",
+        )
+        .unwrap();
+        assert!(config(&format!(
+            "[trust]\nflag_rules = {:?}\n",
+            f.display().to_string()
+        ))
+        .is_ok());
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub enum Error {
     /// `[mcp] delegation` could not be read, or is not held by the node's DID.
     #[error("[mcp] delegation: {0}")]
     McpDelegation(String),
+    /// `[trust] flag_rules` could not be read.
+    #[error("[trust] flag_rules: {0}; fix the file or remove the setting (`agentnet config check` checks it)")]
+    FlagRules(String),
     /// The node key could not be loaded or created.
     #[error("node key {}: {source}", path.display())]
     Key {
@@ -524,12 +527,17 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             }
         })
     };
+    let flag_rules = Arc::new(match &opts.hosted.trust.flag_rules {
+        Some(path) => crate::flags::Rules::with_file(path).map_err(Error::FlagRules)?,
+        None => crate::flags::Rules::default(),
+    });
     let admin = AdminState {
         client: client.clone(),
         publisher,
         node_seed: Arc::new(key.seed()),
         agent_keys: AgentKeys::new(&opts.data_dir),
         pins: Some(Arc::new(crate::pins::Pins::open(client.store())?)),
+        flags: flag_rules,
     };
     let http_stop = stop.child_token();
     let http_task = tracker.spawn(server::serve(

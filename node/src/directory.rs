@@ -53,6 +53,9 @@ pub struct Found {
     /// node keeps no pins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<crate::pins::PinState>,
+    /// What its card's text and URLs raise ([`crate::flags`]): shown, never a reason to drop it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<crate::flags::Flag>,
 }
 
 /// A stored advertisement as [`Found`]; a card that does not read is `null`.
@@ -69,6 +72,7 @@ pub(crate) fn found(a: StoredAdvert) -> Found {
         expires_at: a.expires_at,
         card,
         pin: None,
+        flags: Vec::new(),
     }
 }
 
@@ -216,6 +220,11 @@ pub trait Directory: Send + Sync {
         let _ = did;
         Box::pin(async { Ok(None) })
     }
+    /// The flag rules of what this directory shows: the node's (`[trust] flag_rules`) in the
+    /// daemon, the built-in ones elsewhere.
+    fn flag_rules(&self) -> std::sync::Arc<crate::flags::Rules> {
+        crate::flags::builtin()
+    }
     /// The MCP tools `tools` (objects as `tools/list` gave them) of agent `did` against the
     /// ones accepted, in order (pinned if first seen; all accepted now with `accept`). The
     /// default: the directory keeps no pins (`None`).
@@ -265,10 +274,30 @@ pub struct AgentSummary {
     pub expires_at: u64,
     /// The libp2p peer that published it.
     pub peer_id: String,
-    /// vs the accepted card: new, pinned, changed (+diff), unpinned.
+    /// {pin, flags}: card vs the accepted one; red flags (untrusted text).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Value>")]
+    pub trust: Option<Trust>,
+}
+
+/// What the MCP tools say of a shown card beside it: its pin ([`crate::pins`]) and its red
+/// flags ([`crate::flags`]), in one member (each member of an output schema costs every host's
+/// model context).
+#[derive(Debug, Clone, Serialize)]
+pub struct Trust {
+    /// The card against the one the operator accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pin: Option<crate::pins::PinState>,
+    /// Red flags in its text and URLs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<crate::flags::Flag>,
+}
+
+impl Trust {
+    /// `None` when there is nothing to say.
+    pub fn of(pin: Option<crate::pins::PinState>, flags: Vec<crate::flags::Flag>) -> Option<Trust> {
+        (pin.is_some() || !flags.is_empty()).then_some(Trust { pin, flags })
+    }
 }
 
 pub(crate) use agentnet_did::text::shorten;
@@ -357,7 +386,7 @@ pub(crate) fn summarize(a: agentnet_discovery::store::StoredAdvert) -> AgentSumm
         tags: a.tags,
         expires_at: a.expires_at,
         peer_id: a.peer_id,
-        pin: None,
+        trust: None,
     }
 }
 
@@ -388,7 +417,7 @@ pub(crate) fn summary(f: Found) -> AgentSummary {
         domain_verified: f.domain_verified,
         expires_at: f.expires_at,
         peer_id: f.peer_id,
-        pin: f.pin,
+        trust: Trust::of(f.pin, f.flags),
     }
 }
 

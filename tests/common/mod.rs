@@ -85,6 +85,20 @@ pub struct UpNode {
 }
 
 impl UpNode {
+    /// `agentnet up` on `dir` alone: loopback listeners on ports the system picks, no mDNS.
+    pub fn alone(dir: &Path) -> UpNode {
+        UpNode::spawn(
+            dir,
+            &[
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+                "--http",
+                "127.0.0.1:0",
+                "--no-mdns",
+            ],
+        )
+    }
+
     /// `agentnet up --data-dir <dir> <args>` (logging at `info`), once it has written the
     /// `node.json` of this process (at most 60 s); panics with its log if it exits first.
     pub fn spawn(dir: &Path, args: &[&str]) -> UpNode {

@@ -16,6 +16,8 @@ pub struct AdminState {
     pub agent_keys: AgentKeys,
     /// The cards the operator accepted ([`crate::pins`]); `None`: nothing is pinned.
     pub pins: Option<Arc<crate::pins::Pins>>,
+    /// The flag rules ([`crate::flags`]).
+    pub flags: Arc<crate::flags::Rules>,
 }
 
 /// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
@@ -290,16 +292,15 @@ impl AdminState {
             .into_iter()
             .map(directory::found)
             .collect();
-        let Some(pins) = self.pins.clone() else {
-            return Ok(found);
-        };
-        // Each card shown is checked against its pin (and pinned when first seen).
+        let (pins, rules) = (self.pins.clone(), self.flags.clone());
+        // Each card shown is flagged and checked against its pin (pinned when first seen).
         tokio::task::spawn_blocking(move || {
             let now = unix_now();
             found
                 .into_iter()
                 .map(|mut f| {
-                    f.pin = Some(pins.observe(&f.did, &f.card, now));
+                    f.flags = rules.card(&f.card);
+                    f.pin = pins.as_ref().map(|p| p.observe(&f.did, &f.card, now));
                     f
                 })
                 .collect()
@@ -506,9 +507,7 @@ impl Directory for AdminState {
         Box::pin(async move {
             check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
             let stored = self.stored(skills, limit).await?;
-            let Some(pins) = self.pins.clone() else {
-                return Ok(stored.into_iter().map(directory::summarize).collect());
-            };
+            let (pins, rules) = (self.pins.clone(), self.flags.clone());
             tokio::task::spawn_blocking(move || {
                 let now = unix_now();
                 stored
@@ -521,7 +520,10 @@ impl Directory for AdminState {
                         .unwrap_or(Value::Null);
                         let did = a.did.clone();
                         let mut s = directory::summarize(a);
-                        s.pin = Some(pins.observe(&did, &card, now));
+                        s.trust = directory::Trust::of(
+                            pins.as_ref().map(|p| p.observe(&did, &card, now)),
+                            rules.card(&card),
+                        );
                         s
                     })
                     .collect()
@@ -553,6 +555,9 @@ impl Directory for AdminState {
         did: &'a str,
     ) -> BoxFuture<'a, Result<Option<crate::pins::PinState>, ClientError>> {
         Box::pin(async move { Ok(self.pin_of(did).await?) })
+    }
+    fn flag_rules(&self) -> Arc<crate::flags::Rules> {
+        self.flags.clone()
     }
     fn pin_tools<'a>(
         &'a self,

@@ -92,14 +92,24 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
     let (caller, remote) = remote_mcp(&args.remote).await?;
     let (tools, pins) = pinned_tools(&caller, &remote, args.accept).await?;
     let pin = |i: usize| pins.as_ref().and_then(|p| p.get(i));
+    let rules = crate::flags::builtin();
+    let flags: Vec<Vec<crate::flags::Flag>> = tools.iter().map(|t| rules.tool(t)).collect();
     if args.remote.json {
         let listed: Vec<Value> = tools
             .iter()
             .enumerate()
             .map(|(i, t)| {
                 let mut t = t.clone();
-                if let (Some(p), Some(o)) = (pin(i), t.as_object_mut()) {
-                    o.insert("pin".into(), serde_json::to_value(p).unwrap_or(Value::Null));
+                if let Some(o) = t.as_object_mut() {
+                    if let Some(p) = pin(i) {
+                        o.insert("pin".into(), serde_json::to_value(p).unwrap_or(Value::Null));
+                    }
+                    if !flags[i].is_empty() {
+                        o.insert(
+                            "flags".into(),
+                            serde_json::to_value(&flags[i]).unwrap_or(Value::Null),
+                        );
+                    }
                 }
                 t
             })
@@ -121,6 +131,10 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
                 text::sanitize(&d.chars().take(300).collect::<String>())
             )?;
         }
+    }
+    for (i, t) in tools.iter().enumerate() {
+        let name = format!("tool {}", t["name"].as_str().unwrap_or_default());
+        super::network::say_flags(&name, &flags[i]);
     }
     let mut changed = false;
     for (i, t) in tools.iter().enumerate() {

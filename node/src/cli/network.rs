@@ -166,8 +166,23 @@ pub(super) async fn discover(
             }
             _ => {}
         }
+        say_flags(&f.did, &f.flags);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The flags of what `who` names, a line each, on standard error.
+pub(super) fn say_flags(who: &str, flags: &[crate::flags::Flag]) {
+    for f in flags {
+        say!(
+            "{}: FLAG {} ({}) at {}: {}",
+            text::sanitize(who),
+            text::sanitize(&f.rule),
+            text::sanitize(&f.reason),
+            text::sanitize(&f.at),
+            f.excerpt
+        );
+    }
 }
 
 pub(super) async fn trust_accept(

@@ -224,10 +224,10 @@ pub struct VerifiedCard {
     /// Set when hidden characters in the card were escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// vs the accepted card: new, pinned, changed (+diff), unpinned.
+    /// {pin, flags}: card vs the accepted one; red flags (untrusted text).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Value>")]
-    pub pin: Option<crate::pins::PinState>,
+    pub trust: Option<directory::Trust>,
 }
 
 /// `resolve_did`.
@@ -643,6 +643,7 @@ impl Server {
     ) -> Result<Json<VerifiedCard>, String> {
         check_did(&args.did)?;
         let mut agent = self.find(Target::Did(args.did.clone())).await?;
+        let flags = self.inner.directory.flag_rules().card(&agent.card);
         let hidden = escape_value(&mut agent.card);
         Ok(Json(VerifiedCard {
             note: escaped_note(hidden, "this agent's card"),
@@ -656,7 +657,7 @@ impl Server {
                 binding: agent.endpoint.binding.name().into(),
             },
             card: agent.card,
-            pin: agent.pin,
+            trust: directory::Trust::of(agent.pin, flags),
         }))
     }
 
@@ -875,6 +876,7 @@ mod tests {
                     expires_at: 2,
                     card: self.0["card"].clone(),
                     pin: None,
+                    flags: Vec::new(),
                 }])
             })
         }
