@@ -368,3 +368,96 @@ async fn a_tool_whose_description_changes_after_approval_is_not_called() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(server.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// The operator's policy, against the real binary: a denied DID is never returned, an
+/// allow-listed one is ranked first and says why, and `min_level` leaves out the weaker.
+#[test]
+fn the_trust_policy_denies_ranks_and_explains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut agents = Vec::new();
+    for name in ["a", "b", "c"] {
+        let keys = tmp.path().join(name);
+        let v = json_of(&["init", "--data-dir", p(&keys), "--json"]);
+        agents.push((keys.join("node.key"), v["did"].as_str().unwrap().to_owned()));
+    }
+    let (denied, allowed, plain) = (&agents[0].1, &agents[1].1, &agents[2].1);
+    let data = tmp.path().join("node");
+    let start = |min_level: &str| {
+        let cfg = tmp.path().join("node.toml");
+        std::fs::write(
+            &cfg,
+            format!("[trust]\nallow = [{allowed:?}]\ndeny = [{denied:?}]\n{min_level}"),
+        )
+        .unwrap();
+        UpNode::spawn(
+            &data,
+            &[
+                "--config",
+                p(&cfg),
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+                "--http",
+                "127.0.0.1:0",
+                "--no-mdns",
+            ],
+        )
+    };
+    let node = start("");
+    // Published in this order: the plain one is the freshest.
+    for (i, (key, _)) in agents.iter().enumerate() {
+        publish(
+            &data,
+            key,
+            &card("https://books.example/a2a", "Finds a book."),
+            tmp.path(),
+            &format!("{i}.json"),
+        );
+    }
+    let shown = |data: &Path| -> Vec<Value> {
+        json_of(&[
+            "discover",
+            "--skill",
+            "books-pin",
+            "--json",
+            "--data-dir",
+            p(data),
+        ])
+        .as_array()
+        .unwrap()
+        .clone()
+    };
+    let got = shown(&data);
+    let dids: Vec<&str> = got.iter().map(|a| a["did"].as_str().unwrap()).collect();
+    assert_eq!(dids, [allowed.as_str(), plain.as_str()], "{got:?}");
+    assert_eq!(got[0]["level"], "allow-listed");
+    assert!(
+        got[0]["reasons"]
+            .to_string()
+            .contains("allow-listed by [trust] allow"),
+        "{}",
+        got[0]
+    );
+    assert_eq!(got[1]["level"], "self-asserted");
+    assert!(
+        got[1]["reasons"].to_string().contains("did:key"),
+        "{}",
+        got[1]
+    );
+    drop(node);
+
+    let _node = start("min_level = \"domain-verified\"\n");
+    let got = shown(&data);
+    let dids: Vec<&str> = got.iter().map(|a| a["did"].as_str().unwrap()).collect();
+    assert_eq!(dids, [allowed.as_str()], "{got:?}");
+
+    // A policy that does not read stops the node before it starts, and says where.
+    let cfg = tmp.path().join("bad.toml");
+    std::fs::write(&cfg, "[trust]\ndeny = [\"not a domain\"]\n").unwrap();
+    let o = agentnet(&["config", "check", "--config", p(&cfg)]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("neither a DID nor a domain"),
+        "{}",
+        stderr(&o)
+    );
+}

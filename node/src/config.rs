@@ -152,6 +152,23 @@ pub struct TrustSection {
     /// A file of flag rules added to the built-in ones (`node/rules/flags.toml` shows the
     /// shape; a path as given): what `discover` and the MCP tools flag in the cards they show.
     pub flag_rules: Option<PathBuf>,
+    /// DIDs or domain names whose agents are `allow-listed` (a domain: its did:web and did:wba
+    /// agents whose documents it served, subdomains included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// DIDs or domain names whose agents discovery never returns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// The weakest level discovery returns: `self-asserted` (all, the default),
+    /// `domain-verified`, `endorsed`, `allow-listed`.
+    pub min_level: Option<crate::trust::Level>,
+}
+
+impl TrustSection {
+    /// The policy these settings make ([`crate::trust`]).
+    pub fn policy(&self) -> Result<crate::trust::Policy, String> {
+        crate::trust::Policy::new(&self.allow, &self.deny, self.min_level)
+    }
 }
 
 /// `[mcp]`.
@@ -438,6 +455,7 @@ impl FileConfig {
                 format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
             ));
         }
+        self.trust.policy().map_err(|e| invalid("trust", e))?;
         if let Some(f) = &self.trust.flag_rules {
             crate::flags::Rules::with_file(f)
                 .map_err(|e| invalid("trust", format!("flag_rules: {e}")))?;

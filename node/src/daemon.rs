@@ -120,9 +120,9 @@ pub enum Error {
     /// `[mcp] delegation` could not be read, or is not held by the node's DID.
     #[error("[mcp] delegation: {0}")]
     McpDelegation(String),
-    /// `[trust] flag_rules` could not be read.
-    #[error("[trust] flag_rules: {0}; fix the file or remove the setting (`agentnet config check` checks it)")]
-    FlagRules(String),
+    /// `[trust]` could not be read (its flag rules, its policy).
+    #[error("[trust] {0}; fix it or remove the setting (`agentnet config check` checks it)")]
+    Trust(String),
     /// The node key could not be loaded or created.
     #[error("node key {}: {source}", path.display())]
     Key {
@@ -528,9 +528,11 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         })
     };
     let flag_rules = Arc::new(match &opts.hosted.trust.flag_rules {
-        Some(path) => crate::flags::Rules::with_file(path).map_err(Error::FlagRules)?,
+        Some(path) => crate::flags::Rules::with_file(path)
+            .map_err(|e| Error::Trust(format!("flag_rules: {e}")))?,
         None => crate::flags::Rules::default(),
     });
+    let policy = Arc::new(opts.hosted.trust.policy().map_err(Error::Trust)?);
     let admin = AdminState {
         client: client.clone(),
         publisher,
@@ -538,6 +540,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         agent_keys: AgentKeys::new(&opts.data_dir),
         pins: Some(Arc::new(crate::pins::Pins::open(client.store())?)),
         flags: flag_rules,
+        trust: policy,
     };
     let http_stop = stop.child_token();
     let http_task = tracker.spawn(server::serve(

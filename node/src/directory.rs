@@ -56,6 +56,12 @@ pub struct Found {
     /// What its card's text and URLs raise ([`crate::flags`]): shown, never a reason to drop it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<crate::flags::Flag>,
+    /// Its level under the node's trust policy ([`crate::trust`]); results are ranked by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<crate::trust::Level>,
+    /// Why it has that level.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
 }
 
 /// A stored advertisement as [`Found`]; a card that does not read is `null`.
@@ -73,6 +79,8 @@ pub(crate) fn found(a: StoredAdvert) -> Found {
         card,
         pin: None,
         flags: Vec::new(),
+        level: None,
+        reasons: Vec::new(),
     }
 }
 
@@ -285,6 +293,9 @@ pub struct AgentSummary {
 /// model context).
 #[derive(Debug, Clone, Serialize)]
 pub struct Trust {
+    /// Its level under the node's trust policy, and why (`{"level", "reasons"}`).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub level: Option<crate::trust::Judged>,
     /// The card against the one the operator accepted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pin: Option<crate::pins::PinState>,
@@ -296,7 +307,11 @@ pub struct Trust {
 impl Trust {
     /// `None` when there is nothing to say.
     pub fn of(pin: Option<crate::pins::PinState>, flags: Vec<crate::flags::Flag>) -> Option<Trust> {
-        (pin.is_some() || !flags.is_empty()).then_some(Trust { pin, flags })
+        (pin.is_some() || !flags.is_empty()).then_some(Trust {
+            level: None,
+            pin,
+            flags,
+        })
     }
 }
 
@@ -417,7 +432,17 @@ pub(crate) fn summary(f: Found) -> AgentSummary {
         domain_verified: f.domain_verified,
         expires_at: f.expires_at,
         peer_id: f.peer_id,
-        trust: Trust::of(f.pin, f.flags),
+        trust: match f.level {
+            Some(level) => Some(Trust {
+                level: Some(crate::trust::Judged {
+                    level,
+                    reasons: f.reasons,
+                }),
+                pin: f.pin,
+                flags: f.flags,
+            }),
+            None => Trust::of(f.pin, f.flags),
+        },
     }
 }
 

@@ -306,7 +306,7 @@ impl Rules {
             return Some(flag("metadata-url", "a URL on a cloud metadata address"));
         }
         let private = match host.parse::<IpAddr>() {
-            Ok(ip) => !is_public(ip),
+            Ok(ip) => !agentnet_did::web::is_public(ip),
             Err(_) => {
                 host == "localhost"
                     || self
@@ -379,34 +379,6 @@ fn excerpt(s: &str, start: usize, end: usize) -> String {
         ""
     };
     agentnet_did::text::sanitize(&format!("{lead}{before}{matched}{after}{tail}")).into_owned()
-}
-
-/// Whether `ip` is a public unicast address.
-fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v) => {
-            let o = v.octets();
-            !(v.is_loopback()
-                || v.is_private()
-                || v.is_link_local()
-                || v.is_unspecified()
-                || v.is_broadcast()
-                || v.is_multicast()
-                || o[0] == 0
-                || (o[0] == 100 && (64..128).contains(&o[1])))
-        }
-        IpAddr::V6(v) => {
-            if let Some(v4) = v.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let s = v.segments();
-            !(v.is_loopback()
-                || v.is_unspecified()
-                || v.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -83,6 +83,7 @@ pub mod server;
 pub mod signer;
 pub mod status_page;
 pub mod tasks;
+pub mod trust;
 
 pub use call::{CallError, CallOptions, Caller, Target};
 pub use config::{ConfigError, FileConfig};

@@ -18,6 +18,8 @@ pub struct AdminState {
     pub pins: Option<Arc<crate::pins::Pins>>,
     /// The flag rules ([`crate::flags`]).
     pub flags: Arc<crate::flags::Rules>,
+    /// The trust policy ([`crate::trust`]).
+    pub trust: Arc<crate::trust::Policy>,
 }
 
 /// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
@@ -292,18 +294,25 @@ impl AdminState {
             .into_iter()
             .map(directory::found)
             .collect();
-        let (pins, rules) = (self.pins.clone(), self.flags.clone());
-        // Each card shown is flagged and checked against its pin (pinned when first seen).
+        let (pins, rules, policy) = (self.pins.clone(), self.flags.clone(), self.trust.clone());
+        // The policy first (denied and too weak agents are not shown), then each card shown is
+        // flagged and checked against its pin (pinned when first seen); ranked by level, then
+        // freshness (the order the store found them in).
         tokio::task::spawn_blocking(move || {
             let now = unix_now();
-            found
+            let mut shown: Vec<Found> = found
                 .into_iter()
-                .map(|mut f| {
+                .filter_map(|mut f| {
+                    let judged = policy.judge(&f.did).ok()?;
+                    f.level = Some(judged.level);
+                    f.reasons = judged.reasons;
                     f.flags = rules.card(&f.card);
                     f.pin = pins.as_ref().map(|p| p.observe(&f.did, &f.card, now));
-                    f
+                    Some(f)
                 })
-                .collect()
+                .collect();
+            shown.sort_by_key(|f| std::cmp::Reverse(f.level));
+            shown
         })
         .await
         .map_err(ApiError::internal)
@@ -507,12 +516,13 @@ impl Directory for AdminState {
         Box::pin(async move {
             check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
             let stored = self.stored(skills, limit).await?;
-            let (pins, rules) = (self.pins.clone(), self.flags.clone());
+            let (pins, rules, policy) = (self.pins.clone(), self.flags.clone(), self.trust.clone());
             tokio::task::spawn_blocking(move || {
                 let now = unix_now();
-                stored
+                let mut shown: Vec<(crate::trust::Level, AgentSummary)> = stored
                     .into_iter()
-                    .map(|a| {
+                    .filter_map(|a| {
+                        let judged = policy.judge(&a.did).ok()?;
                         let card = serde_json::from_slice::<
                             agentnet_discovery::advert::Advertisement,
                         >(&a.bytes)
@@ -520,13 +530,17 @@ impl Directory for AdminState {
                         .unwrap_or(Value::Null);
                         let did = a.did.clone();
                         let mut s = directory::summarize(a);
-                        s.trust = directory::Trust::of(
-                            pins.as_ref().map(|p| p.observe(&did, &card, now)),
-                            rules.card(&card),
-                        );
-                        s
+                        let level = judged.level;
+                        s.trust = Some(directory::Trust {
+                            level: Some(judged),
+                            pin: pins.as_ref().map(|p| p.observe(&did, &card, now)),
+                            flags: rules.card(&card),
+                        });
+                        Some((level, s))
                     })
-                    .collect()
+                    .collect();
+                shown.sort_by_key(|s| std::cmp::Reverse(s.0));
+                shown.into_iter().map(|(_, s)| s).collect()
             })
             .await
             .map_err(|e| ClientError::from(ApiError::internal(e)))

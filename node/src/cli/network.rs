@@ -117,7 +117,7 @@ pub(super) async fn discover(
         return Ok(ExitCode::SUCCESS);
     }
     let now = agentnet_discovery::net::unix_now();
-    let rows: Vec<[String; 6]> = found
+    let rows: Vec<[String; 7]> = found
         .iter()
         .map(|f| {
             let did = if f.domain_verified {
@@ -134,13 +134,17 @@ pub(super) async fn discover(
                 name,
                 did,
                 f.tags.join(","),
+                f.level.map_or("-".into(), |l| l.to_string()),
                 f.pin.as_ref().map_or("-", PinState::word).into(),
                 expires_in(f.expires_at, now),
                 f.peer_id.clone(),
             ]
         })
         .collect();
-    print_table(["NAME", "DID", "TAGS", "CARD", "EXPIRES", "PEER"], &rows)?;
+    print_table(
+        ["NAME", "DID", "TAGS", "LEVEL", "CARD", "EXPIRES", "PEER"],
+        &rows,
+    )?;
     // What changed, under the table: a changed card is shown, not approved.
     for f in &found {
         match &f.pin {

@@ -877,6 +877,8 @@ mod tests {
                     card: self.0["card"].clone(),
                     pin: None,
                     flags: Vec::new(),
+                    level: None,
+                    reasons: Vec::new(),
                 }])
             })
         }
