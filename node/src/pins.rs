@@ -64,6 +64,19 @@ pub struct Pin {
     pub seen: Vec<(String, u64)>,
 }
 
+impl Pin {
+    /// Note digest `d` seen at `now` (the last [`MAX_SEEN`] kept); `false` if it was already.
+    fn saw(&mut self, d: &str, now: u64) -> bool {
+        if self.seen.iter().any(|(s, _)| s == d) {
+            return false;
+        }
+        self.seen.push((d.to_string(), now));
+        let excess = self.seen.len().saturating_sub(MAX_SEEN);
+        self.seen.drain(..excess);
+        true
+    }
+}
+
 /// What a shown card is, against its pin.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", tag = "state")]
@@ -409,12 +422,7 @@ impl Pins {
                 Err(why) => PinState::Unpinned { why },
             };
         };
-        if !pin.seen.iter().any(|(s, _)| *s == d) {
-            pin.seen.push((d.clone(), now));
-            if pin.seen.len() > MAX_SEEN {
-                let excess = pin.seen.len() - MAX_SEEN;
-                pin.seen.drain(..excess);
-            }
+        if pin.saw(&d, now) {
             if let Err(why) = self.write(&key, &pin, None) {
                 tracing::warn!(%why, "pin history not updated");
             }
@@ -450,14 +458,10 @@ impl Pins {
             Some(_) => None,
             None => Some(self.count()? + 1),
         };
-        let mut pin = new_pin(&parts, d, now);
+        let mut pin = new_pin(&parts, d.clone(), now);
         if let Some(o) = old {
             pin.seen = o.seen;
-            if !pin.seen.iter().any(|(s, _)| *s == pin.digest) {
-                pin.seen.push((pin.digest.clone(), now));
-            }
-            let excess = pin.seen.len().saturating_sub(MAX_SEEN);
-            pin.seen.drain(..excess);
+            pin.saw(&d, now);
         }
         self.write(&key, &pin, count)
     }
