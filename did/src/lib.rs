@@ -41,6 +41,7 @@ pub mod delegation;
 pub mod di;
 pub mod didkey;
 pub mod document;
+pub mod endorsement;
 pub mod http;
 pub mod httpsig;
 pub mod id;
