@@ -69,6 +69,36 @@ pub use prometheus_client::metrics::counter::Counter;
 
 /// The gossipsub topic of advertisements.
 pub const TOPIC: &str = "agentnet/cards/1";
+/// The gossipsub topic of endorsements (`agentnet_did::endorsement`): what they mean is the
+/// node's business, so this crate carries them and asks a [`TopicCheck`] the node registers
+/// ([`Client::check_endorsements`]) whether to forward each; until one is registered, none is.
+pub const ENDORSE_TOPIC: &str = "agentnet/endorsements/1";
+
+/// What a [`TopicCheck`] says of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Valid: forward it.
+    Accept,
+    /// Not forwarded, the sender not blamed (stale, a bound reached).
+    Ignore,
+    /// Not forwarded, and the sender scored down (forged, malformed).
+    Reject,
+}
+
+/// The node's check of the messages on a topic other than [`TOPIC`]. It runs on a helper task
+/// after the per-peer message rate ([`Config::per_peer_messages`]) and while holding one of the
+/// validation permits ([`Config::max_concurrent_validations`]) the adverts use, so the two
+/// topics share one budget per peer and one in total.
+pub trait TopicCheck: Send + Sync + 'static {
+    /// Check (and keep, if valid) `data`, received from `source`.
+    fn check(
+        &self,
+        source: PeerId,
+        data: Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send + 'static>>;
+}
+
+type TopicChecker = Arc<std::sync::OnceLock<Arc<dyn TopicCheck>>>;
 /// Our Kademlia protocol: agentnet nodes form their own DHT.
 pub const KAD_PROTOCOL: &str = "/agentnet/kad/1.0.0";
 /// Request-response protocol to fetch advertisements by tag from a provider.
@@ -342,6 +372,10 @@ enum Command {
         bytes: Vec<u8>,
         reply: oneshot::Sender<Result<(), Error>>,
     },
+    PublishEndorsement {
+        bytes: Vec<u8>,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
 }
 
 /// What helper tasks hand back to the swarm task.
@@ -385,6 +419,7 @@ pub struct Client {
     slots: ResolveSlots,
     /// The bootstrap addresses' state, written by the swarm task.
     bootstrap: Arc<Mutex<Vec<BootstrapStatus>>>,
+    endorsements: TopicChecker,
     _stop_on_drop: Arc<DropGuard>,
 }
 
@@ -684,6 +719,22 @@ impl Client {
         self.call(|reply| Command::ListenAddrs { reply }).await
     }
 
+    /// Register the check of [`ENDORSE_TOPIC`] messages (once; a second call is an error).
+    pub fn check_endorsements(&self, check: Arc<dyn TopicCheck>) -> Result<(), Error> {
+        self.endorsements
+            .set(check)
+            .map_err(|_| Error::Start("the endorsement check is already registered".into()))
+    }
+
+    /// Send `bytes` on [`ENDORSE_TOPIC`]. The caller checks them first: this crate does not
+    /// read endorsements (a node forwards a peer's only after its [`TopicCheck`] accepts).
+    /// No gossip peer yet is not an error: the bytes are then not sent, and the caller's
+    /// next announcement is.
+    pub async fn publish_endorsement(&self, bytes: Vec<u8>) -> Result<(), Error> {
+        self.call(|reply| Command::PublishEndorsement { bytes, reply })
+            .await?
+    }
+
     /// Send bytes on the advertisement topic WITHOUT validating or storing them: what an
     /// adversarial peer does. For tests and the simulation (feature `test-utils`); an honest
     /// node never needs it.
@@ -735,6 +786,8 @@ struct PendingProviders {
 struct Node {
     swarm: Swarm<Behaviour>,
     topic: IdentTopic,
+    endorse_topic: IdentTopic,
+    endorsements: TopicChecker,
     store: Store,
     validator: Validator,
     stats: Arc<Stats>,
@@ -812,6 +865,8 @@ pub async fn spawn(
     let (tx, cmd_rx) = mpsc::channel(256);
     let (internal_tx, internal_rx) = mpsc::channel(1024);
     let topic = IdentTopic::new(TOPIC);
+    let endorse_topic = IdentTopic::new(ENDORSE_TOPIC);
+    let endorsements: TopicChecker = Default::default();
     let (accepted, _) = tokio::sync::broadcast::channel(1024);
     // The node's own token: the caller's shutdown, or the last client dropped.
     let cancel = shutdown.child_token();
@@ -823,6 +878,8 @@ pub async fn spawn(
         accepted: accepted.clone(),
         swarm,
         topic: topic.clone(),
+        endorse_topic: endorse_topic.clone(),
+        endorsements: endorsements.clone(),
         store: store.clone(),
         validator: validator.clone(),
         stats: stats.clone(),
@@ -864,6 +921,11 @@ pub async fn spawn(
         .gossipsub
         .subscribe(&topic)
         .map_err(|e| Error::Start(format!("subscribing to {TOPIC}: {e}")))?;
+    node.swarm
+        .behaviour_mut()
+        .gossipsub
+        .subscribe(&endorse_topic)
+        .map_err(|e| Error::Start(format!("subscribing to {ENDORSE_TOPIC}: {e}")))?;
     for addr in &cfg.listen {
         swarm::probe_listen(addr)?;
     }
@@ -893,6 +955,7 @@ pub async fn spawn(
         cancel: cancel.clone(),
         slots,
         bootstrap: node.bootstraps.status(),
+        endorsements,
         _stop_on_drop: Arc::new(cancel.clone().drop_guard()),
     };
     let handle = tokio::spawn(node.run(cmd_rx, internal_rx));
@@ -1256,6 +1319,9 @@ impl Node {
                     }
                 }
             }
+            Command::PublishEndorsement { bytes, reply } => {
+                let _ = reply.send(self.publish_endorsement(bytes));
+            }
             Command::Peers { reply } => {
                 let peers = self
                     .swarm
@@ -1285,6 +1351,20 @@ impl Node {
                     .map_err(|e| Error::Network(format!("gossip: {e}")));
                 let _ = reply.send(r);
             }
+        }
+    }
+
+    fn publish_endorsement(&mut self, bytes: Vec<u8>) -> Result<(), Error> {
+        match self
+            .swarm
+            .behaviour_mut()
+            .gossipsub
+            .publish(self.endorse_topic.clone(), bytes)
+        {
+            Ok(_)
+            | Err(gossipsub::PublishError::Duplicate)
+            | Err(gossipsub::PublishError::NoPeersSubscribedToTopic) => Ok(()),
+            Err(e) => Err(Error::Network(format!("gossip: {e}"))),
         }
     }
 
@@ -1505,6 +1585,47 @@ impl Node {
         });
     }
 
+    /// An [`ENDORSE_TOPIC`] message: the same per-peer rate and validation permits as an
+    /// advertisement, then the node's [`TopicCheck`] on a helper task.
+    fn on_endorsement(&mut self, source: PeerId, id: MessageId, data: Vec<u8>) {
+        let verdict = |node: &mut Node, a: MessageAcceptance| {
+            node.swarm
+                .behaviour_mut()
+                .gossipsub
+                .report_message_validation_result(&id, &source, a);
+        };
+        let Some(check) = self.endorsements.get().cloned() else {
+            return verdict(self, MessageAcceptance::Ignore);
+        };
+        if !self.within_rate(source) {
+            self.stats.throttled.inc();
+            return verdict(self, MessageAcceptance::Ignore);
+        }
+        let Ok(permit) = self.validations.clone().try_acquire_owned() else {
+            self.stats.throttled.inc();
+            return verdict(self, MessageAcceptance::Ignore);
+        };
+        let (tx, cancel) = (self.internal_tx.clone(), self.cancel.clone());
+        self.tasks.spawn(async move {
+            let acceptance = tokio::select! {
+                v = check.check(source, data) => match v {
+                    Verdict::Accept => MessageAcceptance::Accept,
+                    Verdict::Ignore => MessageAcceptance::Ignore,
+                    Verdict::Reject => MessageAcceptance::Reject,
+                },
+                _ = cancel.cancelled() => return,
+            };
+            drop(permit);
+            let _ = tx
+                .send(Internal::Validation {
+                    id,
+                    source,
+                    acceptance,
+                })
+                .await;
+        });
+    }
+
     /// Answer a fetch request on a helper task, if the limiter admits it; a refused request's
     /// stream is dropped unanswered (the asker sees the stream close), before any store read.
     fn on_fetch_request(
@@ -1565,7 +1686,13 @@ impl Node {
                 propagation_source,
                 message_id,
                 message,
-            })) => self.on_gossip(propagation_source, message_id, message.data),
+            })) => {
+                if message.topic == self.endorse_topic.hash() {
+                    self.on_endorsement(propagation_source, message_id, message.data)
+                } else {
+                    self.on_gossip(propagation_source, message_id, message.data)
+                }
+            }
             SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::OutboundQueryProgressed {
                 id,
                 result,

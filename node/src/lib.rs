@@ -72,6 +72,7 @@ pub mod config;
 pub mod daemon;
 pub mod data_dir;
 pub mod directory;
+pub mod endorsements;
 pub mod flags;
 pub mod hosted;
 pub mod http;

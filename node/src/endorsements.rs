@@ -1,0 +1,610 @@
+//! Endorsements (issue 19): signed statements "DID A vouches for DID B for skills S until T"
+//! ([`agentnet_did::endorsement`]), gossiped on their own topic
+//! ([`agentnet_discovery::net::ENDORSE_TOPIC`]), kept here, and counted by the trust policy
+//! only when their issuer is one the operator trusts.
+//!
+//! # Whose endorsements count
+//! The operator's **roots**: the node's own DID (what `agentnet endorse` signs) and
+//! `[trust] endorsers`. With `[trust] endorse_depth = 1` (the default) only the roots'
+//! endorsements count; with depth 2 a DID a root endorsed (for any skill, not revoked) is an
+//! endorser too, and so on, to depth [`MAX_DEPTH`]. A DID no chain from a root reaches counts
+//! for nothing however many endorse it: a thousand fresh did:keys endorsing each other are a
+//! thousand statements no one the operator trusts made.
+//!
+//! # Layout and bounds
+//! One column family, [`CF_ENDORSEMENTS`], of the node's store. Key `e` ‖ issuer ‖ `0x00` ‖
+//! subject: the JSON of a [`Kept`] (the latest statement of that issuer on that subject, a
+//! revocation included, until it expires); `c` ‖ issuer: how many it has (u64 BE); `n`: how
+//! many in all. Of two statements on one pair the later `iat` stands, so a replayed older
+//! endorsement is refused once its revocation is kept. Bounds: [`MAX_PER_ISSUER`] per issuer;
+//! [`MAX_TOTAL`] in all, of which issuers the operator does not trust fill at most
+//! [`OPEN_SHARE`], so that a flood of strangers' statements never leaves no room for those that
+//! count. The gossip side is bounded before this: per peer by the message rate and in total by
+//! the validation permits the adverts use. Expired statements are swept when the store is
+//! full (at most once a minute) and every re-announcement period.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentnet_did::endorsement::{self, EndorseError, Endorsement};
+use agentnet_discovery::net::{PeerId, TopicCheck, Verdict};
+use agentnet_discovery::store::{Family, FamilyOp, Store, StoreError};
+use serde::{Deserialize, Serialize};
+
+/// The column family of endorsements.
+pub const CF_ENDORSEMENTS: &str = "endorsements";
+/// Most statements kept per issuer.
+pub const MAX_PER_ISSUER: u64 = 256;
+/// Most statements kept in all.
+pub const MAX_TOTAL: u64 = 16_384;
+/// Most statements kept by issuers the operator does not trust.
+pub const OPEN_SHARE: u64 = 12_288;
+/// Deepest `endorse_depth`.
+pub const MAX_DEPTH: u8 = 4;
+/// Most endorsers (roots included) the depth walk collects.
+pub const MAX_ENDORSERS: usize = 1024;
+/// How long the set of endorsers is reused before it is walked again.
+const TRUSTED_TTL: Duration = Duration::from_secs(30);
+/// Sweeps of expired statements, when full, at most this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+const COUNT_KEY: &[u8] = b"n";
+
+/// What is kept of one statement.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Kept {
+    /// The compact JWS as it came.
+    pub jws: String,
+    /// What it says (verified when it came).
+    pub endorsement: Endorsement,
+}
+
+/// What [`Endorsements::put`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Put {
+    /// Kept (new, or later than the one it replaces).
+    Stored,
+    /// The very statement kept already (a re-announcement).
+    Same,
+    /// Older than (or as old as, and not) the kept one: refused.
+    Stale,
+    /// A bound is reached: refused, with why.
+    Full(String),
+}
+
+/// An endorsement that counts: who, for what, until when, how far from a root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vouch {
+    /// The issuer.
+    pub by: String,
+    /// The skills vouched for (empty: every skill).
+    pub skills: Vec<String>,
+    /// Until when (Unix seconds).
+    pub until: u64,
+    /// 1: a root's; 2: an endorser a root endorsed; ...
+    pub hops: u8,
+}
+
+impl Vouch {
+    /// The reason shown with the level.
+    pub fn reason(&self) -> String {
+        let skills = if self.skills.is_empty() {
+            "every skill".to_string()
+        } else {
+            format!("skills {}", self.skills.join(", "))
+        };
+        let path = if self.hops <= 1 {
+            "an endorser this node trusts".to_string()
+        } else {
+            format!("{} hops from an endorser this node trusts", self.hops)
+        };
+        format!(
+            "endorsed by {} ({path}) for {skills} until {}",
+            self.by,
+            rfc3339(self.until)
+        )
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// `t` (Unix seconds) as RFC 3339.
+pub fn rfc3339(t: u64) -> String {
+    chrono::DateTime::from_timestamp(t.min(i64::MAX as u64) as i64, 0)
+        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| t.to_string())
+}
+
+/// The endorsements of one node.
+pub struct Endorsements {
+    family: Family,
+    write: Mutex<Option<Instant>>,
+    roots: Vec<String>,
+    depth: u8,
+    trusted: Mutex<Option<(Instant, Arc<HashMap<String, u8>>)>>,
+}
+
+impl std::fmt::Debug for Endorsements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endorsements")
+            .field("roots", &self.roots)
+            .field("depth", &self.depth)
+            .finish()
+    }
+}
+
+fn pair_key(iss: &str, sub: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + iss.len() + sub.len());
+    k.push(b'e');
+    k.extend_from_slice(iss.as_bytes());
+    k.push(0);
+    k.extend_from_slice(sub.as_bytes());
+    k
+}
+
+fn issuer_key(iss: &str) -> Vec<u8> {
+    let mut k = vec![b'c'];
+    k.extend_from_slice(iss.as_bytes());
+    k
+}
+
+fn read_u64(v: Option<Vec<u8>>) -> u64 {
+    v.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
+}
+
+impl Endorsements {
+    /// The endorsements in `store` (opened with [`CF_ENDORSEMENTS`]), counted from `roots` to
+    /// `depth` (1 to [`MAX_DEPTH`]).
+    pub fn open(store: &Store, roots: Vec<String>, depth: u8) -> Result<Self, StoreError> {
+        Ok(Endorsements {
+            family: store.family(CF_ENDORSEMENTS)?,
+            write: Mutex::new(None),
+            roots,
+            depth: depth.clamp(1, MAX_DEPTH),
+            trusted: Mutex::new(None),
+        })
+    }
+
+    fn kept(&self, key: &[u8]) -> Result<Option<Kept>, StoreError> {
+        Ok(self.family.get(key)?.and_then(|v| {
+            serde_json::from_slice(&v)
+                .map_err(|e| tracing::warn!(error = %e, "skipping an unreadable endorsement"))
+                .ok()
+        }))
+    }
+
+    /// The statement `iss` made of `sub`, if one is kept (a revocation included).
+    pub fn get(&self, iss: &str, sub: &str) -> Result<Option<Kept>, StoreError> {
+        self.kept(&pair_key(iss, sub))
+    }
+
+    /// How many statements are kept.
+    pub fn len(&self) -> Result<u64, StoreError> {
+        Ok(read_u64(self.family.get(COUNT_KEY)?))
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Keep a statement verified at `now` ([`endorsement::verify`]), within the bounds of the
+    /// module documentation.
+    pub fn put(&self, jws: &str, e: &Endorsement, now: u64) -> Result<Put, StoreError> {
+        let trusted = self.trusted(now)?.contains_key(&e.iss);
+        let mut last_sweep = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let key = pair_key(&e.iss, &e.sub);
+        let old = self.kept(&key)?;
+        if let Some(old) = &old {
+            if old.jws == jws {
+                return Ok(Put::Same);
+            }
+            if old.endorsement.iat >= e.iat {
+                return Ok(Put::Stale);
+            }
+        }
+        let value = serde_json::to_vec(&Kept {
+            jws: jws.to_string(),
+            endorsement: e.clone(),
+        })
+        .map_err(|_| StoreError::InvalidInput {
+            what: "endorsement",
+            value: e.sub.chars().take(100).collect(),
+            reason: "does not serialize",
+        })?;
+        let mut ops = vec![FamilyOp::Put(key, value)];
+        if old.is_none() {
+            let per = read_u64(self.family.get(&issuer_key(&e.iss))?);
+            if per >= MAX_PER_ISSUER {
+                return Ok(Put::Full(format!(
+                    "{} already has {MAX_PER_ISSUER} statements kept",
+                    e.iss
+                )));
+            }
+            let cap = if trusted { MAX_TOTAL } else { OPEN_SHARE };
+            let mut total = self.len()?;
+            if total >= cap && last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+                *last_sweep = Some(Instant::now());
+                self.sweep_locked(now)?;
+                total = self.len()?;
+            }
+            if total >= cap {
+                return Ok(Put::Full(format!(
+                    "{total} statements kept, the most for {} issuers",
+                    if trusted { "all" } else { "untrusted" }
+                )));
+            }
+            ops.push(FamilyOp::Put(
+                issuer_key(&e.iss),
+                (per + 1).to_be_bytes().to_vec(),
+            ));
+            ops.push(FamilyOp::Put(
+                COUNT_KEY.to_vec(),
+                (total + 1).to_be_bytes().to_vec(),
+            ));
+        }
+        self.family.write(ops)?;
+        if trusted {
+            // What a trusted issuer says changes who the endorsers are.
+            *self.trusted.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        Ok(Put::Stored)
+    }
+
+    /// Verify `jws` at `now` and keep it.
+    pub fn accept(
+        &self,
+        jws: &str,
+        now: u64,
+    ) -> Result<Result<(Endorsement, Put), EndorseError>, StoreError> {
+        let e = match endorsement::verify(jws, now) {
+            Ok(e) => e,
+            Err(err) => return Ok(Err(err)),
+        };
+        let put = self.put(jws, &e, now)?;
+        Ok(Ok((e, put)))
+    }
+
+    /// Remove the expired statements; how many.
+    pub fn sweep(&self, now: u64) -> Result<usize, StoreError> {
+        let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        self.sweep_locked(now)
+    }
+
+    fn sweep_locked(&self, now: u64) -> Result<usize, StoreError> {
+        let mut due: Vec<(Vec<u8>, String)> = Vec::new();
+        self.family.scan(b"e", b"f", usize::MAX, |k, v| {
+            match serde_json::from_slice::<Kept>(v) {
+                Ok(kept) if kept.endorsement.exp > now => {}
+                Ok(kept) => due.push((k.to_vec(), kept.endorsement.iss)),
+                // An unreadable record is removed too: it can never count.
+                Err(_) => {
+                    let iss = k[1..].split(|b| *b == 0).next().unwrap_or_default();
+                    due.push((k.to_vec(), String::from_utf8_lossy(iss).into_owned()));
+                }
+            }
+            true
+        })?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let mut per: HashMap<String, u64> = HashMap::new();
+        for (_, iss) in &due {
+            *per.entry(iss.clone()).or_default() += 1;
+        }
+        let mut ops: Vec<FamilyOp> = due
+            .iter()
+            .map(|(k, _)| FamilyOp::Delete(k.clone()))
+            .collect();
+        for (iss, gone) in per {
+            let left = read_u64(self.family.get(&issuer_key(&iss))?).saturating_sub(gone);
+            ops.push(if left == 0 {
+                FamilyOp::Delete(issuer_key(&iss))
+            } else {
+                FamilyOp::Put(issuer_key(&iss), left.to_be_bytes().to_vec())
+            });
+        }
+        let total = self.len()?.saturating_sub(due.len() as u64);
+        ops.push(FamilyOp::Put(
+            COUNT_KEY.to_vec(),
+            total.to_be_bytes().to_vec(),
+        ));
+        self.family.write(ops)?;
+        *self.trusted.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(due.len())
+    }
+
+    /// The live statements `iss` made, at most [`MAX_PER_ISSUER`].
+    pub fn issued_by(&self, iss: &str, now: u64) -> Result<Vec<Kept>, StoreError> {
+        let start = pair_key(iss, "");
+        let mut end = start.clone();
+        if let Some(last) = end.last_mut() {
+            *last = 1;
+        }
+        let mut out = Vec::new();
+        self.family
+            .scan(&start, &end, MAX_PER_ISSUER as usize, |_, v| {
+                if let Ok(k) = serde_json::from_slice::<Kept>(v) {
+                    if k.endorsement.exp > now {
+                        out.push(k);
+                    }
+                }
+                true
+            })?;
+        Ok(out)
+    }
+
+    /// The endorsers whose statements count, each with its distance from a root (0: a root),
+    /// walked from the roots to the depth set, at most [`MAX_ENDORSERS`].
+    pub fn trusted(&self, now: u64) -> Result<Arc<HashMap<String, u8>>, StoreError> {
+        {
+            let t = self.trusted.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, set)) = t.as_ref() {
+                if at.elapsed() < TRUSTED_TTL {
+                    return Ok(set.clone());
+                }
+            }
+        }
+        let mut set: HashMap<String, u8> = self.roots.iter().map(|r| (r.clone(), 0)).collect();
+        let mut frontier: Vec<String> = self.roots.clone();
+        for hop in 1..self.depth {
+            let mut next = Vec::new();
+            for iss in &frontier {
+                for k in self.issued_by(iss, now)? {
+                    if set.len() >= MAX_ENDORSERS {
+                        break;
+                    }
+                    let sub = k.endorsement.sub;
+                    if !k.endorsement.revoked && !set.contains_key(&sub) {
+                        set.insert(sub.clone(), hop);
+                        next.push(sub);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        let set = Arc::new(set);
+        *self.trusted.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), set.clone()));
+        Ok(set)
+    }
+
+    /// The endorsement of `did` that counts, for `skill` (`None`: for any), the closest to a
+    /// root first; `None` when no endorser the operator trusts vouches for it.
+    pub fn vouch(
+        &self,
+        did: &str,
+        skill: Option<&str>,
+        now: u64,
+    ) -> Result<Option<Vouch>, StoreError> {
+        let trusted = self.trusted(now)?;
+        let mut best: Option<Vouch> = None;
+        for (iss, hop) in trusted.iter() {
+            if iss == did || best.as_ref().is_some_and(|b| b.hops <= hop + 1) {
+                continue;
+            }
+            let Some(k) = self.get(iss, did)? else {
+                continue;
+            };
+            let e = k.endorsement;
+            if e.exp > now && e.covers(skill) {
+                best = Some(Vouch {
+                    by: e.iss,
+                    skills: e.skills,
+                    until: e.exp,
+                    hops: hop + 1,
+                });
+            }
+        }
+        Ok(best)
+    }
+}
+
+/// The check of [`ENDORSE_TOPIC`](agentnet_discovery::net::ENDORSE_TOPIC) messages: verify,
+/// keep, and forward what was kept (or was kept already).
+pub struct Gossip(pub Arc<Endorsements>);
+
+impl TopicCheck for Gossip {
+    fn check(
+        &self,
+        source: PeerId,
+        data: Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send + 'static>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            let r = tokio::task::spawn_blocking(move || {
+                let jws = std::str::from_utf8(&data)
+                    .map_err(|_| EndorseError::Malformed("not UTF-8".into()));
+                match jws {
+                    Ok(jws) => store.accept(jws, unix_now()),
+                    Err(e) => Ok(Err(e)),
+                }
+            })
+            .await;
+            match r {
+                Ok(Ok(Ok((e, Put::Stored | Put::Same)))) => {
+                    tracing::debug!(iss = %e.iss, sub = %e.sub, peer = %source, "accepted endorsement");
+                    Verdict::Accept
+                }
+                Ok(Ok(Ok((e, why)))) => {
+                    tracing::debug!(iss = %e.iss, ?why, peer = %source, "ignored endorsement");
+                    Verdict::Ignore
+                }
+                Ok(Ok(Err(err))) if err.penalize() => {
+                    tracing::info!(peer = %source, error = %err, "rejected endorsement");
+                    Verdict::Reject
+                }
+                Ok(Ok(Err(err))) => {
+                    tracing::debug!(peer = %source, error = %err, "ignored endorsement");
+                    Verdict::Ignore
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "keeping an endorsement");
+                    Verdict::Ignore
+                }
+                Err(_) => Verdict::Ignore,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentnet_did::SecretKey;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn open(dir: &std::path::Path, roots: &[&SecretKey], depth: u8) -> Endorsements {
+        let store = Store::open_with_families(dir, Default::default(), &[CF_ENDORSEMENTS]).unwrap();
+        let roots = roots.iter().map(|k| k.did_key().to_string()).collect();
+        Endorsements::open(&store, roots, depth).unwrap()
+    }
+
+    fn endorse(by: &SecretKey, sub: &str, skills: &[&str], iat: u64) -> String {
+        let e = Endorsement::new(
+            by.did_key().as_str(),
+            sub,
+            skills.iter().map(|s| s.to_string()).collect(),
+            iat,
+            iat + 3600,
+        );
+        endorsement::sign(&e, by)
+    }
+
+    fn key(i: u32) -> SecretKey {
+        let mut seed = [0u8; 32];
+        seed[..4].copy_from_slice(&i.to_be_bytes());
+        seed[31] = 1;
+        SecretKey::from_seed(&seed)
+    }
+
+    #[test]
+    fn only_endorsers_reached_from_a_root_count_and_a_ring_of_strangers_counts_for_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, mid, agent) = (key(1), key(2), key(3));
+        let e = open(dir.path(), &[&root], 2);
+        let agent_did = agent.did_key().to_string();
+        // A ring of 50 fresh DIDs, each endorsing the next and the agent.
+        let ring: Vec<SecretKey> = (100..150).map(key).collect();
+        for (i, k) in ring.iter().enumerate() {
+            let next = ring[(i + 1) % ring.len()].did_key().to_string();
+            assert!(matches!(
+                e.accept(&endorse(k, &next, &[], NOW), NOW).unwrap(),
+                Ok((_, Put::Stored))
+            ));
+            assert!(matches!(
+                e.accept(&endorse(k, &agent_did, &[], NOW), NOW).unwrap(),
+                Ok((_, Put::Stored))
+            ));
+        }
+        assert_eq!(e.len().unwrap(), 100);
+        assert_eq!(e.vouch(&agent_did, None, NOW).unwrap(), None);
+        for k in &ring {
+            assert_eq!(e.vouch(k.did_key().as_str(), None, NOW).unwrap(), None);
+        }
+        // The root vouches for mid (any skill), mid for the agent's weather skill: 2 hops.
+        e.accept(&endorse(&root, mid.did_key().as_str(), &[], NOW), NOW)
+            .unwrap()
+            .unwrap();
+        e.accept(&endorse(&mid, &agent_did, &["weather"], NOW), NOW)
+            .unwrap()
+            .unwrap();
+        let v = e.vouch(&agent_did, Some("weather"), NOW).unwrap().unwrap();
+        assert_eq!((v.by.as_str(), v.hops), (mid.did_key().as_str(), 2));
+        assert!(v.reason().contains("skills weather"), "{}", v.reason());
+        assert_eq!(e.vouch(&agent_did, Some("books"), NOW).unwrap(), None);
+        // At depth 1 only the root's own statements count.
+        drop(e);
+        let e1 = open(dir.path(), &[&root], 1);
+        assert_eq!(e1.vouch(&agent_did, Some("weather"), NOW).unwrap(), None);
+        assert_eq!(
+            e1.vouch(mid.did_key().as_str(), None, NOW)
+                .unwrap()
+                .unwrap()
+                .hops,
+            1
+        );
+    }
+
+    #[test]
+    fn a_revocation_stands_and_a_replay_of_what_it_revoked_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, agent) = (key(1), key(3));
+        let e = open(dir.path(), &[&root], 1);
+        let sub = agent.did_key().to_string();
+        let first = endorse(&root, &sub, &["weather"], NOW);
+        assert!(matches!(
+            e.accept(&first, NOW).unwrap(),
+            Ok((_, Put::Stored))
+        ));
+        assert!(matches!(e.accept(&first, NOW).unwrap(), Ok((_, Put::Same))));
+        assert!(e.vouch(&sub, Some("weather"), NOW).unwrap().is_some());
+        let r = Endorsement::revocation(root.did_key().as_str(), &sub, NOW + 10, NOW + 3600);
+        let r = endorsement::sign(&r, &root);
+        assert!(matches!(
+            e.accept(&r, NOW + 10).unwrap(),
+            Ok((_, Put::Stored))
+        ));
+        assert_eq!(e.vouch(&sub, Some("weather"), NOW + 10).unwrap(), None);
+        assert!(matches!(
+            e.accept(&first, NOW + 20).unwrap(),
+            Ok((_, Put::Stale))
+        ));
+        assert_eq!(e.vouch(&sub, None, NOW + 20).unwrap(), None);
+        assert_eq!(e.len().unwrap(), 1);
+        // Expired statements are swept, and the counts follow.
+        assert_eq!(e.sweep(NOW + 3601).unwrap(), 1);
+        assert_eq!(e.len().unwrap(), 0);
+    }
+
+    #[test]
+    fn strangers_fill_only_their_share_and_one_issuer_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = key(1);
+        let e = open(dir.path(), &[&root], 1);
+        let flood = key(7);
+        let mut full = None;
+        for i in 0..=MAX_PER_ISSUER as u32 {
+            let sub = key(10_000 + i).did_key().to_string();
+            let e2 = Endorsement::new(flood.did_key().as_str(), &sub, vec![], NOW, NOW + 60);
+            let (_, put) = e
+                .accept(&endorsement::sign(&e2, &flood), NOW)
+                .unwrap()
+                .unwrap();
+            if put != Put::Stored {
+                full = Some((i, put));
+                break;
+            }
+        }
+        let (i, put) = full.expect("a bound");
+        assert_eq!(i as u64, MAX_PER_ISSUER);
+        assert!(
+            matches!(put, Put::Full(ref w) if w.contains("256")),
+            "{put:?}"
+        );
+        // The total: write the counter as if strangers filled their share.
+        e.family
+            .write(vec![FamilyOp::Put(
+                COUNT_KEY.to_vec(),
+                OPEN_SHARE.to_be_bytes().to_vec(),
+            )])
+            .unwrap();
+        let stranger = key(8);
+        let sub = key(9).did_key().to_string();
+        let s = endorse(&stranger, &sub, &[], NOW);
+        assert!(matches!(e.accept(&s, NOW).unwrap(), Ok((_, Put::Full(_)))));
+        // The root still has room.
+        let r = endorse(&root, &sub, &[], NOW);
+        assert!(matches!(e.accept(&r, NOW).unwrap(), Ok((_, Put::Stored))));
+        assert!(e.vouch(&sub, None, NOW).unwrap().is_some());
+    }
+}
