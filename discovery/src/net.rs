@@ -38,7 +38,8 @@ use libp2p::{identify, mdns, noise, ping, tcp, yamux, StreamProtocol, Swarm, Tra
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::{CancellationToken, DropGuard};
+pub use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 use tokio_util::task::TaskTracker;
 
 use crate::advert::{Reject, Validated, Validator};
@@ -233,6 +234,12 @@ pub struct Stats {
     pub provider_records_admitted: Counter,
     /// Inbound provider records refused by the quotas.
     pub provider_records_refused: Counter,
+    /// [`ENDORSE_TOPIC`] messages the node's check accepted (forwarded).
+    pub endorsements_accepted: Counter,
+    /// ... ignored (stale, a bound reached, no check registered).
+    pub endorsements_ignored: Counter,
+    /// ... rejected (forged, malformed: the sender scored down).
+    pub endorsements_rejected: Counter,
 }
 
 impl Stats {
@@ -299,6 +306,21 @@ impl Stats {
                 "provider_records_refused",
                 "Inbound DHT provider records refused by the quotas",
                 &self.provider_records_refused,
+            ),
+            (
+                "endorsements_accepted",
+                "Endorsements accepted and forwarded",
+                &self.endorsements_accepted,
+            ),
+            (
+                "endorsements_ignored",
+                "Endorsements ignored (stale, a bound reached)",
+                &self.endorsements_ignored,
+            ),
+            (
+                "endorsements_rejected",
+                "Endorsements rejected (forged, malformed)",
+                &self.endorsements_rejected,
             ),
         ];
         for (name, help, counter) in counters {
@@ -1595,6 +1617,7 @@ impl Node {
                 .report_message_validation_result(&id, &source, a);
         };
         let Some(check) = self.endorsements.get().cloned() else {
+            self.stats.endorsements_ignored.inc();
             return verdict(self, MessageAcceptance::Ignore);
         };
         if !self.within_rate(source) {
@@ -1605,13 +1628,27 @@ impl Node {
             self.stats.throttled.inc();
             return verdict(self, MessageAcceptance::Ignore);
         };
-        let (tx, cancel) = (self.internal_tx.clone(), self.cancel.clone());
+        let (tx, cancel, stats) = (
+            self.internal_tx.clone(),
+            self.cancel.clone(),
+            self.stats.clone(),
+        );
         self.tasks.spawn(async move {
             let acceptance = tokio::select! {
                 v = check.check(source, data) => match v {
-                    Verdict::Accept => MessageAcceptance::Accept,
-                    Verdict::Ignore => MessageAcceptance::Ignore,
-                    Verdict::Reject => MessageAcceptance::Reject,
+                    Verdict::Accept => {
+                        stats.endorsements_accepted.inc();
+                        MessageAcceptance::Accept
+                    }
+                    Verdict::Ignore => {
+                        stats.endorsements_ignored.inc();
+                        MessageAcceptance::Ignore
+                    }
+                    Verdict::Reject => {
+                        stats.endorsements_rejected.inc();
+                        stats.reject_from(source);
+                        MessageAcceptance::Reject
+                    }
                 },
                 _ = cancel.cancelled() => return,
             };

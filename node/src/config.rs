@@ -162,12 +162,50 @@ pub struct TrustSection {
     /// The weakest level discovery returns: `self-asserted` (all, the default),
     /// `domain-verified`, `endorsed`, `allow-listed`.
     pub min_level: Option<crate::trust::Level>,
+    /// did:key DIDs whose endorsements count (beside the node's own DID, which always does):
+    /// an agent one of them endorses is `endorsed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endorsers: Vec<String>,
+    /// How far endorsements count from the endorsers: 1 (the default), their own only; 2, also
+    /// those of the DIDs they endorsed; at most 4.
+    pub endorse_depth: Option<u8>,
 }
 
 impl TrustSection {
     /// The policy these settings make ([`crate::trust`]).
     pub fn policy(&self) -> Result<crate::trust::Policy, String> {
         crate::trust::Policy::new(&self.allow, &self.deny, self.min_level)
+    }
+
+    /// The endorsers and depth, checked: did:key DIDs (endorsements are signed by did:key
+    /// issuers, [`agentnet_did::endorsement`]), a depth of 1 to
+    /// [`crate::endorsements::MAX_DEPTH`].
+    pub fn endorsers(&self) -> Result<(Vec<String>, u8), String> {
+        if self.endorsers.len() > crate::trust::MAX_ENDORSERS {
+            return Err(format!(
+                "endorsers: at most {} entries",
+                crate::trust::MAX_ENDORSERS
+            ));
+        }
+        for e in &self.endorsers {
+            let did = agentnet_did::Did::parse(e)
+                .map_err(|err| format!("endorsers: {e:?} is not a DID: {err}"))?;
+            if *did.method() != agentnet_did::Method::Key {
+                return Err(format!(
+                    "endorsers: {e:?} is not a did:key; endorsements are signed by did:key \
+                     issuers (an organisation lists the did:key it endorses with, e.g. its \
+                     node's: `agentnet status` prints it)"
+                ));
+            }
+        }
+        let depth = self.endorse_depth.unwrap_or(1);
+        if !(1..=crate::endorsements::MAX_DEPTH).contains(&depth) {
+            return Err(format!(
+                "endorse_depth: {depth} is not between 1 and {}",
+                crate::endorsements::MAX_DEPTH
+            ));
+        }
+        Ok((self.endorsers.clone(), depth))
     }
 }
 
@@ -456,6 +494,7 @@ impl FileConfig {
             ));
         }
         self.trust.policy().map_err(|e| invalid("trust", e))?;
+        self.trust.endorsers().map_err(|e| invalid("trust", e))?;
         if let Some(f) = &self.trust.flag_rules {
             crate::flags::Rules::with_file(f)
                 .map_err(|e| invalid("trust", format!("flag_rules: {e}")))?;

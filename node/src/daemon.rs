@@ -211,6 +211,8 @@ impl From<NodeFileError> for Error {
 const TASK_SWEEP: Duration = Duration::from_secs(60);
 /// Most tasks deleted per sweep.
 const TASK_SWEEP_MAX: usize = 10_000;
+/// How often the node gossips its own endorsements again.
+const ENDORSE_REANNOUNCE: Duration = Duration::from_secs(600);
 
 /// `addr` with `/p2p/<peer>` appended, unless it already names a peer.
 fn with_peer(addr: &Multiaddr, peer: libp2p::PeerId) -> Multiaddr {
@@ -328,6 +330,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         families.push(publisher::CF_PUBLISHED);
         families.push(crate::audit::CF_AUDIT);
         families.push(crate::pins::CF_PINS);
+        families.push(crate::endorsements::CF_ENDORSEMENTS);
         Store::open_with_families(&store_path, store_limits, &families)
     })
     .await
@@ -533,6 +536,40 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         None => crate::flags::Rules::default(),
     });
     let policy = Arc::new(opts.hosted.trust.policy().map_err(Error::Trust)?);
+    let (mut roots, depth) = opts.hosted.trust.endorsers().map_err(Error::Trust)?;
+    roots.push(did.to_string());
+    let endorsements = Arc::new(crate::endorsements::Endorsements::open(
+        &store, roots, depth,
+    )?);
+    client.check_endorsements(Arc::new(crate::endorsements::Gossip(endorsements.clone())))?;
+    // The node's own endorsements, gossiped again now and then (a node that joined since has
+    // not heard them), and the expired ones swept.
+    {
+        let (e, c, own) = (endorsements.clone(), client.clone(), did.to_string());
+        let stop = publisher_stop.child_token();
+        tracker.spawn(async move {
+            loop {
+                let (e2, own2) = (e.clone(), own.clone());
+                let now = crate::endorsements::unix_now();
+                let kept = tokio::task::spawn_blocking(move || {
+                    let _ = e2.sweep(now);
+                    e2.issued_by(&own2, now)
+                })
+                .await;
+                if let Ok(Ok(kept)) = kept {
+                    for k in kept {
+                        if let Err(error) = c.publish_endorsement(k.jws.into_bytes()).await {
+                            tracing::debug!(%error, "re-announcing an endorsement");
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(ENDORSE_REANNOUNCE) => {}
+                }
+            }
+        });
+    }
     let admin = AdminState {
         client: client.clone(),
         publisher,
@@ -541,6 +578,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         pins: Some(Arc::new(crate::pins::Pins::open(client.store())?)),
         flags: flag_rules,
         trust: policy,
+        endorsements: Some(endorsements),
     };
     let http_stop = stop.child_token();
     let http_task = tracker.spawn(server::serve(

@@ -101,6 +101,9 @@ pub struct Stats {
     /// Connections closed by the connection manager.
     #[serde(default)]
     pub connections_trimmed: u64,
+    /// Endorsements from gossip: accepted, ignored, rejected.
+    #[serde(default)]
+    pub endorsements: [u64; 3],
 }
 
 /// A connected peer.

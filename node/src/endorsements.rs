@@ -107,7 +107,8 @@ impl Vouch {
     }
 }
 
-fn unix_now() -> u64 {
+/// Now, Unix seconds.
+pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -121,13 +122,16 @@ pub fn rfc3339(t: u64) -> String {
         .unwrap_or_else(|| t.to_string())
 }
 
+/// Endorsers, each with its distance from a root (0: a root).
+pub type Endorsers = Arc<HashMap<String, u8>>;
+
 /// The endorsements of one node.
 pub struct Endorsements {
     family: Family,
     write: Mutex<Option<Instant>>,
     roots: Vec<String>,
     depth: u8,
-    trusted: Mutex<Option<(Instant, Arc<HashMap<String, u8>>)>>,
+    trusted: Mutex<Option<(Instant, Endorsers)>>,
 }
 
 impl std::fmt::Debug for Endorsements {
@@ -344,7 +348,7 @@ impl Endorsements {
 
     /// The endorsers whose statements count, each with its distance from a root (0: a root),
     /// walked from the roots to the depth set, at most [`MAX_ENDORSERS`].
-    pub fn trusted(&self, now: u64) -> Result<Arc<HashMap<String, u8>>, StoreError> {
+    pub fn trusted(&self, now: u64) -> Result<Endorsers, StoreError> {
         {
             let t = self.trusted.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((at, set)) = t.as_ref() {
@@ -377,12 +381,12 @@ impl Endorsements {
         Ok(set)
     }
 
-    /// The endorsement of `did` that counts, for `skill` (`None`: for any), the closest to a
-    /// root first; `None` when no endorser the operator trusts vouches for it.
+    /// The endorsement of `did` that counts for every one of `skills` (none: for anything),
+    /// the closest to a root first; `None` when no endorser the operator trusts vouches for it.
     pub fn vouch(
         &self,
         did: &str,
-        skill: Option<&str>,
+        skills: &[String],
         now: u64,
     ) -> Result<Option<Vouch>, StoreError> {
         let trusted = self.trusted(now)?;
@@ -395,7 +399,8 @@ impl Endorsements {
                 continue;
             };
             let e = k.endorsement;
-            if e.exp > now && e.covers(skill) {
+            let covered = e.covers(None) && skills.iter().all(|s| e.covers(Some(s)));
+            if e.exp > now && covered {
                 best = Some(Vouch {
                     by: e.iss,
                     skills: e.skills,
@@ -507,9 +512,9 @@ mod tests {
             ));
         }
         assert_eq!(e.len().unwrap(), 100);
-        assert_eq!(e.vouch(&agent_did, None, NOW).unwrap(), None);
+        assert_eq!(e.vouch(&agent_did, &[], NOW).unwrap(), None);
         for k in &ring {
-            assert_eq!(e.vouch(k.did_key().as_str(), None, NOW).unwrap(), None);
+            assert_eq!(e.vouch(k.did_key().as_str(), &[], NOW).unwrap(), None);
         }
         // The root vouches for mid (any skill), mid for the agent's weather skill: 2 hops.
         e.accept(&endorse(&root, mid.did_key().as_str(), &[], NOW), NOW)
@@ -518,16 +523,22 @@ mod tests {
         e.accept(&endorse(&mid, &agent_did, &["weather"], NOW), NOW)
             .unwrap()
             .unwrap();
-        let v = e.vouch(&agent_did, Some("weather"), NOW).unwrap().unwrap();
+        let v = e
+            .vouch(&agent_did, &["weather".into()], NOW)
+            .unwrap()
+            .unwrap();
         assert_eq!((v.by.as_str(), v.hops), (mid.did_key().as_str(), 2));
         assert!(v.reason().contains("skills weather"), "{}", v.reason());
-        assert_eq!(e.vouch(&agent_did, Some("books"), NOW).unwrap(), None);
+        assert_eq!(e.vouch(&agent_did, &["books".into()], NOW).unwrap(), None);
         // At depth 1 only the root's own statements count.
         drop(e);
         let e1 = open(dir.path(), &[&root], 1);
-        assert_eq!(e1.vouch(&agent_did, Some("weather"), NOW).unwrap(), None);
         assert_eq!(
-            e1.vouch(mid.did_key().as_str(), None, NOW)
+            e1.vouch(&agent_did, &["weather".into()], NOW).unwrap(),
+            None
+        );
+        assert_eq!(
+            e1.vouch(mid.did_key().as_str(), &[], NOW)
                 .unwrap()
                 .unwrap()
                 .hops,
@@ -547,19 +558,19 @@ mod tests {
             Ok((_, Put::Stored))
         ));
         assert!(matches!(e.accept(&first, NOW).unwrap(), Ok((_, Put::Same))));
-        assert!(e.vouch(&sub, Some("weather"), NOW).unwrap().is_some());
+        assert!(e.vouch(&sub, &["weather".into()], NOW).unwrap().is_some());
         let r = Endorsement::revocation(root.did_key().as_str(), &sub, NOW + 10, NOW + 3600);
         let r = endorsement::sign(&r, &root);
         assert!(matches!(
             e.accept(&r, NOW + 10).unwrap(),
             Ok((_, Put::Stored))
         ));
-        assert_eq!(e.vouch(&sub, Some("weather"), NOW + 10).unwrap(), None);
+        assert_eq!(e.vouch(&sub, &["weather".into()], NOW + 10).unwrap(), None);
         assert!(matches!(
             e.accept(&first, NOW + 20).unwrap(),
             Ok((_, Put::Stale))
         ));
-        assert_eq!(e.vouch(&sub, None, NOW + 20).unwrap(), None);
+        assert_eq!(e.vouch(&sub, &[], NOW + 20).unwrap(), None);
         assert_eq!(e.len().unwrap(), 1);
         // Expired statements are swept, and the counts follow.
         assert_eq!(e.sweep(NOW + 3601).unwrap(), 1);
@@ -605,6 +616,6 @@ mod tests {
         // The root still has room.
         let r = endorse(&root, &sub, &[], NOW);
         assert!(matches!(e.accept(&r, NOW).unwrap(), Ok((_, Put::Stored))));
-        assert!(e.vouch(&sub, None, NOW).unwrap().is_some());
+        assert!(e.vouch(&sub, &[], NOW).unwrap().is_some());
     }
 }

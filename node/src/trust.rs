@@ -5,9 +5,9 @@
 //!
 //! Levels, weakest first: `self-asserted` (a did:key, or a did:wba `e1_` DID: no domain vouched
 //! for the key), `domain-verified` (a did:web or did:wba whose key the node read from a
-//! document its domain served), `endorsed` (vouched for by a DID the operator trusts: not built
-//! yet, so no agent reaches it today), `allow-listed` (named in `allow`, by DID, or by a domain
-//! that verified it).
+//! document its domain served), `endorsed` (vouched for by an endorser the operator trusts:
+//! [`crate::endorsements`], `[trust] endorsers` and `endorse_depth`), `allow-listed` (named in
+//! `allow`, by DID, or by a domain that verified it).
 
 use agentnet_did::{Did, Method};
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,8 @@ pub struct Policy {
 
 /// Most entries in `allow` and in `deny`.
 pub const MAX_ENTRIES: usize = 10_000;
+/// Most entries in `endorsers`.
+pub const MAX_ENDORSERS: usize = 256;
 
 impl Policy {
     /// The policy with these lists (DIDs or domain names) and minimum level.
@@ -124,6 +126,16 @@ impl Policy {
 
     /// `did`'s level and why, or why it is not returned.
     pub fn judge(&self, did: &str) -> Result<Judged, String> {
+        self.judge_with(did, None)
+    }
+
+    /// [`judge`](Self::judge), with the endorsement that counts for `did`, if one does
+    /// ([`crate::endorsements::Endorsements::vouch`]): it raises a weaker level to `endorsed`.
+    pub fn judge_with(
+        &self,
+        did: &str,
+        vouch: Option<&crate::endorsements::Vouch>,
+    ) -> Result<Judged, String> {
         let parsed = Did::parse(did).map_err(|e| format!("not a DID: {e}"))?;
         let domain = domain_of(&parsed);
         let verified = agentnet_discovery::advert::domain_verified(did);
@@ -161,6 +173,13 @@ impl Policy {
             // A domain vouches only where it served the key.
             Entry::Domain(_) => verified && e.names(did, domain.as_deref()),
         });
+        let level = match vouch {
+            Some(v) => {
+                reasons.push(v.reason());
+                level.max(Level::Endorsed)
+            }
+            None => level,
+        };
         let level = match allowed {
             Some(e) => {
                 reasons.push(format!("allow-listed by [trust] allow ({})", e.show()));
@@ -230,6 +249,28 @@ mod tests {
         let e = strict.judge(KEY).unwrap_err();
         assert_eq!(e, "self-asserted, below [trust] min_level domain-verified");
         assert!(strict.judge("did:web:a.example").is_ok());
+    }
+
+    #[test]
+    fn an_endorsement_raises_the_level_and_says_by_whom() {
+        let v = crate::endorsements::Vouch {
+            by: KEY.into(),
+            skills: vec!["weather".into()],
+            until: 1_800_000_000,
+            hops: 1,
+        };
+        let strict = p(&[], &[], Some(Level::Endorsed));
+        assert!(strict.judge("did:web:a.example").is_err());
+        let j = strict.judge_with("did:web:a.example", Some(&v)).unwrap();
+        assert_eq!(j.level, Level::Endorsed);
+        assert!(
+            j.reasons[1].starts_with(&format!("endorsed by {KEY}")),
+            "{j:?}"
+        );
+        // Deny still wins.
+        assert!(p(&[], &["a.example"], None)
+            .judge_with("did:web:a.example", Some(&v))
+            .is_err());
     }
 
     #[test]

@@ -120,6 +120,27 @@ impl Client {
             .await
     }
 
+    /// `POST /admin/v1/endorse`.
+    pub async fn endorse(
+        &self,
+        body: &super::EndorseBody,
+    ) -> Result<super::EndorsementView, ClientError> {
+        self.send(self.http.post(self.url("/admin/v1/endorse")).json(body))
+            .await
+    }
+
+    /// `GET /admin/v1/endorsements[?did=DID]`.
+    pub async fn endorsements(
+        &self,
+        did: Option<&str>,
+    ) -> Result<Vec<super::EndorsementView>, ClientError> {
+        let mut u = self.url("/admin/v1/endorsements");
+        if let Some(d) = did {
+            u.query_pairs_mut().append_pair("did", d);
+        }
+        self.send(self.http.get(u)).await
+    }
+
     /// `POST /admin/v1/trust/accept`: accept `did`'s live card as its pin.
     pub async fn trust_accept(&self, did: &str) -> Result<crate::pins::PinState, ClientError> {
         let body = serde_json::json!({ "did": did });

@@ -65,7 +65,7 @@ mod server;
 pub const STATUS_PATH: &str = "/admin/v1/status";
 
 pub use client::Client;
-pub use server::{router, router_with, AdminState, Guard};
+pub use server::{router, router_with, AdminState, EndorseBody, EndorsementView, Guard};
 
 pub use crate::directory::{Error as ClientError, Found, Peers, DEFAULT_LIMIT, MAX_LIMIT};
 

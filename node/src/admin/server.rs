@@ -20,6 +20,8 @@ pub struct AdminState {
     pub flags: Arc<crate::flags::Rules>,
     /// The trust policy ([`crate::trust`]).
     pub trust: Arc<crate::trust::Policy>,
+    /// The endorsements kept ([`crate::endorsements`]); `None`: none count.
+    pub endorsements: Option<Arc<crate::endorsements::Endorsements>>,
 }
 
 /// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
@@ -58,6 +60,8 @@ pub fn router_with(state: AdminState, guard: Guard, extra: Router) -> Router {
         .route("/admin/v1/trust/accept", post(trust_accept))
         .route("/admin/v1/trust/check", post(trust_check))
         .route("/admin/v1/trust/tools", post(trust_tools))
+        .route("/admin/v1/endorse", post(endorse))
+        .route("/admin/v1/endorsements", get(endorsements))
         .route("/admin/v1/peers", get(peers))
         .route("/admin/v1/adverts", post(import))
         .route("/admin/v1/adverts/{did}", get(advert))
@@ -242,6 +246,65 @@ async fn trust_accept(
     Ok(Json(state.accept(&body.did).await?))
 }
 
+/// The body of `POST /admin/v1/endorse`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndorseBody {
+    /// The DID vouched for.
+    pub did: String,
+    /// The skill tags (none: every skill).
+    #[serde(default)]
+    pub skills: Vec<String>,
+    /// For how long, seconds (at most a year and a day).
+    #[serde(default = "default_endorse_for")]
+    pub for_secs: u64,
+    /// Withdraw what the node said of `did` instead.
+    #[serde(default)]
+    pub revoke: bool,
+}
+
+fn default_endorse_for() -> u64 {
+    30 * 24 * 3600
+}
+
+/// What `POST /admin/v1/endorse` answers and `GET /admin/v1/endorsements` lists.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndorsementView {
+    /// What it says.
+    #[serde(flatten)]
+    pub endorsement: agentnet_did::endorsement::Endorsement,
+    /// The compact JWS, as gossiped.
+    pub jws: String,
+    /// Whether it counts on this node (its issuer is an endorser the operator trusts, it is
+    /// live and not a revocation).
+    pub counts: bool,
+}
+
+async fn endorse(
+    State(state): State<AdminState>,
+    Json(body): Json<EndorseBody>,
+) -> Result<Json<EndorsementView>, ApiError> {
+    Ok(Json(state.endorse(body).await?))
+}
+
+async fn endorsements(
+    State(state): State<AdminState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<EndorsementView>>, ApiError> {
+    let mut did = None;
+    for (k, v) in url::form_urlencoded::parse(query.as_deref().unwrap_or_default().as_bytes()) {
+        match &*k {
+            "did" => did = Some(v.into_owned()),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown parameter {other:?}"
+                )))
+            }
+        }
+    }
+    Ok(Json(state.endorsements_of(did.as_deref()).await?))
+}
+
 /// The body of `POST /admin/v1/trust/tools`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -280,6 +343,28 @@ async fn trust_check(
     }
 }
 
+/// Skill tags as the index (and endorsements) hold them.
+fn normalized(skills: &[String]) -> Vec<String> {
+    skills
+        .iter()
+        .filter_map(|t| agentnet_discovery::tags::normalize(t))
+        .collect()
+}
+
+/// The endorsement that counts for `did` and `skills`, if one does; a store error is logged
+/// and counts as none (the agent is still shown, at its other level).
+fn vouch_of(
+    e: Option<&crate::endorsements::Endorsements>,
+    did: &str,
+    skills: &[String],
+    now: u64,
+) -> Option<crate::endorsements::Vouch> {
+    e?.vouch(did, skills, now)
+        .map_err(|error| tracing::warn!(%error, "reading endorsements"))
+        .ok()
+        .flatten()
+}
+
 async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError> {
     Ok(Json(state.peers().await?))
 }
@@ -295,6 +380,7 @@ impl AdminState {
             .map(directory::found)
             .collect();
         let (pins, rules, policy) = (self.pins.clone(), self.flags.clone(), self.trust.clone());
+        let (endorsements, skills) = (self.endorsements.clone(), normalized(skills));
         // The policy first (denied and too weak agents are not shown), then each card shown is
         // flagged and checked against its pin (pinned when first seen); ranked by level, then
         // freshness (the order the store found them in).
@@ -303,7 +389,8 @@ impl AdminState {
             let mut shown: Vec<Found> = found
                 .into_iter()
                 .filter_map(|mut f| {
-                    let judged = policy.judge(&f.did).ok()?;
+                    let vouch = vouch_of(endorsements.as_deref(), &f.did, &skills, now);
+                    let judged = policy.judge_with(&f.did, vouch.as_ref()).ok()?;
                     f.level = Some(judged.level);
                     f.reasons = judged.reasons;
                     f.flags = rules.card(&f.card);
@@ -373,6 +460,127 @@ impl AdminState {
         .map_err(|e: String| ApiError::internal(e))
     }
 
+    /// `POST /admin/v1/endorse`: sign, keep and gossip the node's endorsement of a DID (or its
+    /// revocation).
+    pub async fn endorse(&self, body: EndorseBody) -> Result<EndorsementView, ApiError> {
+        use agentnet_did::endorsement::{self, Endorsement};
+        let Some(store) = self.endorsements.clone() else {
+            return Err(ApiError::bad_request("this node keeps no endorsements"));
+        };
+        let subject = agentnet_did::Did::parse(&body.did)
+            .map_err(|e| ApiError::bad_request(format!("did: {e}")))?;
+        if !body.skills.is_empty() {
+            check_tags(&body.skills, endorsement::MAX_SKILLS).map_err(ApiError::from)?;
+        }
+        let skills = normalized(&body.skills);
+        if body.for_secs == 0 || body.for_secs > endorsement::MAX_LIFETIME {
+            return Err(ApiError::bad_request(format!(
+                "for: between 1 s and {} s (a year and a day)",
+                endorsement::MAX_LIFETIME
+            )));
+        }
+        let key = agentnet_did::SecretKey::from_seed(&self.node_seed);
+        let iss = key.did_key().to_string();
+        let now = unix_now();
+        let e = if body.revoke {
+            if !skills.is_empty() {
+                return Err(ApiError::bad_request(
+                    "a revocation withdraws every skill: leave out --skill",
+                ));
+            }
+            // Standing as long as what it revokes could.
+            let until = store
+                .get(&iss, subject.as_str())
+                .map_err(ApiError::internal)?
+                .map(|k| k.endorsement.exp)
+                .filter(|exp| *exp > now)
+                .unwrap_or(now + body.for_secs);
+            Endorsement::revocation(&iss, subject.as_str(), now, until)
+        } else {
+            Endorsement::new(&iss, subject.as_str(), skills, now, now + body.for_secs)
+        };
+        let jws = endorsement::sign(&e, &key);
+        let s = store.clone();
+        let j = jws.clone();
+        let accepted = tokio::task::spawn_blocking(move || s.accept(&j, now))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
+        match accepted {
+            Ok((_, crate::endorsements::Put::Stored)) => {}
+            Ok((_, crate::endorsements::Put::Full(why))) => {
+                return Err(ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "full", why))
+            }
+            // A statement made in the same second as the last one on this DID.
+            Ok((_, _)) => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "stale",
+                    "the node said something of this DID in this same second: try again",
+                ))
+            }
+            Err(err) => return Err(ApiError::bad_request(err.to_string())),
+        }
+        if let Err(error) = self
+            .client
+            .publish_endorsement(jws.clone().into_bytes())
+            .await
+        {
+            tracing::warn!(%error, "gossiping an endorsement (kept; re-announced later)");
+        }
+        Ok(EndorsementView {
+            counts: !e.revoked,
+            endorsement: e,
+            jws,
+        })
+    }
+
+    /// `GET /admin/v1/endorsements`: with `did`, the endorsers' statements about it that this
+    /// node keeps and trusts (counted or revoked); without, the node's own.
+    pub async fn endorsements_of(
+        &self,
+        did: Option<&str>,
+    ) -> Result<Vec<EndorsementView>, ApiError> {
+        let Some(store) = self.endorsements.clone() else {
+            return Ok(Vec::new());
+        };
+        let own = agentnet_did::SecretKey::from_seed(&self.node_seed)
+            .did_key()
+            .to_string();
+        let did = did.map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            let now = unix_now();
+            let kept = match &did {
+                None => store.issued_by(&own, now)?,
+                Some(d) => {
+                    let trusted = store.trusted(now)?;
+                    let mut v = Vec::new();
+                    for iss in trusted.keys() {
+                        if let Some(k) = store.get(iss, d)? {
+                            if k.endorsement.exp > now {
+                                v.push(k);
+                            }
+                        }
+                    }
+                    v
+                }
+            };
+            let trusted = store.trusted(now)?;
+            Ok::<_, agentnet_discovery::store::StoreError>(
+                kept.into_iter()
+                    .map(|k| EndorsementView {
+                        counts: !k.endorsement.revoked && trusted.contains_key(&k.endorsement.iss),
+                        endorsement: k.endorsement,
+                        jws: k.jws,
+                    })
+                    .collect(),
+            )
+        })
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)
+    }
+
     /// `POST /admin/v1/trust/accept`: pin `did`'s live card as the one accepted.
     pub async fn accept(&self, did: &str) -> Result<crate::pins::PinState, ApiError> {
         let Some(pins) = self.pins.clone() else {
@@ -435,6 +643,11 @@ impl AdminState {
                 throttled: s.throttled.get(),
                 traffic: c.traffic(),
                 connections_trimmed: s.trimmed.get(),
+                endorsements: [
+                    s.endorsements_accepted.get(),
+                    s.endorsements_ignored.get(),
+                    s.endorsements_rejected.get(),
+                ],
             },
         })
     }
@@ -517,12 +730,14 @@ impl Directory for AdminState {
             check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
             let stored = self.stored(skills, limit).await?;
             let (pins, rules, policy) = (self.pins.clone(), self.flags.clone(), self.trust.clone());
+            let (endorsements, skills) = (self.endorsements.clone(), normalized(skills));
             tokio::task::spawn_blocking(move || {
                 let now = unix_now();
                 let mut shown: Vec<(crate::trust::Level, AgentSummary)> = stored
                     .into_iter()
                     .filter_map(|a| {
-                        let judged = policy.judge(&a.did).ok()?;
+                        let vouch = vouch_of(endorsements.as_deref(), &a.did, &skills, now);
+                        let judged = policy.judge_with(&a.did, vouch.as_ref()).ok()?;
                         let card = serde_json::from_slice::<
                             agentnet_discovery::advert::Advertisement,
                         >(&a.bytes)

@@ -44,7 +44,7 @@ pub(super) struct DelegateArgs {
     json: bool,
 }
 
-fn parse_for(s: &str) -> Result<i64, String> {
+pub(super) fn parse_for(s: &str) -> Result<i64, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: i64 = n
         .parse()

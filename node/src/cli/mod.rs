@@ -39,6 +39,7 @@ mod calls;
 mod cards;
 mod delegate;
 mod dids;
+mod endorse;
 mod network;
 mod node;
 mod status;
@@ -214,6 +215,11 @@ enum Command {
         #[command(subcommand)]
         command: TrustCommand,
     },
+    /// Vouch for an agent's DID, for skills, for a while: signed with the node's key and
+    /// gossiped; nodes that trust this node's DID as an endorser rank the agent `endorsed`.
+    Endorse(endorse::EndorseArgs),
+    /// The endorsements the node made, or (with a DID) those of it the node trusts.
+    Endorsements(endorse::EndorsementsArgs),
     /// Show the running node's peers and counters.
     Peers {
         #[command(flatten)]
@@ -749,6 +755,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => discover(&skills, limit, &node, json).await,
         Command::Peers { node, json } => peers(&node, json).await,
+        Command::Endorse(args) => endorse::endorse_cmd(args).await,
+        Command::Endorsements(args) => endorse::endorsements_cmd(args).await,
         Command::Trust {
             command: TrustCommand::Accept { did, node, json },
         } => trust_accept(&did, &node, json).await,

@@ -233,5 +233,7 @@ pub(super) async fn peers(node: &NodeArg, json_out: bool) -> anyhow::Result<Exit
     for (reason, n) in &p.stats.rejected_by_reason {
         out!("  rejected {reason}: {n}")?;
     }
+    let [a, i, r] = p.stats.endorsements;
+    out!("endorsements: {a} accepted, {i} ignored, {r} rejected")?;
     Ok(ExitCode::SUCCESS)
 }
