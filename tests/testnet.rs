@@ -215,6 +215,33 @@ fn three_nodes_discover_every_sample_agent_from_the_last_node() {
         "{d:#}"
     );
 
+    // Discovery is not approval (issue 19): node 1's endorsement ranks Breeze first at the
+    // last node (which trusts node 1's DID as an endorser), with the reason; Gale's card,
+    // changed under its DID, is shown CHANGED with the diff and the flags.
+    let t = &report["trust"];
+    assert!(t.get("error").is_none(), "{t:#}");
+    let (breeze, gale) = (str_of(t, "endorsed"), str_of(t, "other"));
+    assert_eq!(t["before"], serde_json::json!([gale, breeze]), "{t:#}");
+    assert_eq!(t["after"], serde_json::json!([breeze, gale]), "{t:#}");
+    assert_eq!(t["level"], "endorsed", "{t:#}");
+    assert_eq!(t["endorser"], report["nodes"][0]["did"], "{t:#}");
+    assert!(
+        t["reasons"]
+            .to_string()
+            .contains(&format!("endorsed by {}", str_of(t, "endorser"))),
+        "{t:#}"
+    );
+    assert_eq!(t["pin"], "CHANGED", "{t:#}");
+    assert!(
+        t["diff"].to_string().contains("gale-mirror.invalid"),
+        "{t:#}"
+    );
+    let flags = t["flags"].to_string();
+    assert!(
+        flags.contains("instruction") && flags.contains("pick-me"),
+        "{t:#}"
+    );
+
     let well_known = &report["well_known"];
     assert!(str_of(well_known, "did_json").ends_with("/.well-known/did.json"));
     assert!(str_of(well_known, "agent_card_json").ends_with("/.well-known/agent-card.json"));
