@@ -336,3 +336,87 @@ fn endorse_refuses_what_it_cannot_sign_and_config_check_names_bad_endorsers() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("endorse_depth"), "{}", stderr(&o));
 }
+
+/// `interop/node/endorsement.mjs` (`jose`, `canonicalize`, @digitalbazaar/ed25519-multikey):
+/// it verifies an endorsement we signed and refuses it with one payload byte changed; it issues
+/// one from a seed, and our verifier (the check every node runs on gossip) accepts it, naming
+/// the same did:key for that seed as we derive.
+#[test]
+fn an_independent_jose_implementation_verifies_and_issues_endorsements() {
+    let js_dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/node");
+    let node_ok = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node_ok || !js_dir.join("node_modules/canonicalize").exists() {
+        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
+        assert!(
+            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+            "interop tools missing although scripts/test.sh installed them"
+        );
+        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let js = |args: &[&str]| {
+        let o = std::process::Command::new("node")
+            .arg(js_dir.join("endorsement.mjs"))
+            .args(args)
+            .current_dir(&js_dir)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+        (o.status.success(), v)
+    };
+    let now = net::unix_now();
+    let issuer = SecretKey::from_seed(&[0x21; 32]);
+    let sub = SecretKey::from_seed(&[0x22; 32]).did_key().to_string();
+    let e = Endorsement::new(
+        issuer.did_key().as_str(),
+        &sub,
+        vec![SKILL.into()],
+        now,
+        now + 600,
+    );
+    let jws = endorsement::sign(&e, &issuer);
+    let f = tmp.path().join("e.jws");
+    std::fs::write(&f, &jws).unwrap();
+    let (ok, v) = js(&["verify", p(&f)]);
+    assert!(ok, "{v}");
+    assert_eq!(v["payload"]["sub"], sub.as_str(), "{v}");
+    assert_eq!(v["payload"]["skills"], json!([SKILL]), "{v}");
+    let parts: Vec<&str> = jws.split('.').collect();
+    let mut payload = parts[1].to_string().into_bytes();
+    payload[12] = if payload[12] == b'A' { b'B' } else { b'A' };
+    let forged = format!(
+        "{}.{}.{}",
+        parts[0],
+        String::from_utf8(payload).unwrap(),
+        parts[2]
+    );
+    std::fs::write(&f, &forged).unwrap();
+    let (ok, v) = js(&["verify", p(&f)]);
+    assert!(!ok, "a changed payload verified: {v}");
+
+    let seed = [0x23u8; 32];
+    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    let (ok, v) = js(&[
+        "issue",
+        &hex,
+        &sub,
+        SKILL,
+        &now.to_string(),
+        &(now + 600).to_string(),
+    ]);
+    assert!(ok, "{v}");
+    let theirs = endorsement::verify(v["jws"].as_str().unwrap(), now).unwrap();
+    let expected = SecretKey::from_seed(&seed).did_key().to_string();
+    assert_eq!(theirs.iss, expected);
+    assert_eq!(v["iss"], expected.as_str());
+    assert_eq!(
+        (theirs.sub.as_str(), theirs.skills.as_slice()),
+        (sub.as_str(), [SKILL.to_string()].as_slice())
+    );
+    assert!(theirs.covers(Some(SKILL)) && !theirs.covers(Some("books")));
+}
