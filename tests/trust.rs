@@ -461,3 +461,108 @@ fn the_trust_policy_denies_ranks_and_explains() {
         stderr(&o)
     );
 }
+
+/// A `proxy` agent with `refuse_changed_card = true`: its upstream's signed card is pinned when
+/// the proxy first reads it; the upstream restarted with another description (same DID), the
+/// restarted proxy refuses to call it and says how to accept it; after `agentnet trust accept`
+/// (the node holds no advertisement of the upstream: the card it read is what is accepted) the
+/// proxy calls it again.
+#[test]
+fn a_proxy_refuses_an_upstream_whose_card_changed_until_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let up_dir = tmp.path().join("up");
+    let start_up = |description: &str| {
+        std::fs::create_dir_all(&up_dir).unwrap();
+        let cfg = up_dir.join("node.toml");
+        std::fs::write(
+            &cfg,
+            format!("[[agent]]\nid = \"up\"\nkind = \"echo\"\npublish = false\ndescription = {description:?}\n"),
+        )
+        .unwrap();
+        let http = format!("127.0.0.1:{port}");
+        UpNode::spawn(
+            &up_dir,
+            &[
+                "--config",
+                p(&cfg),
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+                "--http",
+                &http,
+                "--no-mdns",
+            ],
+        )
+    };
+    let proxy_dir = tmp.path().join("proxy");
+    let start_proxy = || {
+        std::fs::create_dir_all(&proxy_dir).unwrap();
+        let cfg = proxy_dir.join("node.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[[agent]]\nid = \"via\"\nkind = \"proxy\"\nupstream = \"http://127.0.0.1:{port}/a2a/up\"\n\
+                 allow_private = true\nrefuse_changed_card = true\ntags = [\"via-pin\"]\n"
+            ),
+        )
+        .unwrap();
+        UpNode::spawn(
+            &proxy_dir,
+            &[
+                "--config",
+                p(&cfg),
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+                "--http",
+                "127.0.0.1:0",
+                "--no-mdns",
+            ],
+        )
+    };
+    let call = |text: &str| {
+        let o = agentnet(&[
+            "call",
+            "--skill",
+            "via-pin",
+            text,
+            "--allow-private",
+            "--json",
+            "--timeout-secs",
+            "30",
+            "--data-dir",
+            p(&proxy_dir),
+        ]);
+        (o.status.success(), format!("{}{}", stdout(&o), stderr(&o)))
+    };
+    let up = start_up("Echoes, first version.");
+    let proxy = start_proxy();
+    let (ok, out) = call("first");
+    assert!(ok && out.contains("TASK_STATE_COMPLETED"), "{out}");
+    // The upstream comes back with another description under the same DID.
+    drop(up);
+    let up = start_up("Echoes, and now says something else.");
+    drop(proxy);
+    let proxy = start_proxy();
+    let (_, out) = call("second");
+    assert!(out.contains("changed since it was accepted"), "{out}");
+    assert!(
+        out.contains("description"),
+        "the diff names what changed: {out}"
+    );
+    let did = out
+        .split("`agentnet trust accept ")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap_or_else(|| panic!("no accept hint: {out}"))
+        .to_string();
+    assert!(did.starts_with("did:key:"), "{did}");
+    let o = agentnet(&["trust", "accept", &did, "--data-dir", p(&proxy_dir)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (ok, out) = call("third");
+    assert!(ok && out.contains("TASK_STATE_COMPLETED"), "{out}");
+    drop((up, proxy));
+}

@@ -436,6 +436,10 @@ pub struct AgentConfig {
     /// `proxy`: allow an upstream on plain `http`, on loopback or a private address (testnets);
     /// default false.
     pub allow_private: Option<bool>,
+    /// `proxy`: refuse to call the upstream when its signed card differs from the one accepted
+    /// (pinned when first read; `agentnet trust accept DID` accepts the new one); default
+    /// false: the change is logged and the call goes on.
+    pub refuse_changed_card: Option<bool>,
     /// Serve an MCP endpoint at `/a2a/<id>/mcp` (tool `echo` for kind `echo`, `send_message`
     /// for the others), under the agent's policy,
     /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
@@ -558,11 +562,13 @@ impl AgentConfig {
                 || self.timeout_secs.is_some()
                 || self.max_output_bytes.is_some()
                 || self.env.is_some(),
-            self.upstream.is_some() || self.allow_private.is_some(),
+            self.upstream.is_some()
+                || self.allow_private.is_some()
+                || self.refuse_changed_card.is_some(),
         );
         match self.kind {
             Kind::Echo | Kind::Tck if has != (false, false, false) => {
-                return bad("echo and tck take no work_ms, command, env, upstream or allow_private")
+                return bad("echo and tck take no work_ms, command, env, upstream, allow_private or refuse_changed_card")
             }
             Kind::Ask if has.1 || has.2 => return bad("ask takes only work_ms"),
             Kind::Command if has.0 || has.2 => {
@@ -588,7 +594,7 @@ impl AgentConfig {
                 )
             }
             Kind::Proxy if has.0 || has.1 => {
-                return bad("proxy takes only upstream and allow_private")
+                return bad("proxy takes only upstream, allow_private and refuse_changed_card")
             }
             Kind::Proxy => {
                 let u = self.upstream.as_deref().unwrap_or_default();

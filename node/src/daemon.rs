@@ -405,6 +405,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let audit_log = crate::audit::AuditLog::open(&store, crate::audit::Limits::default())
         .map_err(|e| Error::Audit(e.to_string()))?;
     let audit = crate::audit::Recorder::Local(audit_log.clone(), mcp_resolver.clone());
+    // The operator's card pins: discovery shows agents against them, proxies check their
+    // upstreams' cards.
+    let pins = Arc::new(crate::pins::Pins::open(&store)?);
     let hosted = hosted::build(
         &opts.hosted,
         &public_base,
@@ -412,7 +415,10 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         &task_db,
         authenticator,
         &authority,
-        Some(audit.clone()),
+        hosted::Shared {
+            audit: Some(audit.clone()),
+            pins: Some(pins.clone()),
+        },
     )?;
     // Before anything is served: tasks the last run left working fail, signed by their agent.
     let failed = {
@@ -575,7 +581,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         publisher,
         node_seed: Arc::new(key.seed()),
         agent_keys: AgentKeys::new(&opts.data_dir),
-        pins: Some(Arc::new(crate::pins::Pins::open(client.store())?)),
+        pins: Some(pins),
         flags: flag_rules,
         trust: policy,
         endorsements: Some(endorsements),

@@ -62,6 +62,11 @@ pub struct Pin {
     pub since: u64,
     /// The digests seen, newest last, at most [`MAX_SEEN`], each with when first seen.
     pub seen: Vec<(String, u64)>,
+    /// The parts of the latest changed version seen, when they fit in [`MAX_PARTS_BYTES`]:
+    /// what `agentnet trust accept` accepts for an agent the node holds no advertisement of
+    /// (the upstream of a `proxy` agent, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<Value>,
 }
 
 impl Pin {
@@ -422,7 +427,14 @@ impl Pins {
                 Err(why) => PinState::Unpinned { why },
             };
         };
-        if pin.saw(&d, now) {
+        let latest = (pin.digest != d
+            && agentnet_did::jcs::canonicalize(&parts).len() <= MAX_PARTS_BYTES)
+            .then(|| parts.clone());
+        let note_latest = latest.is_some() && pin.latest != latest;
+        if pin.saw(&d, now) || note_latest {
+            if note_latest {
+                pin.latest = latest;
+            }
             if let Err(why) = self.write(&key, &pin, None) {
                 tracing::warn!(%why, "pin history not updated");
             }
@@ -443,6 +455,20 @@ impl Pins {
     /// Accept `card` as `did`'s card (whatever was pinned before). Blocking.
     pub fn accept(&self, did: &str, card: &Value, now: u64) -> Result<(), String> {
         self.accept_parts(key(did), pinned_parts(card), now)
+    }
+
+    /// Accept the latest changed card seen for `did` (kept with its pin when it was shown
+    /// changed): for an agent whose card the node read but holds no advertisement of.
+    /// `false` when there is none to accept. Blocking.
+    pub fn accept_latest(&self, did: &str, now: u64) -> Result<bool, String> {
+        let latest = {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.read(&key(did))?.and_then(|p| p.latest)
+        };
+        match latest {
+            Some(parts) => self.accept_parts(key(did), parts, now).map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// Accept `tool` as agent `did`'s tool of that name. Blocking.
@@ -479,6 +505,7 @@ fn new_pin(parts: &Value, digest: String, now: u64) -> Pin {
         digest,
         parts: small.then(|| parts.clone()),
         since: now,
+        latest: None,
     }
 }
 

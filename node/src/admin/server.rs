@@ -482,6 +482,12 @@ impl AdminState {
         let key = agentnet_did::SecretKey::from_seed(&self.node_seed);
         let iss = key.did_key().to_string();
         let now = unix_now();
+        // Later than what the node said of this DID before, even within the same second (the
+        // later `iat` stands; a second or two ahead is within the skew every node allows).
+        let old = store
+            .get(&iss, subject.as_str())
+            .map_err(ApiError::internal)?;
+        let iat = old.as_ref().map_or(now, |k| now.max(k.endorsement.iat + 1));
         let e = if body.revoke {
             if !skills.is_empty() {
                 return Err(ApiError::bad_request(
@@ -489,15 +495,14 @@ impl AdminState {
                 ));
             }
             // Standing as long as what it revokes could.
-            let until = store
-                .get(&iss, subject.as_str())
-                .map_err(ApiError::internal)?
+            let until = old
+                .as_ref()
                 .map(|k| k.endorsement.exp)
-                .filter(|exp| *exp > now)
-                .unwrap_or(now + body.for_secs);
-            Endorsement::revocation(&iss, subject.as_str(), now, until)
+                .filter(|exp| *exp > iat)
+                .unwrap_or(iat + body.for_secs);
+            Endorsement::revocation(&iss, subject.as_str(), iat, until)
         } else {
-            Endorsement::new(&iss, subject.as_str(), skills, now, now + body.for_secs)
+            Endorsement::new(&iss, subject.as_str(), skills, iat, iat + body.for_secs)
         };
         let jws = endorsement::sign(&e, &key);
         let s = store.clone();
@@ -587,10 +592,20 @@ impl AdminState {
             return Err(ApiError::bad_request("this node keeps no card pins"));
         };
         let Some(bytes) = self.advert_bytes(did).await? else {
+            // No advertisement: the latest changed card the node read (a proxy's upstream).
+            let (p, d) = (pins.clone(), did.to_owned());
+            let now = unix_now();
+            let accepted = tokio::task::spawn_blocking(move || p.accept_latest(&d, now))
+                .await
+                .map_err(ApiError::internal)?
+                .map_err(ApiError::internal)?;
+            if accepted {
+                return Ok(crate::pins::PinState::Pinned { since: now });
+            }
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                format!("no live advertisement of {did}: `agentnet discover` lists the agents this node knows"),
+                format!("no live advertisement of {did}, and no changed card of it seen: `agentnet discover` lists the agents this node knows"),
             ));
         };
         let card = serde_json::from_slice::<agentnet_discovery::advert::Advertisement>(&bytes)

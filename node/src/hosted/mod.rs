@@ -270,6 +270,15 @@ fn limits_for(kind: Kind, commands: usize) -> agentnet_a2a::engine::Limits {
     l
 }
 
+/// What the hosted agents share with the rest of the node.
+#[derive(Clone, Default)]
+pub struct Shared {
+    /// Where callers' receipts go (the node's audit log).
+    pub audit: Option<crate::audit::Recorder>,
+    /// The node's card pins (a `proxy` checks its upstream's card against them).
+    pub pins: Option<Arc<crate::pins::Pins>>,
+}
+
 /// Build every hosted agent of `cfg`.
 pub fn build(
     cfg: &FileConfig,
@@ -278,8 +287,9 @@ pub fn build(
     tasks: &Arc<TaskDb>,
     auth: Arc<dyn Authenticator>,
     authority: &crate::authority::Shared,
-    audit: Option<crate::audit::Recorder>,
+    shared: Shared,
 ) -> Result<Vec<Hosted>, ConfigError> {
+    let Shared { audit, pins } = shared;
     let mut out = Vec::new();
     let commands = cfg.agent.iter().filter(|a| a.kind == Kind::Command).count();
     for a in &cfg.agent {
@@ -346,6 +356,8 @@ pub fn build(
                 audit: audit.clone().map(|r| (r, did.to_string())),
                 subs: subs.clone(),
                 upstream_did: Arc::new(tokio::sync::OnceCell::new()),
+                pins: pins.clone(),
+                refuse_changed: a.refuse_changed_card == Some(true),
             }),
         };
         let gate = Arc::new(authority.authority(

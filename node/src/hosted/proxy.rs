@@ -22,6 +22,10 @@ pub(super) struct ProxyAgent {
     pub(super) subs: Arc<receipts::SubReceipts>,
     /// The upstream agent's DID: its card's signer (`None`: unsigned card, receipts unchecked).
     pub(super) upstream_did: Arc<tokio::sync::OnceCell<Option<String>>>,
+    /// The node's card pins: the upstream's signed card is checked against its pin.
+    pub(super) pins: Option<Arc<crate::pins::Pins>>,
+    /// Refuse a changed upstream card (else log it and go on).
+    pub(super) refuse_changed: bool,
 }
 
 impl ProxyAgent {
@@ -85,6 +89,9 @@ impl ProxyAgent {
                 // The DID whose signature on the card verifies: hand-offs go to it, and its
                 // receipts are checked against it.
                 let did = upstream_did(&card, &self.resolver).await;
+                if let Some(d) = &did {
+                    self.check_pin(d.as_str(), &card).await?;
+                }
                 let _ = self.upstream_did.set(did.as_ref().map(|d| d.to_string()));
                 // The card names its own URL, perhaps on another host: checked the same way.
                 let http = self.pinned(&endpoint.url).await?;
@@ -94,6 +101,31 @@ impl ProxyAgent {
             })
             .await
             .cloned()
+    }
+
+    /// The upstream's signed card against its pin (pinned when first read): a changed card is
+    /// refused when the agent's policy says so, else logged. The proxy reads the card once per
+    /// start, and its endpoint comes from that reading: this is where a change can take effect.
+    async fn check_pin(&self, did: &str, card: &Value) -> Result<(), HandlerError> {
+        let Some(pins) = self.pins.clone() else {
+            return Ok(());
+        };
+        let (d, c) = (did.to_owned(), card.clone());
+        let now = crate::endorsements::unix_now();
+        let state = tokio::task::spawn_blocking(move || pins.observe(&d, &c, now))
+            .await
+            .map_err(|e| HandlerError(format!("checking the upstream card: {e}")))?;
+        if let crate::pins::PinState::Changed { diff, .. } = state {
+            let what = diff.join("; ");
+            if self.refuse_changed {
+                return Err(HandlerError(format!(
+                    "the upstream card of {did} changed since it was accepted ({what}); \
+                     `agentnet trust accept {did}` on this node accepts it"
+                )));
+            }
+            tracing::warn!(upstream = %did, changes = %what, "the upstream card changed since it was accepted; calling it anyway (refuse_changed_card = false)");
+        }
+        Ok(())
     }
 
     /// An HTTP client for `url`, its addresses checked and pinned, no redirects.
