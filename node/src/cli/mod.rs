@@ -42,6 +42,7 @@ mod dids;
 mod endorse;
 mod network;
 mod node;
+mod sim_node;
 mod status;
 pub mod testnet;
 
@@ -215,6 +216,10 @@ enum Command {
         #[command(subcommand)]
         command: TrustCommand,
     },
+    /// A node of libp2p's gossipsub-interop contract, for Shadow and other harnesses: reads
+    /// the harness's params.json, joins, publishes signed advertisements, prints JSON lines
+    /// (docs/SIMULATION.md, "Past one machine").
+    SimNode(sim_node::SimNodeArgs),
     /// Vouch for an agent's DID, for skills, for a while: signed with the node's key and
     /// gossiped; nodes that trust this node's DID as an endorser rank the agent `endorsed`.
     Endorse(endorse::EndorseArgs),
@@ -756,6 +761,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => discover(&skills, limit, &node, json).await,
         Command::Peers { node, json } => peers(&node, json).await,
         Command::Endorse(args) => endorse::endorse_cmd(args).await,
+        Command::SimNode(args) => sim_node::sim_node_cmd(args).await,
         Command::Endorsements(args) => endorse::endorsements_cmd(args).await,
         Command::Trust {
             command: TrustCommand::Accept { did, node, json },

@@ -1,0 +1,482 @@
+//! `agentnet sim-node --params FILE`: an agentnet discovery node that follows the node contract
+//! of libp2p's `test-plans/gossipsub-interop` harness, so that Shadow (a discrete-event
+//! simulator running unmodified binaries) can run thousands of them (issue 20, part 5;
+//! docs/SIMULATION.md, "Past one machine").
+//!
+//! The contract, as that harness defines it: the node's id comes from its hostname `node<N>`;
+//! its libp2p key is Ed25519 from a seed of 32 bytes, zero but for the id little-endian in the
+//! first four (so every node derives every other's PeerId); it listens on TCP port 9000 and
+//! dials `node<M>` by name; it reads `{"script": [instruction, …]}` from `--params` and runs
+//! the instructions in order (`connect`, `ifNodeIDEquals`, `waitUntil`, `publish`,
+//! `subscribeToTopic`, `setTopicValidationDelay`, `initGossipSub`); it prints JSON lines on
+//! standard output, each with `time` (RFC 3339) and `msg`: `PeerID` first, then `Received
+//! Message` with the message `id` per message received; it exits 0 after the last instruction.
+//!
+//! What differs, and why: a `publish` is a signed advertisement of a fresh did:key agent (the
+//! message id in its skill tag, the card padded towards `messageSizeBytes`, at most what a node
+//! accepts), gossiped on the advertisement topic and validated by every node before it is
+//! forwarded, as on the real network; `Received Message` is printed when a node *accepted* it
+//! (first delivery; duplicates are not lines here but the counters of the last line, `Traffic`,
+//! from the node's gossipsub metrics). Instructions this node does not implement
+//! (`addPartialMessage`, `publishPartial`, validation delays) are named on standard error and
+//! skipped.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use agentnet_did::{card, Resolver, SecretKey};
+use agentnet_discovery::advert::{self, Draft, Limits, Validator};
+use agentnet_discovery::net::{self, Config, TransportKind};
+use agentnet_discovery::store::Store;
+use serde::Deserialize;
+
+use super::*;
+
+/// Largest params file read.
+const MAX_PARAMS_BYTES: u64 = 64 << 20;
+/// Most instructions run (nested ones included).
+const MAX_INSTRUCTIONS: usize = 1_000_000;
+/// The contract's TCP port.
+const PORT: u16 = 9000;
+/// The tag prefix carrying a message id.
+const TAG_PREFIX: &str = "sim-msg-";
+
+#[derive(Debug, Args)]
+pub(super) struct SimNodeArgs {
+    /// The harness's params.json (`{"script": [...]}`).
+    #[arg(long)]
+    params: PathBuf,
+    /// This node's id; default: N from the hostname `node<N>` (what Shadow sets).
+    #[arg(long)]
+    node_id: Option<u32>,
+    /// The address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    listen_ip: IpAddr,
+    /// The TCP port (the contract's is 9000).
+    #[arg(long, default_value_t = PORT)]
+    port: u16,
+    /// How node M is dialled: `{n}` is M, `{n1}` M + 1, `{ip}` the loopback address 127.0.0.1
+    /// plus M (e.g. `/ip4/{ip}/tcp/9000` on one machine's loopback); `/p2p/<its PeerId>` is
+    /// added.
+    #[arg(long, default_value = "/dns4/node{n}/tcp/9000")]
+    dial: String,
+    /// The RocksDB store's directory; default: a temporary directory, removed at exit.
+    #[arg(long)]
+    store: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Params {
+    script: Vec<Instruction>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+enum Instruction {
+    Connect {
+        #[serde(rename = "connectTo")]
+        connect_to: Vec<u32>,
+    },
+    #[serde(rename = "ifNodeIDEquals")]
+    IfNodeIdEquals {
+        #[serde(rename = "nodeID")]
+        node_id: u32,
+        instruction: Box<Instruction>,
+    },
+    WaitUntil {
+        #[serde(rename = "elapsedSeconds")]
+        elapsed_seconds: f64,
+    },
+    Publish {
+        #[serde(rename = "messageID")]
+        message_id: u64,
+        #[serde(rename = "messageSizeBytes")]
+        message_size_bytes: usize,
+        #[serde(rename = "topicID")]
+        topic_id: String,
+    },
+    SubscribeToTopic {
+        #[serde(rename = "topicID")]
+        topic_id: String,
+    },
+    InitGossipSub {
+        #[serde(rename = "gossipSubParams")]
+        params: serde_json::Map<String, Value>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// One JSON line on standard output.
+fn line(msg: &str, mut fields: serde_json::Map<String, Value>) {
+    fields.insert(
+        "time".into(),
+        Value::String(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+    );
+    fields.insert("msg".into(), Value::String(msg.into()));
+    let _ = out!("{}", Value::Object(fields));
+}
+
+fn fields(v: Value) -> serde_json::Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Default::default(),
+    }
+}
+
+/// The contract's key of node `id`: Ed25519 from 32 zero bytes with `id` little-endian first.
+fn key_of(id: u32) -> SecretKey {
+    let mut seed = [0u8; 32];
+    seed[..4].copy_from_slice(&id.to_le_bytes());
+    SecretKey::from_seed(&seed)
+}
+
+/// The loopback address of node `m`: 127.0.0.1 plus `m` (all of 127/8 is loopback).
+fn loopback_of(m: u32) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(0x7f00_0001u32.saturating_add(m).min(0x7fff_fffe))
+}
+
+/// N of the hostname `node<N>`.
+fn id_from_hostname() -> anyhow::Result<u32> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        bail!("reading the hostname failed: give --node-id N");
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    let host = String::from_utf8_lossy(&buf[..end]).into_owned();
+    host.strip_prefix("node")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("the hostname {host:?} is not node<N>: give --node-id N"))
+}
+
+/// The instructions that apply to node `me`, flattened, in order.
+fn flatten(script: Vec<Instruction>, me: u32, out: &mut Vec<Instruction>) -> anyhow::Result<()> {
+    for i in script {
+        if out.len() >= MAX_INSTRUCTIONS {
+            bail!("more than {MAX_INSTRUCTIONS} instructions");
+        }
+        match i {
+            Instruction::IfNodeIdEquals {
+                node_id,
+                instruction,
+            } => {
+                if node_id == me {
+                    flatten(vec![*instruction], me, out)?;
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(())
+}
+
+/// The network settings of the first `initGossipSub`: `D` (mesh degree) and
+/// `HeartbeatInterval` (nanoseconds) map onto the node's; the rest is named and left.
+fn gossip_settings(script: &[Instruction], cfg: &mut Config) {
+    let Some(params) = script.iter().find_map(|i| match i {
+        Instruction::InitGossipSub { params } => Some(params),
+        _ => None,
+    }) else {
+        return;
+    };
+    for (k, v) in params {
+        match (k.as_str(), v.as_u64()) {
+            ("D", Some(d)) if (2..=64).contains(&d) => cfg.gossip_mesh = d as usize,
+            ("HeartbeatInterval", Some(ns)) if ns >= 1_000_000 => {
+                cfg.heartbeat = Duration::from_nanos(ns)
+            }
+            _ => say!("sim-node: gossipsub parameter {k} not applied (the node's own is used)"),
+        }
+    }
+}
+
+/// A signed advertisement carrying message `id`, its card padded towards `size` bytes.
+fn advert_for(id: u64, size: usize, peer: &str, addr: &str) -> anyhow::Result<Vec<u8>> {
+    use sha2::Digest as _;
+    let seed: [u8; 32] = sha2::Sha256::digest(format!("agentnet sim-node message {id}")).into();
+    let key = SecretKey::from_seed(&seed);
+    let did = key.did_key();
+    let kid = did.with_fragment(did.method_specific_id());
+    let card_of = |pad: usize| {
+        json!({
+            "name": format!("Sim message {id}"),
+            "description": format!("A message of the gossipsub-interop contract. {}", "x".repeat(pad)),
+            "version": "1.0.0",
+            "supportedInterfaces": [{"url": "https://agents.invalid/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": "m", "name": "Message", "description": "Carries a message id.", "tags": [format!("{TAG_PREFIX}{id}")]}]
+        })
+    };
+    let now = net::unix_now();
+    let sign = |pad: usize| -> anyhow::Result<Vec<u8>> {
+        let signed = card::sign(&card_of(pad), &key, &kid)?;
+        let ad = advert::sign(
+            Draft {
+                did: did.clone(),
+                kid: kid.clone(),
+                card: signed,
+                peer_id: peer.to_string(),
+                addrs: vec![addr.to_string()],
+                seq: 1,
+                issued_at: now,
+                expires_at: now + 3600,
+            },
+            &key,
+        );
+        Ok(serde_json::to_vec(&ad)?)
+    };
+    // The envelope and both signatures measured once unpadded; the padding makes up the rest,
+    // within what a node accepts.
+    let bare = sign(0)?;
+    let want = size.min(Limits::default().max_bytes - 1024);
+    if want <= bare.len() {
+        return Ok(bare);
+    }
+    sign(want - bare.len())
+}
+
+pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let me = match a.node_id {
+        Some(n) => n,
+        None => id_from_hostname()?,
+    };
+    let file = std::fs::File::open(&a.params)
+        .with_context(|| format!("reading {}", a.params.display()))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_PARAMS_BYTES + 1),
+        &mut text,
+    )
+    .with_context(|| format!("reading {}", a.params.display()))?;
+    if text.len() as u64 > MAX_PARAMS_BYTES {
+        bail!(
+            "{} is larger than {MAX_PARAMS_BYTES} bytes",
+            a.params.display()
+        );
+    }
+    let params: Params = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not {{\"script\": [instruction, …]}}",
+            a.params.display()
+        )
+    })?;
+    let mut script = Vec::new();
+    flatten(params.script, me, &mut script)?;
+
+    let tmp;
+    let store_dir = match &a.store {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("agentnet-sim-node-")
+                .tempdir()?;
+            tmp.path().to_owned()
+        }
+    };
+    let store = Store::open(&store_dir.join("store"))?;
+    let validator = Validator::new(Resolver::new(Default::default())?, Limits::default());
+    let listen: libp2p::Multiaddr = format!(
+        "/{}/{}/tcp/{}",
+        if a.listen_ip.is_ipv4() { "ip4" } else { "ip6" },
+        a.listen_ip,
+        a.port
+    )
+    .parse()?;
+    let mut cfg = Config {
+        listen: vec![listen.clone()],
+        mdns: false,
+        transport: TransportKind::Network,
+        redial_peers: 0,
+        ..Default::default()
+    };
+    gossip_settings(&script, &mut cfg);
+    let key = key_of(me);
+    let stop = net::CancellationToken::new();
+    let (client, task) = net::spawn(&key, cfg, store, validator, stop.clone()).await?;
+    let peer = client.peer_id().to_string();
+    line("PeerID", fields(json!({"id": peer, "node_id": me})));
+
+    // Every advertisement this node accepts from the network is a delivery.
+    let mut accepted = client.subscribe();
+    let own = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let own_seen = own.clone();
+    let printer = tokio::spawn(async move {
+        loop {
+            match accepted.recv().await {
+                Ok(acc) => {
+                    let Some(id) = acc
+                        .tags
+                        .iter()
+                        .find_map(|t| t.strip_prefix(TAG_PREFIX)?.parse::<u64>().ok())
+                    else {
+                        continue;
+                    };
+                    if own_seen.lock().is_ok_and(|o| o.contains(&id)) {
+                        continue;
+                    }
+                    line("Received Message", fields(json!({"id": id.to_string()})));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    say!("sim-node: {n} deliveries not printed (the printer fell behind)");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+
+    let addr = listen.with(libp2p::multiaddr::Protocol::P2p(client.peer_id()));
+    for i in script {
+        match i {
+            Instruction::Connect { connect_to } => {
+                for m in connect_to {
+                    let target = a
+                        .dial
+                        .replace("{n1}", &(u64::from(m) + 1).to_string())
+                        .replace("{n}", &m.to_string())
+                        .replace("{ip}", &loopback_of(m).to_string());
+                    let peer_m = net::peer_id_of(&key_of(m))?;
+                    let ma: libp2p::Multiaddr = format!("{target}/p2p/{peer_m}")
+                        .parse()
+                        .with_context(|| format!("--dial gives {target:?} for node {m}"))?;
+                    let c = client.clone();
+                    // The harness's own nodes dial without waiting; a node that is not up yet is
+                    // tried again (5 times, a second apart), then named.
+                    tokio::spawn(async move {
+                        for attempt in 1..=5 {
+                            match c.dial(ma.clone()).await {
+                                Ok(()) => break,
+                                Err(e) if attempt == 5 => {
+                                    say!("sim-node: dialing node {m} at {ma}: {e}")
+                                }
+                                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                            }
+                        }
+                    });
+                }
+            }
+            Instruction::WaitUntil { elapsed_seconds } => {
+                let at = start + Duration::from_secs_f64(elapsed_seconds.clamp(0.0, 1e7));
+                tokio::time::sleep_until(at.into()).await;
+            }
+            Instruction::Publish {
+                message_id,
+                message_size_bytes,
+                topic_id,
+            } => {
+                if let Ok(mut o) = own.lock() {
+                    o.insert(message_id);
+                }
+                let bytes = advert_for(message_id, message_size_bytes, &peer, &addr.to_string())?;
+                let size = bytes.len();
+                match client.publish(bytes).await {
+                    Ok(_) => line(
+                        "Published",
+                        fields(
+                            json!({"id": message_id.to_string(), "topic": topic_id, "bytes": size}),
+                        ),
+                    ),
+                    Err(e) => say!("sim-node: publishing message {message_id}: {e}"),
+                }
+            }
+            Instruction::SubscribeToTopic { topic_id } => {
+                // One topic carries every advertisement; the node is always subscribed.
+                say!(
+                    "sim-node: topic {topic_id:?} is the advertisement topic {}",
+                    net::TOPIC
+                );
+            }
+            Instruction::InitGossipSub { .. } => {}
+            Instruction::IfNodeIdEquals { .. } => {}
+            Instruction::Other => {
+                say!("sim-node: an instruction this node does not implement, skipped")
+            }
+        }
+    }
+    let t = client.traffic();
+    line(
+        "Traffic",
+        fields(json!({
+            "gossip_received": t.gossip_received,
+            "gossip_unique": t.gossip_unique,
+            "duplicates": t.gossip_received.saturating_sub(t.gossip_unique),
+            "bytes_in": t.bytes_in,
+            "bytes_out": t.bytes_out,
+        })),
+    );
+    stop.cancel();
+    drop(client);
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    printer.abort();
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::Digest as _;
+
+    /// The harness's cross-implementation vector (`rust-libp2p/src/key.rs` in
+    /// libp2p/test-plans gossipsub-interop): SHA-256 of `>{id}:{peerid}\n` for ids 0 to 9999.
+    #[test]
+    fn node_keys_are_the_contract_s() {
+        let mut h = sha2::Sha256::new();
+        for id in 0..10_000u32 {
+            let peer = net::peer_id_of(&key_of(id)).unwrap();
+            h.update(format!(">{id}:{peer}\n").as_bytes());
+        }
+        assert_eq!(
+            h.finalize()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+            "11395ea896d00ca25f7f648ebb336488ee092096a5498d90d76b92eaec27867a"
+        );
+    }
+
+    #[test]
+    fn the_script_is_flattened_for_this_node_and_unknown_instructions_kept_as_other() {
+        let p: Params = serde_json::from_value(json!({"script": [
+            {"type": "ifNodeIDEquals", "nodeID": 1, "instruction": {"type": "connect", "connectTo": [0, 2]}},
+            {"type": "ifNodeIDEquals", "nodeID": 2, "instruction": {"type": "waitUntil", "elapsedSeconds": 3}},
+            {"type": "publishPartial", "topicID": "t", "groupID": 1},
+            {"type": "initGossipSub", "gossipSubParams": {"D": 4, "HeartbeatInterval": 500000000, "Dlazy": 2}}
+        ]}))
+        .unwrap();
+        let mut out = Vec::new();
+        flatten(p.script, 1, &mut out).unwrap();
+        assert!(matches!(&out[0], Instruction::Connect { connect_to } if connect_to == &[0, 2]));
+        assert!(matches!(out[1], Instruction::Other));
+        let mut cfg = Config::default();
+        gossip_settings(&out, &mut cfg);
+        assert_eq!(
+            (cfg.gossip_mesh, cfg.heartbeat),
+            (4, Duration::from_millis(500))
+        );
+    }
+
+    #[test]
+    fn a_published_message_is_a_valid_advertisement_within_the_node_s_bound() {
+        let peer = net::peer_id_of(&key_of(0)).unwrap().to_string();
+        let addr = format!("/ip4/127.0.0.1/tcp/9000/p2p/{peer}");
+        for size in [100, 2048, 10_000, 200_000] {
+            let b = advert_for(7, size, &peer, &addr).unwrap();
+            assert!(
+                b.len() <= Limits::default().max_bytes,
+                "{size}: {}",
+                b.len()
+            );
+            if size >= 2048 && size <= 10_000 {
+                assert!(b.len() * 10 >= size * 9, "{size}: only {}", b.len());
+            }
+            let v = Validator::new(
+                Resolver::new(Default::default()).unwrap(),
+                Limits::default(),
+            );
+            let ad = v.precheck(&b, None, net::unix_now()).unwrap();
+            assert!(ad.card.to_string().contains("sim-msg-7"));
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! Past one machine (issue 20, part 5): write a Shadow configuration that runs `agentnet
+//! sim-node` processes (the node of libp2p's gossipsub-interop contract), and read what they
+//! printed.
+//!
+//! ```text
+//! cargo run -p agentnet-sim --bin shadowgen -- --scenario sim/scenarios/shadow-1000.toml --out DIR
+//! shadow --progress true -d DIR/shadow.data DIR/shadow.yaml
+//! cargo run -p agentnet-sim --bin shadowgen -- --analyze DIR/shadow.data
+//! ```
+//!
+//! The scenario (TOML, every key optional) sets the nodes, the mesh each dials (seeded), the
+//! messages (count, size, interval, after a warm-up) and the links (one latency and bandwidth
+//! for every pair, Shadow's single-vertex graph with a self-loop). `--out` gets `params.json`
+//! (the harness's script, the same for every node), `graph.gml` and `shadow.yaml` (hosts
+//! `node0` … `node<N-1>`, each running the binary with `--params` and its own store).
+//! `--analyze` reads `hosts/*/*.stdout` (or any directory of `*.stdout` files) and prints, per
+//! message, the reach and the delays from its `Published` line to each `Received Message`
+//! (docs/SIMULATION.md, "Past one machine").
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shadowgen",
+    about = "Write a Shadow configuration of agentnet sim-node processes, or analyze a run"
+)]
+struct Args {
+    /// The scenario file (TOML).
+    #[arg(long, required_unless_present = "analyze")]
+    scenario: Option<PathBuf>,
+    /// Where to write params.json, graph.gml and shadow.yaml.
+    #[arg(long, required_unless_present = "analyze")]
+    out: Option<PathBuf>,
+    /// Analyze a finished run's data directory instead.
+    #[arg(long, conflicts_with_all = ["scenario", "out"])]
+    analyze: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Without Shadow: run the scenario's nodes as processes on this machine's loopback
+    /// (node M on 127.0.0.1 + M, this TCP port), wait for them, and analyze `<out>/run`. The
+    /// links are loopback's, not the scenario's latency.
+    #[arg(long, value_name = "PORT", requires = "out")]
+    run_local: Option<u16>,
+}
+
+/// A Shadow scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Scenario {
+    /// Nodes, `node0` … `node<N-1>`.
+    nodes: u32,
+    /// Connections each node dials (the first to an earlier node: the mesh is connected).
+    dials: u32,
+    /// Seed of the mesh and of the publishers.
+    seed: u64,
+    /// Seconds before the first message.
+    warmup_s: u64,
+    /// Messages, one every `interval_s`, each from a random node.
+    messages: u32,
+    /// Each message's size in bytes (a node cuts it to what it accepts, 64 KiB).
+    message_bytes: u32,
+    /// Seconds between messages.
+    interval_s: u64,
+    /// Seconds after the last message before the nodes exit.
+    tail_s: u64,
+    /// One-way latency of every link, milliseconds.
+    latency_ms: u32,
+    /// Every host's bandwidth, both ways, Mbit/s.
+    bandwidth_mbit: u32,
+    /// The agentnet binary (made absolute).
+    binary: PathBuf,
+    /// gossipsub mesh degree `D`; default the node's.
+    mesh: Option<u32>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            nodes: 100,
+            dials: 8,
+            seed: 1,
+            warmup_s: 60,
+            messages: 20,
+            message_bytes: 2048,
+            interval_s: 2,
+            tail_s: 30,
+            latency_ms: 100,
+            bandwidth_mbit: 100,
+            binary: PathBuf::from("target/release/agentnet"),
+            mesh: None,
+        }
+    }
+}
+
+/// Who dials whom: node `i > 0` dials a random earlier node first, then random others, `dials`
+/// distinct peers in all (fewer when there are not enough nodes).
+fn mesh(s: &Scenario) -> Vec<Vec<u32>> {
+    let mut rng = StdRng::seed_from_u64(s.seed);
+    let n = s.nodes;
+    (0..n)
+        .map(|i| {
+            let mut to: Vec<u32> = Vec::new();
+            let want = s.dials.min(n.saturating_sub(1));
+            if i > 0 {
+                to.push(rng.gen_range(0..i));
+            }
+            while (to.len() as u32) < want {
+                let j = rng.gen_range(0..n);
+                if j != i && !to.contains(&j) {
+                    to.push(j);
+                }
+            }
+            to
+        })
+        .collect()
+}
+
+/// The harness's script for every node.
+fn script(s: &Scenario) -> Value {
+    let mut rng = StdRng::seed_from_u64(s.seed ^ 0x5eed);
+    let mut v = Vec::new();
+    if let Some(d) = s.mesh {
+        v.push(json!({"type": "initGossipSub", "gossipSubParams": {"D": d}}));
+    }
+    for (i, to) in mesh(s).into_iter().enumerate() {
+        if !to.is_empty() {
+            v.push(json!({"type": "ifNodeIDEquals", "nodeID": i,
+                "instruction": {"type": "connect", "connectTo": to}}));
+        }
+    }
+    v.push(json!({"type": "subscribeToTopic", "topicID": "agentnet", "partial": false}));
+    for m in 0..s.messages {
+        let at = s.warmup_s + u64::from(m) * s.interval_s;
+        v.push(json!({"type": "waitUntil", "elapsedSeconds": at}));
+        let from = rng.gen_range(0..s.nodes);
+        v.push(json!({"type": "ifNodeIDEquals", "nodeID": from, "instruction": {
+            "type": "publish", "messageID": m, "messageSizeBytes": s.message_bytes, "topicID": "agentnet"}}));
+    }
+    let end = s.warmup_s + u64::from(s.messages) * s.interval_s + s.tail_s;
+    v.push(json!({"type": "waitUntil", "elapsedSeconds": end}));
+    json!({"script": v})
+}
+
+fn graph(s: &Scenario) -> String {
+    format!(
+        "graph [\n  directed 0\n  node [\n    id 0\n    host_bandwidth_up \"{b} Mbit\"\n    host_bandwidth_down \"{b} Mbit\"\n  ]\n  edge [\n    source 0\n    target 0\n    latency \"{l} ms\"\n    packet_loss 0.0\n  ]\n]\n",
+        b = s.bandwidth_mbit,
+        l = s.latency_ms
+    )
+}
+
+fn shadow_yaml(s: &Scenario, binary: &Path, params: &Path) -> String {
+    let end = s.warmup_s + u64::from(s.messages) * s.interval_s + s.tail_s;
+    let mut y = format!(
+        "# Written by shadowgen (agentnet-sim); docs/SIMULATION.md, \"Past one machine\".\n\
+         general:\n  stop_time: {} s\n  model_unblocked_syscall_latency: true\n\
+         experimental:\n  socket_recv_buffer: 7500000\n  socket_send_buffer: 7500000\n\
+         network:\n  graph:\n    type: gml\n    file:\n      path: graph.gml\nhosts:\n",
+        end + 60
+    );
+    for i in 0..s.nodes {
+        y.push_str(&format!(
+            "  node{i}:\n    network_node_id: 0\n    processes:\n    - path: {bin}\n      args: sim-node --params {params} --store store\n      environment: {{ AGENTNET_LOG: warn }}\n      expected_final_state: {{ exited: 0 }}\n",
+            bin = binary.display(),
+            params = params.display()
+        ));
+    }
+    y
+}
+
+fn absolute(p: &Path) -> std::io::Result<PathBuf> {
+    if p.is_absolute() {
+        Ok(p.to_owned())
+    } else {
+        Ok(std::env::current_dir()?.join(p))
+    }
+}
+
+fn read_scenario(scenario: &Path) -> Result<Scenario, String> {
+    let text = std::fs::read_to_string(scenario)
+        .map_err(|e| format!("reading {}: {e}", scenario.display()))?;
+    toml::from_str(&text).map_err(|e| format!("{}: {e}", scenario.display()))
+}
+
+/// Run the nodes as local processes (see `--run-local`); the run's directory.
+fn run_local(s: &Scenario, out: &Path, port: u16) -> Result<PathBuf, String> {
+    let run = out.join("run");
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).map_err(|e| e.to_string())?;
+    let binary = absolute(&s.binary).map_err(|e| e.to_string())?;
+    let params = out.join("params.json");
+    let mut children = Vec::new();
+    for i in 0..s.nodes {
+        let f = |ext: &str| {
+            std::fs::File::create(run.join(format!("node{i}.{ext}"))).map_err(|e| e.to_string())
+        };
+        let (o, e) = (f("stdout")?, f("stderr")?);
+        let ip = std::net::Ipv4Addr::from(0x7f00_0001u32 + i);
+        let child = std::process::Command::new(&binary)
+            .args(["sim-node", "--params"])
+            .arg(&params)
+            .args(["--node-id", &i.to_string(), "--listen-ip", &ip.to_string()])
+            .args(["--port", &port.to_string()])
+            .args(["--dial", &format!("/ip4/{{ip}}/tcp/{port}")])
+            .arg("--store")
+            .arg(run.join(format!("store{i}")))
+            .env("AGENTNET_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(o)
+            .stderr(e)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+        children.push(child);
+        if i % 50 == 49 {
+            eprintln!("started {} of {} nodes", i + 1, s.nodes);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let end = s.warmup_s + u64::from(s.messages) * s.interval_s + s.tail_s;
+    eprintln!("{} nodes running; their script ends after {end} s", s.nodes);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(end + 120);
+    let mut failed = 0;
+    for (i, c) in children.iter_mut().enumerate() {
+        loop {
+            match c.try_wait() {
+                Ok(Some(st)) => {
+                    if !st.success() {
+                        failed += 1;
+                        eprintln!("node {i}: {st} (see {}/node{i}.stderr)", run.display());
+                    }
+                    break;
+                }
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(200))
+                }
+                _ => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    failed += 1;
+                    eprintln!("node {i} did not end in time: killed");
+                    break;
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(run.join(format!("store{i}")));
+    }
+    if failed > 0 {
+        return Err(format!("{failed} node(s) failed"));
+    }
+    Ok(run)
+}
+
+fn generate(scenario: &Path, out: &Path) -> Result<String, String> {
+    let s = read_scenario(scenario)?;
+    if !(2..=100_000).contains(&s.nodes) || s.dials == 0 || s.interval_s == 0 {
+        return Err("nodes must be 2 to 100 000, dials and interval_s at least 1".into());
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    let params = absolute(&out.join("params.json")).map_err(|e| e.to_string())?;
+    let binary = absolute(&s.binary).map_err(|e| e.to_string())?;
+    let write = |name: &str, body: &[u8]| {
+        std::fs::write(out.join(name), body).map_err(|e| format!("writing {name}: {e}"))
+    };
+    write(
+        "params.json",
+        &serde_json::to_vec(&script(&s)).map_err(|e| e.to_string())?,
+    )?;
+    write("graph.gml", graph(&s).as_bytes())?;
+    write("shadow.yaml", shadow_yaml(&s, &binary, &params).as_bytes())?;
+    Ok(format!(
+        "wrote {}/{{params.json,graph.gml,shadow.yaml}}: {} nodes, {} messages of {} bytes, {} ms links\n\
+         run:  shadow --progress true -d {}/shadow.data {}/shadow.yaml\n\
+         then: shadowgen --analyze {}/shadow.data",
+        out.display(),
+        s.nodes,
+        s.messages,
+        s.message_bytes,
+        s.latency_ms,
+        out.display(),
+        out.display(),
+        out.display()
+    ))
+}
+
+/// One node's lines: when each message was published by it, and received.
+#[derive(Debug, Default)]
+struct NodeLog {
+    published: BTreeMap<String, i64>,
+    received: BTreeMap<String, i64>,
+    duplicates: u64,
+}
+
+/// Microseconds since the epoch (an f64 of seconds would lose them).
+fn micros(t: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(t)
+        .ok()
+        .map(|d| d.timestamp_micros())
+}
+
+fn read_log(text: &str) -> NodeLog {
+    let mut log = NodeLog::default();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let (Some(msg), Some(t)) = (v["msg"].as_str(), v["time"].as_str().and_then(micros)) else {
+            continue;
+        };
+        let id = v["id"].as_str().unwrap_or_default().to_string();
+        match msg {
+            "Published" => {
+                log.published.insert(id, t);
+            }
+            "Received Message" => {
+                if log.received.contains_key(&id) {
+                    log.duplicates += 1;
+                } else {
+                    log.received.insert(id, t);
+                }
+            }
+            "Traffic" => log.duplicates += v["duplicates"].as_u64().unwrap_or(0),
+            _ => {}
+        }
+    }
+    log
+}
+
+fn stdout_files(dir: &Path, out: &mut Vec<PathBuf>, depth: u32) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() && depth < 3 {
+            stdout_files(&p, out, depth + 1);
+        } else if p.extension().is_some_and(|x| x == "stdout") {
+            out.push(p);
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Per message: reach (receivers over nodes - 1) and delay percentiles, milliseconds.
+fn analyze(dir: &Path) -> Result<Value, String> {
+    let mut files = Vec::new();
+    stdout_files(dir, &mut files, 0);
+    if files.is_empty() {
+        return Err(format!("no *.stdout file under {}", dir.display()));
+    }
+    let logs: Vec<NodeLog> = files
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(f)
+                .map(|t| read_log(&t))
+                .unwrap_or_default()
+        })
+        .collect();
+    let nodes = logs.len();
+    let mut ids: HashSet<String> = HashSet::new();
+    for l in &logs {
+        ids.extend(l.published.keys().cloned());
+    }
+    let mut ids: Vec<String> = ids.into_iter().collect();
+    ids.sort_by_key(|i| i.parse::<u64>().unwrap_or(u64::MAX));
+    let mut rows = Vec::new();
+    for id in &ids {
+        let Some(at) = logs.iter().find_map(|l| l.published.get(id)).copied() else {
+            continue;
+        };
+        let mut delays: Vec<f64> = logs
+            .iter()
+            .filter_map(|l| l.received.get(id).map(|t| (t - at) as f64 / 1000.0))
+            .collect();
+        delays.sort_by(f64::total_cmp);
+        rows.push(json!({
+            "id": id,
+            "reach": delays.len() as f64 / (nodes.saturating_sub(1).max(1)) as f64,
+            "p50_ms": percentile(&delays, 0.5),
+            "p95_ms": percentile(&delays, 0.95),
+            "max_ms": delays.last().copied().unwrap_or(f64::NAN),
+        }));
+    }
+    let dups: u64 = logs.iter().map(|l| l.duplicates).sum();
+    let accepted: usize = logs.iter().map(|l| l.received.len()).sum();
+    Ok(json!({
+        "nodes": nodes,
+        "messages": rows,
+        "duplicates_per_delivery": if accepted == 0 { 0.0 } else { dups as f64 / accepted as f64 },
+    }))
+}
+
+fn table(v: &Value) -> String {
+    let mut s = format!(
+        "{} nodes\n{:>6} {:>7} {:>9} {:>9} {:>9}\n",
+        v["nodes"], "id", "reach", "p50 ms", "p95 ms", "max ms"
+    );
+    for m in v["messages"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "{:>6} {:>6.1}% {:>9.0} {:>9.0} {:>9.0}\n",
+            m["id"].as_str().unwrap_or("?"),
+            m["reach"].as_f64().unwrap_or(0.0) * 100.0,
+            m["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            m["p95_ms"].as_f64().unwrap_or(f64::NAN),
+            m["max_ms"].as_f64().unwrap_or(f64::NAN)
+        ));
+    }
+    s.push_str(&format!(
+        "duplicates per delivery: {:.2}",
+        v["duplicates_per_delivery"].as_f64().unwrap_or(0.0)
+    ));
+    s
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let show = |v: Value| if a.json { v.to_string() } else { table(&v) };
+    let r = match (&a.analyze, &a.scenario, &a.out) {
+        (Some(dir), _, _) => analyze(dir).map(show),
+        (None, Some(sc), Some(out)) => generate(sc, out).and_then(|msg| match a.run_local {
+            None => Ok(msg),
+            Some(port) => {
+                eprintln!("{msg}");
+                let s = read_scenario(sc)?;
+                let run = run_local(&s, out, port)?;
+                analyze(&run).map(show)
+            }
+        }),
+        _ => Err("give --scenario FILE --out DIR, or --analyze DIR".into()),
+    };
+    match r {
+        Ok(s) => {
+            println!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mesh_is_connected_and_seeded() {
+        let s = Scenario {
+            nodes: 300,
+            dials: 4,
+            ..Default::default()
+        };
+        let m = mesh(&s);
+        assert_eq!(m, mesh(&s), "the same seed, the same mesh");
+        // Every node reaches node 0 through its first dial (an earlier node).
+        for (i, to) in m.iter().enumerate().skip(1) {
+            assert!(to[0] < i as u32 && to.len() == 4, "{i}: {to:?}");
+        }
+        let p = script(&s);
+        let publishes = p["script"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["instruction"]["type"] == "publish")
+            .count();
+        assert_eq!(publishes, 20);
+        let y = shadow_yaml(&s, Path::new("/bin/agentnet"), Path::new("/x/params.json"));
+        assert_eq!(y.matches("    - path: /bin/agentnet").count(), 300);
+        assert!(y.contains("  node299:\n"));
+        assert!(graph(&s).contains("latency \"100 ms\""));
+    }
+
+    #[test]
+    fn the_analysis_reads_reach_and_delays_from_the_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |n: &str, body: &str| std::fs::write(dir.path().join(n), body).unwrap();
+        w("node0.stdout", "{\"msg\":\"PeerID\",\"time\":\"2000-01-01T00:00:00Z\",\"id\":\"x\"}\n{\"msg\":\"Published\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.000000Z\"}\n");
+        w("node1.stdout", "{\"msg\":\"Received Message\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.100000Z\"}\nnot json\n");
+        w("node2.stdout", "{\"msg\":\"Received Message\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.300000Z\"}\n{\"msg\":\"Received Message\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.400000Z\"}\n");
+        w("node3.stdout", "");
+        let v = analyze(dir.path()).unwrap();
+        assert_eq!(v["nodes"], 4);
+        let m = &v["messages"][0];
+        assert!(
+            (m["reach"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9,
+            "{v}"
+        );
+        assert!((m["max_ms"].as_f64().unwrap() - 300.0).abs() < 1e-6, "{v}");
+        assert!(
+            (v["duplicates_per_delivery"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+            "{v}"
+        );
+    }
+}
