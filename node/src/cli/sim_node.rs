@@ -468,7 +468,7 @@ mod tests {
                 "{size}: {}",
                 b.len()
             );
-            if size >= 2048 && size <= 10_000 {
+            if (2048..=10_000).contains(&size) {
                 assert!(b.len() * 10 >= size * 9, "{size}: only {}", b.len());
             }
             let v = Validator::new(

@@ -320,13 +320,12 @@ fn read_log(text: &str) -> NodeLog {
             "Published" => {
                 log.published.insert(id, t);
             }
-            "Received Message" => {
-                if log.received.contains_key(&id) {
-                    log.duplicates += 1;
-                } else {
-                    log.received.insert(id, t);
+            "Received Message" => match log.received.entry(id) {
+                std::collections::btree_map::Entry::Occupied(_) => log.duplicates += 1,
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(t);
                 }
-            }
+            },
             "Traffic" => log.duplicates += v["duplicates"].as_u64().unwrap_or(0),
             _ => {}
         }
