@@ -38,6 +38,10 @@ const MAX_PARAMS_BYTES: u64 = 64 << 20;
 const MAX_INSTRUCTIONS: usize = 1_000_000;
 /// The contract's TCP port.
 const PORT: u16 = 9000;
+/// Dials of a `connect` target, a second apart: hundreds of processes started together on
+/// two cores take tens of seconds to all listen, and a node whose every dial was refused
+/// is left with the one connection a busy node may trim.
+const DIAL_ATTEMPTS: u32 = 60;
 /// The tag prefix carrying a message id.
 const TAG_PREFIX: &str = "sim-msg-";
 
@@ -343,12 +347,12 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
                         .with_context(|| format!("--dial gives {target:?} for node {m}"))?;
                     let c = client.clone();
                     // The harness's own nodes dial without waiting; a node that is not up yet is
-                    // tried again (5 times, a second apart), then named.
+                    // tried again (for DIAL_ATTEMPTS seconds), then named.
                     tokio::spawn(async move {
-                        for attempt in 1..=5 {
+                        for attempt in 1..=DIAL_ATTEMPTS {
                             match c.dial(ma.clone()).await {
                                 Ok(()) => break,
-                                Err(e) if attempt == 5 => {
+                                Err(e) if attempt == DIAL_ATTEMPTS => {
                                     say!("sim-node: dialing node {m} at {ma}: {e}")
                                 }
                                 Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
@@ -396,9 +400,11 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let t = client.traffic();
+    let peers = client.peers().await.map(|p| p.len()).unwrap_or(0);
     line(
         "Traffic",
         fields(json!({
+            "peers": peers,
             "gossip_received": t.gossip_received,
             "gossip_unique": t.gossip_unique,
             "duplicates": t.gossip_received.saturating_sub(t.gossip_unique),
