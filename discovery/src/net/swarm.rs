@@ -72,6 +72,9 @@ pub(super) fn build_behaviour(
     };
     let mut params = gossipsub::PeerScoreParams::default();
     params
+        .ip_colocation_factor_whitelist
+        .extend(cfg.colocation_whitelist.iter().copied());
+    params
         .topics
         .insert(IdentTopic::new(TOPIC).hash(), topic_params);
     gossipsub

@@ -297,6 +297,10 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     gossip_settings(&script, &mut cfg);
+    if a.listen_ip.is_loopback() {
+        // Every process on this machine dials from 127.0.0.1 (see the field's documentation).
+        cfg.colocation_whitelist = vec![std::net::Ipv4Addr::LOCALHOST.into()];
+    }
     let key = key_of(me);
     let stop = net::CancellationToken::new();
     let (client, task) = net::spawn(&key, cfg, store, validator, stop.clone()).await?;
