@@ -21,13 +21,11 @@
 //! assert_eq!(got.sub, subject.as_str());
 //! ```
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::key::{PublicKey, SecretKey};
-use crate::{Did, DidUrl, Method};
+use crate::{Did, Method};
 
 /// The JWS `typ`.
 pub const TYP: &str = "agentnet-endorsement+jws";
@@ -145,13 +143,7 @@ pub fn sign(e: &Endorsement, key: &SecretKey) -> String {
     let did = key.did_key();
     let kid = did.with_fragment(did.method_specific_id());
     let header = serde_json::json!({"alg": "EdDSA", "kid": kid.to_string(), "typ": TYP});
-    let input = format!(
-        "{}.{}",
-        B64URL.encode(crate::jcs::canonicalize(&header)),
-        B64URL.encode(e.payload())
-    );
-    let sig = B64URL.encode(key.sign(input.as_bytes()));
-    format!("{input}.{sig}")
+    crate::jws::sign(&header, &e.payload(), key)
 }
 
 fn check_skills(skills: &[String]) -> Result<(), EndorseError> {
@@ -185,43 +177,16 @@ fn check_skills(skills: &[String]) -> Result<(), EndorseError> {
 /// the `kid`, the times, and the signature. No I/O.
 pub fn verify(jws: &str, now: u64) -> Result<Endorsement, EndorseError> {
     let bad = |m: &str| EndorseError::Malformed(m.to_string());
-    if jws.len() > MAX_BYTES {
-        return Err(bad("larger than 4 KiB"));
-    }
-    let mut parts = jws.split('.');
-    let (Some(h), Some(p), Some(s), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad("not a compact JWS (three parts separated by dots)"));
-    };
-    let header = B64URL
-        .decode(h)
-        .map_err(|_| bad("header is not base64url"))?;
-    let header = crate::json::from_slice(&header, crate::json::JWS_HEADER)
-        .map_err(|e| EndorseError::Malformed(format!("header: {e}")))?;
-    if header.get("alg").and_then(Value::as_str) != Some("EdDSA") {
-        return Err(bad("alg is not EdDSA"));
-    }
-    if header.get("typ").and_then(Value::as_str) != Some(TYP) {
+    let c = crate::jws::parse(jws, MAX_BYTES, PAYLOAD_LIMITS).map_err(|e| match e {
+        crate::jws::JwsError::Malformed(m) => EndorseError::Malformed(m),
+        crate::jws::JwsError::Algorithm(a) => {
+            EndorseError::Malformed(format!("alg {a:?} is not EdDSA"))
+        }
+    })?;
+    if c.header.get("typ").and_then(Value::as_str) != Some(TYP) {
         return Err(EndorseError::Malformed(format!("typ is not {TYP}")));
     }
-    if header.get("crit").is_some() || header.get("b64").is_some() {
-        return Err(bad("header has crit or b64, which we do not implement"));
-    }
-    let kid = header
-        .get("kid")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("header has no kid"))?;
-    let kid = DidUrl::parse(kid)
-        .map_err(|e| EndorseError::Malformed(format!("kid is not a DID URL: {e}")))?;
-    let payload = B64URL
-        .decode(p)
-        .map_err(|_| bad("payload is not base64url"))?;
-    let value = crate::json::from_slice(&payload, PAYLOAD_LIMITS)
-        .map_err(|e| EndorseError::Malformed(format!("payload: {e}")))?;
-    if crate::jcs::canonicalize(&value) != payload {
-        return Err(bad("payload is not in its RFC 8785 canonical form"));
-    }
+    let (kid, value) = (c.kid, c.payload);
     let e: Endorsement = serde_json::from_value(value).map_err(|e| {
         EndorseError::Malformed(format!(
             "payload: {}",
@@ -273,11 +238,7 @@ pub fn verify(jws: &str, now: u64) -> Result<Endorsement, EndorseError> {
         )));
     }
     let key = crate::didkey::decode(&iss).map_err(|err| EndorseError::Issuer(err.to_string()))?;
-    let sig = B64URL
-        .decode(s)
-        .map_err(|_| bad("signature is not base64url"))?;
-    let input = &jws.as_bytes()[..h.len() + 1 + p.len()];
-    if !PublicKey::Ed25519(key).verify(input, &sig) {
+    if !PublicKey::Ed25519(key).verify(&jws.as_bytes()[..c.input_len], &c.sig) {
         return Err(EndorseError::Invalid(kid.to_string()));
     }
     Ok(e)
@@ -286,6 +247,8 @@ pub fn verify(jws: &str, now: u64) -> Result<Endorsement, EndorseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+    use base64::Engine as _;
 
     const NOW: u64 = 1_800_000_000;
 

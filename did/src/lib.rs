@@ -47,6 +47,7 @@ pub mod httpsig;
 pub mod id;
 pub mod jcs;
 pub mod json;
+mod jws;
 pub mod key;
 pub mod receipt;
 mod resolution;

@@ -25,8 +25,6 @@
 //! assert_eq!(got.state, "TASK_STATE_COMPLETED");
 //! ```
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -263,13 +261,7 @@ impl Receipt {
 /// Sign `receipt` with `key` as the verification method `kid`: the compact JWS.
 pub fn sign(receipt: &Receipt, key: &SecretKey, kid: &DidUrl) -> String {
     let header = serde_json::json!({"alg": "EdDSA", "kid": kid.to_string(), "typ": "JOSE"});
-    let input = format!(
-        "{}.{}",
-        B64URL.encode(crate::jcs::canonicalize(&header)),
-        B64URL.encode(receipt.payload())
-    );
-    let sig = B64URL.encode(key.sign(input.as_bytes()));
-    format!("{input}.{sig}")
+    crate::jws::sign(&header, &receipt.payload(), key)
 }
 
 /// A compact JWS taken apart, not yet verified.
@@ -287,42 +279,11 @@ pub struct Parsed {
 /// is a [`Receipt`] in its RFC 8785 form (canonical bytes, so that its digest is stable) of
 /// version [`VERSION`] whose `agent` is the `kid`'s DID.
 pub fn parse(jws: &str) -> Result<Parsed, ReceiptError> {
-    let bad = |m: &str| ReceiptError::Malformed(m.to_string());
-    if jws.len() > MAX_RECEIPT_BYTES {
-        return Err(bad("larger than 256 KiB"));
-    }
-    let mut parts = jws.split('.');
-    let (Some(h), Some(p), Some(s), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad("not a compact JWS (three parts separated by dots)"));
-    };
-    let header = B64URL
-        .decode(h)
-        .map_err(|_| bad("header is not base64url"))?;
-    let header = crate::json::from_slice(&header, crate::json::JWS_HEADER)
-        .map_err(|e| ReceiptError::Malformed(format!("header: {e}")))?;
-    match header.get("alg").and_then(Value::as_str) {
-        Some("EdDSA") => {}
-        other => return Err(ReceiptError::Algorithm(other.unwrap_or("").to_string())),
-    }
-    if header.get("crit").is_some() || header.get("b64").is_some() {
-        return Err(bad("header has crit or b64, which we do not implement"));
-    }
-    let kid = header
-        .get("kid")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("header has no kid"))?;
-    let kid = DidUrl::parse(kid)
-        .map_err(|e| ReceiptError::Malformed(format!("kid is not a DID URL: {e}")))?;
-    let payload = B64URL
-        .decode(p)
-        .map_err(|_| bad("payload is not base64url"))?;
-    let value = crate::json::from_slice(&payload, PAYLOAD_LIMITS)
-        .map_err(|e| ReceiptError::Malformed(format!("payload: {e}")))?;
-    if crate::jcs::canonicalize(&value) != payload {
-        return Err(bad("payload is not in its RFC 8785 canonical form"));
-    }
+    let c = crate::jws::parse(jws, MAX_RECEIPT_BYTES, PAYLOAD_LIMITS).map_err(|e| match e {
+        crate::jws::JwsError::Malformed(m) => ReceiptError::Malformed(m),
+        crate::jws::JwsError::Algorithm(a) => ReceiptError::Algorithm(a),
+    })?;
+    let (kid, value) = (c.kid, c.payload);
     let receipt: Receipt = serde_json::from_value(value)
         .map_err(|e| ReceiptError::Malformed(format!("payload: {e}")))?;
     if receipt.v != VERSION {
@@ -343,14 +304,11 @@ pub fn parse(jws: &str) -> Result<Parsed, ReceiptError> {
             receipt.agent
         )));
     }
-    let sig = B64URL
-        .decode(s)
-        .map_err(|_| bad("signature is not base64url"))?;
     Ok(Parsed {
         kid,
         receipt,
-        input_len: h.len() + 1 + p.len(),
-        sig,
+        input_len: c.input_len,
+        sig: c.sig,
     })
 }
 
@@ -431,6 +389,8 @@ pub async fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+    use base64::Engine as _;
     use serde_json::json;
 
     fn task() -> Value {
