@@ -277,6 +277,38 @@ impl Endorsements {
         Ok(Ok((e, put)))
     }
 
+    /// Sign (with `key`, the issuer's) and keep the issuer's statement on `sub`: an
+    /// endorsement for `skills` (normalized tags) for `for_secs`, or with `revoke` the
+    /// revocation of what it said, standing as long as that could. Its `iat` is later than the
+    /// issuer's last statement on `sub`, even within the same second (the later `iat` stands;
+    /// a second or two ahead is within the skew every node allows). Blocking.
+    pub fn issue(
+        &self,
+        key: &agentnet_did::SecretKey,
+        sub: &str,
+        skills: Vec<String>,
+        for_secs: u64,
+        revoke: bool,
+        now: u64,
+    ) -> Result<(Endorsement, String, Result<Put, EndorseError>), StoreError> {
+        let iss = key.did_key().to_string();
+        let old = self.get(&iss, sub)?;
+        let iat = old.as_ref().map_or(now, |k| now.max(k.endorsement.iat + 1));
+        let e = if revoke {
+            let until = old
+                .as_ref()
+                .map(|k| k.endorsement.exp)
+                .filter(|exp| *exp > iat)
+                .unwrap_or(iat + for_secs);
+            Endorsement::revocation(&iss, sub, iat, until)
+        } else {
+            Endorsement::new(&iss, sub, skills, iat, iat + for_secs)
+        };
+        let jws = endorsement::sign(&e, key);
+        let put = self.accept(&jws, now)?.map(|(_, put)| put);
+        Ok((e, jws, put))
+    }
+
     /// Remove the expired statements; how many.
     pub fn sweep(&self, now: u64) -> Result<usize, StoreError> {
         let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());

@@ -463,7 +463,7 @@ impl AdminState {
     /// `POST /admin/v1/endorse`: sign, keep and gossip the node's endorsement of a DID (or its
     /// revocation).
     pub async fn endorse(&self, body: EndorseBody) -> Result<EndorsementView, ApiError> {
-        use agentnet_did::endorsement::{self, Endorsement};
+        use agentnet_did::endorsement;
         let Some(store) = self.endorsements.clone() else {
             return Err(ApiError::bad_request("this node keeps no endorsements"));
         };
@@ -479,51 +479,31 @@ impl AdminState {
                 endorsement::MAX_LIFETIME
             )));
         }
+        if body.revoke && !skills.is_empty() {
+            return Err(ApiError::bad_request(
+                "a revocation withdraws every skill: leave out --skill",
+            ));
+        }
         let key = agentnet_did::SecretKey::from_seed(&self.node_seed);
-        let iss = key.did_key().to_string();
         let now = unix_now();
-        // Later than what the node said of this DID before, even within the same second (the
-        // later `iat` stands; a second or two ahead is within the skew every node allows).
-        let old = store
-            .get(&iss, subject.as_str())
-            .map_err(ApiError::internal)?;
-        let iat = old.as_ref().map_or(now, |k| now.max(k.endorsement.iat + 1));
-        let e = if body.revoke {
-            if !skills.is_empty() {
-                return Err(ApiError::bad_request(
-                    "a revocation withdraws every skill: leave out --skill",
-                ));
-            }
-            // Standing as long as what it revokes could.
-            let until = old
-                .as_ref()
-                .map(|k| k.endorsement.exp)
-                .filter(|exp| *exp > iat)
-                .unwrap_or(iat + body.for_secs);
-            Endorsement::revocation(&iss, subject.as_str(), iat, until)
-        } else {
-            Endorsement::new(&iss, subject.as_str(), skills, iat, iat + body.for_secs)
-        };
-        let jws = endorsement::sign(&e, &key);
-        let s = store.clone();
-        let j = jws.clone();
-        let accepted = tokio::task::spawn_blocking(move || s.accept(&j, now))
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(ApiError::internal)?;
+        let (s, sub) = (store.clone(), subject.to_string());
+        let (revoke, for_secs) = (body.revoke, body.for_secs);
+        let (e, jws, accepted) =
+            tokio::task::spawn_blocking(move || s.issue(&key, &sub, skills, for_secs, revoke, now))
+                .await
+                .map_err(ApiError::internal)?
+                .map_err(ApiError::internal)?;
         match accepted {
-            Ok((_, crate::endorsements::Put::Stored)) => {}
-            Ok((_, crate::endorsements::Put::Full(why))) => {
+            Ok(crate::endorsements::Put::Stored) => {}
+            Ok(crate::endorsements::Put::Full(why)) => {
                 return Err(ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "full", why))
             }
-            // A statement made in the same second as the last one on this DID.
-            Ok((_, _)) => {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "stale",
-                    "the node said something of this DID in this same second: try again",
-                ))
-            }
+            // Another statement on this DID, made at the same moment, stood first.
+            Ok(_) => return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "stale",
+                "another statement of this node on this DID was made at the same moment: try again",
+            )),
             Err(err) => return Err(ApiError::bad_request(err.to_string())),
         }
         if let Err(error) = self
@@ -555,10 +535,10 @@ impl AdminState {
         let did = did.map(str::to_owned);
         tokio::task::spawn_blocking(move || {
             let now = unix_now();
+            let trusted = store.trusted(now)?;
             let kept = match &did {
                 None => store.issued_by(&own, now)?,
                 Some(d) => {
-                    let trusted = store.trusted(now)?;
                     let mut v = Vec::new();
                     for iss in trusted.keys() {
                         if let Some(k) = store.get(iss, d)? {
@@ -570,7 +550,6 @@ impl AdminState {
                     v
                 }
             };
-            let trusted = store.trusted(now)?;
             Ok::<_, agentnet_discovery::store::StoreError>(
                 kept.into_iter()
                     .map(|k| EndorsementView {
