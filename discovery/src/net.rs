@@ -1547,19 +1547,28 @@ impl Node {
         entry.1 <= self.cfg.per_peer_messages
     }
 
-    fn on_gossip(&mut self, source: PeerId, id: MessageId, data: Vec<u8>) {
-        let ignore = |node: &mut Node| {
-            node.stats.throttled.inc();
-            node.swarm
+    /// The admission every gossip message passes, on either topic: the sender's message rate,
+    /// then a validation permit. A message refused here is ignored (not forwarded, the sender
+    /// not blamed) and counted as throttled.
+    fn admit(&mut self, source: PeerId, id: &MessageId) -> Option<OwnedSemaphorePermit> {
+        let permit = if self.within_rate(source) {
+            self.validations.clone().try_acquire_owned().ok()
+        } else {
+            None
+        };
+        if permit.is_none() {
+            self.stats.throttled.inc();
+            self.swarm
                 .behaviour_mut()
                 .gossipsub
-                .report_message_validation_result(&id, &source, MessageAcceptance::Ignore);
-        };
-        if !self.within_rate(source) {
-            return ignore(self);
+                .report_message_validation_result(id, &source, MessageAcceptance::Ignore);
         }
-        let Ok(permit) = self.validations.clone().try_acquire_owned() else {
-            return ignore(self);
+        permit
+    }
+
+    fn on_gossip(&mut self, source: PeerId, id: MessageId, data: Vec<u8>) {
+        let Some(permit) = self.admit(source, &id) else {
+            return;
         };
         let (store, validator, stats, events, tx, cancel, slots) = (
             self.store.clone(),
@@ -1610,23 +1619,16 @@ impl Node {
     /// An [`ENDORSE_TOPIC`] message: the same per-peer rate and validation permits as an
     /// advertisement, then the node's [`TopicCheck`] on a helper task.
     fn on_endorsement(&mut self, source: PeerId, id: MessageId, data: Vec<u8>) {
-        let verdict = |node: &mut Node, a: MessageAcceptance| {
-            node.swarm
-                .behaviour_mut()
-                .gossipsub
-                .report_message_validation_result(&id, &source, a);
-        };
         let Some(check) = self.endorsements.get().cloned() else {
             self.stats.endorsements_ignored.inc();
-            return verdict(self, MessageAcceptance::Ignore);
+            self.swarm
+                .behaviour_mut()
+                .gossipsub
+                .report_message_validation_result(&id, &source, MessageAcceptance::Ignore);
+            return;
         };
-        if !self.within_rate(source) {
-            self.stats.throttled.inc();
-            return verdict(self, MessageAcceptance::Ignore);
-        }
-        let Ok(permit) = self.validations.clone().try_acquire_owned() else {
-            self.stats.throttled.inc();
-            return verdict(self, MessageAcceptance::Ignore);
+        let Some(permit) = self.admit(source, &id) else {
+            return;
         };
         let (tx, cancel, stats) = (
             self.internal_tx.clone(),
