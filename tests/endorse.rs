@@ -20,13 +20,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const SKILL: &str = "weather-endorse";
 
 fn start(dir: &Path, extra: &[&str]) -> UpNode {
-    let mut args = vec![
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--http",
-        "127.0.0.1:0",
-        "--no-mdns",
-    ];
+    let mut args = LOOPBACK.to_vec();
     args.extend_from_slice(extra);
     UpNode::spawn(dir, &args)
 }
@@ -343,20 +337,9 @@ fn endorse_refuses_what_it_cannot_sign_and_config_check_names_bad_endorsers() {
 /// the same did:key for that seed as we derive.
 #[test]
 fn an_independent_jose_implementation_verifies_and_issues_endorsements() {
-    let js_dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/node");
-    let node_ok = std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !node_ok || !js_dir.join("node_modules/canonicalize").exists() {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+    let Some(js_dir) = interop_node_dir() else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let js = |args: &[&str]| {
         let o = std::process::Command::new("node")

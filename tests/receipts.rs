@@ -224,23 +224,9 @@ tags = ["receipt-proxy"]
 /// refuses the same receipt for another task and one with a changed payload byte.
 #[test]
 fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
-    let js_dir = std::path::PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("interop/node");
-    let node_ok = std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !node_ok || !js_dir.join("node_modules/canonicalize").exists() {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+    let Some(js_dir) = interop_node_dir() else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("node");
     let node = start(&dir, ECHO, &[]);

@@ -56,11 +56,7 @@ fn received(lines: &[Value]) -> Vec<String> {
 #[test]
 fn three_contract_nodes_join_publish_and_print_what_the_harness_reads() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let params = tmp.path().join("params.json");
     let script = json!({"script": [
         {"type": "initGossipSub", "gossipSubParams": {"D": 2, "HeartbeatInterval": 200_000_000u64, "Dlazy": 6}},

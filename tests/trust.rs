@@ -470,11 +470,7 @@ fn the_trust_policy_denies_ranks_and_explains() {
 #[test]
 fn a_proxy_refuses_an_upstream_whose_card_changed_until_accepted() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let up_dir = tmp.path().join("up");
     let start_up = |description: &str| {
         std::fs::create_dir_all(&up_dir).unwrap();

@@ -178,3 +178,32 @@ pub fn venv_python_with(module: &str) -> Option<PathBuf> {
         .is_ok_and(|o| o.status.success());
     ok.then_some(py)
 }
+
+/// A TCP port free on 127.0.0.1 now (for a process that must be restarted on the same port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `interop/node`, when Node.js and its packages (`interop/setup.sh`) are there; `None` (the
+/// test skips) otherwise, except under `scripts/test.sh`, which installs them and sets
+/// `AGENTNET_INTEROP_REQUIRED`: a skip there is a failure.
+pub fn interop_node_dir() -> Option<PathBuf> {
+    let js_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/node");
+    let node_ok = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if node_ok && js_dir.join("node_modules/canonicalize").exists() {
+        return Some(js_dir);
+    }
+    assert!(
+        std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
+        "interop tools missing although scripts/test.sh installed them"
+    );
+    eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+    None
+}
