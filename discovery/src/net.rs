@@ -24,8 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use libp2p::core::transport::MemoryTransport;
-use libp2p::core::upgrade::Version;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity, MessageId};
 use libp2p::kad::store::RecordStore as _;
 use libp2p::kad::{self, GetProvidersOk, QueryId, QueryResult, RecordKey};
@@ -34,7 +32,7 @@ use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::ConnectionId;
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
-use libp2p::{identify, mdns, noise, ping, tcp, yamux, StreamProtocol, Swarm, Transport as _};
+use libp2p::{identify, mdns, noise, ping, tcp, yamux, StreamProtocol, Swarm};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -51,6 +49,7 @@ mod bootstrap;
 mod config;
 mod dht;
 mod limits;
+pub mod links;
 mod pool;
 mod swarm;
 
@@ -58,6 +57,7 @@ use accept::{accept, Ctx, Gate};
 pub use bootstrap::{BootstrapState, BootstrapStatus};
 use bootstrap::{Bootstraps, Outcome};
 pub use config::{Config, TransportKind};
+pub use links::{Link, LinkModel, Links};
 use pool::blocking;
 use swarm::{build_swarm, Behaviour, BehaviourEvent};
 

@@ -30,7 +30,12 @@
 
 #![recursion_limit = "256"]
 
+mod floor;
+mod plot;
+mod scenario;
+
 use agentnet_discovery::net::Counter;
+use scenario::{Dist, Scenario};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,9 +69,48 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Simulate an agentnet network in one process and measure how fast advertisements spread"
 )]
 struct Args {
-    /// Honest nodes.
+    /// Honest nodes (or `nodes` in the scenario file).
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..=5000))]
-    nodes: u64,
+    nodes: Option<u64>,
+    /// A scenario file (TOML; sim/scenarios/): its keys set what the flags do, plus `[links]`,
+    /// `[churn]` and `[partition]`. A flag given too wins over the file.
+    #[arg(long)]
+    scenario: Option<PathBuf>,
+    /// Write results.json and SVG figures (reach CDF, reach per advertisement and over time,
+    /// duplicates, bytes, memory) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// One-way latency of every link, in ms (the mean, with --latency-spread-ms).
+    #[arg(long = "latency-ms")]
+    latency_ms: Option<f64>,
+    /// Spread of the latency: ± for uniform, the standard deviation for normal.
+    #[arg(long = "latency-spread-ms")]
+    latency_spread_ms: Option<f64>,
+    /// How link latencies are drawn (seeded, once per pair of nodes).
+    #[arg(long = "latency-dist", value_enum)]
+    latency_dist: Option<Dist>,
+    /// Bandwidth of each direction of each link, in megabits per second.
+    #[arg(long = "bandwidth-mbit")]
+    bandwidth_mbit: Option<f64>,
+    /// Filled from the scenario file.
+    /// After the agentnet network, measure a bare rust-libp2p gossipsub network in the same run:
+    /// same transport, links, dial plan and mesh degree, no validation (the floor).
+    #[arg(long)]
+    floor: bool,
+    /// After the advertisements, this many discover queries (the DHT and the fetch protocol),
+    /// each from a running node that gossip did not bring an advertisement to (a partition, a
+    /// join after it), for the tag only that advertisement has (`advert-<k>`).
+    #[arg(long, default_value_t = 0)]
+    queries: usize,
+    /// Size of the floor's messages.
+    #[arg(long = "floor-bytes", default_value_t = 2048)]
+    floor_bytes: usize,
+    #[arg(skip)]
+    churn: Option<scenario::Churn>,
+    #[arg(skip)]
+    partition: Option<scenario::Partition>,
+    #[arg(skip)]
+    delays: Option<scenario::Delays>,
     /// Connections each node dials (the first to an earlier node).
     #[arg(long, default_value_t = 8)]
     dials: usize,
@@ -131,12 +175,79 @@ fn millis(s: &str) -> Result<Duration, String> {
 }
 
 impl Args {
+    /// The command line, with the scenario file's keys where no flag was given.
+    fn load() -> Result<Self, String> {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let m = Args::command().get_matches();
+        let mut args = Args::from_arg_matches(&m).map_err(|e| e.to_string())?;
+        let file = match &args.scenario {
+            Some(p) => Scenario::load(p)?,
+            None => Scenario::default(),
+        };
+        let unset = |id: &str| m.value_source(id) != Some(clap::parser::ValueSource::CommandLine);
+        macro_rules! take {
+            ($($field:ident),*) => {$(
+                if unset(stringify!($field)) {
+                    if let Some(v) = file.$field {
+                        args.$field = v.into();
+                    }
+                }
+            )*};
+        }
+        take!(
+            nodes,
+            dials,
+            adverts,
+            adversaries,
+            seed,
+            mesh,
+            junk_rate,
+            queries
+        );
+        let ms = |v: Option<u64>| v.map(Duration::from_millis);
+        if unset("heartbeat") && file.heartbeat_ms.is_some() {
+            args.heartbeat = ms(file.heartbeat_ms);
+        }
+        if unset("warmup") && file.warmup_ms.is_some() {
+            args.warmup = ms(file.warmup_ms);
+        }
+        for (id, slot, v) in [
+            ("idle", &mut args.idle, file.idle_ms),
+            ("gap", &mut args.gap, file.gap_ms),
+            ("deadline", &mut args.deadline, file.deadline_ms),
+        ] {
+            if let (true, Some(v)) = (unset(id), v) {
+                *slot = Duration::from_millis(v);
+            }
+        }
+        let links = scenario::Links {
+            latency: args.latency_dist.or(file.links.latency),
+            latency_ms: args.latency_ms.or(file.links.latency_ms),
+            spread_ms: args.latency_spread_ms.or(file.links.spread_ms),
+            bandwidth_mbit: args.bandwidth_mbit.or(file.links.bandwidth_mbit),
+        };
+        args.delays = links.delay_model(args.seed)?;
+        args.churn = file.churn;
+        args.partition = file.partition;
+        args.finish()
+    }
+
+    fn nodes(&self) -> u64 {
+        self.nodes.unwrap_or_default()
+    }
+
     /// Checks clap cannot express, and the derived defaults.
     fn finish(mut self) -> Result<Self, String> {
+        let Some(nodes) = self.nodes else {
+            return Err("give --nodes N, or a --scenario file with `nodes = N`".into());
+        };
+        if !(2..=5000).contains(&nodes) {
+            return Err(format!("nodes must be between 2 and 5000, not {nodes}"));
+        }
         if self.conn_low > self.conn_high || self.conn_high == 0 {
             return Err("--conn-low must not exceed --conn-high, which must be at least 1".into());
         }
-        if self.nodes as usize + self.adversaries > 5000 {
+        if nodes as usize + self.adversaries > 5000 {
             return Err("at most 5000 nodes in one process".into());
         }
         self.mesh = self.mesh.clamp(2, 64);
@@ -145,7 +256,7 @@ impl Args {
         self.heartbeat = Some(heartbeat.max(Duration::from_millis(10)));
         self.provide_delay = Some(self.provide_delay.unwrap_or(defaults.provide_delay));
         self.deadline = self.deadline.max(Duration::from_millis(1));
-        self.dials = self.dials.clamp(1, self.nodes as usize - 1);
+        self.dials = self.dials.clamp(1, nodes as usize - 1);
         let settle = Duration::from_secs(90);
         self.warmup = Some(self.warmup.unwrap_or_else(|| (heartbeat * 6).max(settle)));
         Ok(self)
@@ -244,14 +355,18 @@ struct SimNode {
     client: Client,
     addr: Multiaddr,
     task: JoinHandle<()>,
+    /// Cancelled when the node leaves (churn), or with the whole run.
+    stop: CancellationToken,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn start_node(
     key: &SecretKey,
     dir: &Path,
     port: u64,
     listen: bool,
     args: &Args,
+    links: Option<net::Links>,
     shutdown: &CancellationToken,
 ) -> Result<SimNode, String> {
     let path = dir.join(format!("node-{port}"));
@@ -281,13 +396,20 @@ async fn start_node(
             Some(0) => None,
             Some(s) => Some(Duration::from_secs(s)),
         },
+        links,
         ..Default::default()
     };
-    let (client, task) = net::spawn(key, cfg, store, validator, shutdown.clone())
+    let stop = shutdown.child_token();
+    let (client, task) = net::spawn(key, cfg, store, validator, stop.clone())
         .await
         .map_err(|e| format!("starting node {port}: {e}"))?;
     let addr = listen_addr.with(Protocol::P2p(client.peer_id()));
-    Ok(SimNode { client, addr, task })
+    Ok(SimNode {
+        client,
+        addr,
+        task,
+        stop,
+    })
 }
 
 /// A fresh did:key agent.
@@ -412,6 +534,14 @@ impl Arrivals {
             .map_or(0, Vec::len)
     }
 
+    fn has(&self, did: &str, node: usize) -> bool {
+        self.by_did
+            .lock()
+            .expect("arrivals lock poisoned")
+            .get(did)
+            .is_some_and(|v| v.iter().any(|(n, _)| *n == node))
+    }
+
     fn times(&self, did: &str) -> Vec<Instant> {
         self.by_did
             .lock()
@@ -425,9 +555,19 @@ impl Arrivals {
 /// Figures of one advertisement.
 struct Spread {
     reached: usize,
+    /// Honest nodes running when it was published.
+    expected: usize,
     publish: Duration,
-    /// Time until 50, 95, 100 % of the nodes accepted it, if they did before the deadline.
+    /// Time until 50, 95, 100 % of those nodes accepted it, if they did before the deadline.
     t: [Option<Duration>; 3],
+    /// Each delivery's delay, sorted.
+    delays_ms: Vec<f64>,
+    /// Gossip copies received per accepted, minus one, from its publication to the next.
+    duplicates: Option<f64>,
+    /// Bytes in per running node over the same window (every protocol).
+    bytes_per_node: f64,
+    /// Published while a partition was in force.
+    partitioned: bool,
 }
 
 /// What the adversaries did and what it achieved.
@@ -555,24 +695,169 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// The run's nodes in start order: node i listens on `/memory/<i + 1>`. Honest nodes that join
+/// later (churn) come after the adversaries.
+struct Net {
+    nodes: Vec<Arc<SimNode>>,
+    honest: Vec<bool>,
+    alive: Vec<bool>,
+}
+
+impl Net {
+    fn push(&mut self, node: Arc<SimNode>, honest: bool) {
+        self.nodes.push(node);
+        self.honest.push(honest);
+        self.alive.push(true);
+    }
+
+    /// Honest nodes running now.
+    fn live_honest(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.honest[i] && self.alive[i])
+            .collect()
+    }
+
+    /// Every honest node, run or left.
+    fn honest_nodes(&self) -> Vec<Arc<SimNode>> {
+        (0..self.nodes.len())
+            .filter(|&i| self.honest[i])
+            .map(|i| self.nodes[i].clone())
+            .collect()
+    }
+}
+
+/// Records when `node` (index `idx`) accepts each advertisement.
+fn spawn_recorder(node: &SimNode, idx: usize, arrivals: Arc<Arrivals>, stop: CancellationToken) {
+    let mut rx = node.client.subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                ev = rx.recv() => match ev {
+                    Ok(ev) => arrivals.record(ev.did, idx, Instant::now()),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        }
+    });
+}
+
+/// Makes the dials of `plan` (from, to), 32 at a time; returns how many failed.
+async fn dial_plan(nodes: &[Arc<SimNode>], plan: &[(usize, usize)], started: Instant) -> usize {
+    futures::stream::iter(plan.iter().map(|&(i, j)| {
+        let (from, to) = (nodes[i].client.clone(), nodes[j].addr.clone());
+        async move {
+            tokio::time::timeout(Duration::from_secs(10), from.dial(to))
+                .await
+                .map_err(|_| ())
+                .and_then(|r| r.map_err(|_| ()))
+        }
+    }))
+    .buffer_unordered(32)
+    .enumerate()
+    .fold(0usize, |failed, (k, r)| {
+        if plan.len() >= 500 && (k + 1) % 500 == 0 {
+            eprintln!(
+                "simulate: {} of {} dials done at {:.1} s",
+                k + 1,
+                plan.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        futures::future::ready(failed + usize::from(r.is_err()))
+    })
+    .await
+}
+
+/// Gossip and byte counters summed over `idx`.
+fn traffic_of(nodes: &[Arc<SimNode>], idx: &[usize]) -> net::Traffic {
+    let mut t = net::Traffic::default();
+    for &i in idx {
+        let x = nodes[i].client.traffic();
+        t.gossip_received += x.gossip_received;
+        t.gossip_unique += x.gossip_unique;
+        t.bytes_in += x.bytes_in;
+        t.bytes_out += x.bytes_out;
+    }
+    t
+}
+
+/// Samples the process's resident memory every second, from the start of the run.
+fn rss_sampler(
+    started: Instant,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Arc<Mutex<Vec<(f64, u64)>>> {
+    let samples: Arc<Mutex<Vec<(f64, u64)>>> = Default::default();
+    let out = samples.clone();
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(rss) = proc_mib("/proc/self/status", "VmRSS:") {
+                out.lock()
+                    .expect("samples lock poisoned")
+                    .push((started.elapsed().as_secs_f64(), rss));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    samples
+}
+
 async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let load_start = loadavg();
     let started = Instant::now();
+    let stop_sampler = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rss_samples = rss_sampler(started, stop_sampler.clone());
     let mut rng = Rng::seed_from_u64(args.seed);
+    // Churn and partition draw from their own generator, so that a scenario with them has the
+    // same keys, topology and publishers as one without.
+    let mut scenario_rng = Rng::seed_from_u64(args.seed ^ 0x5eed_c4a5);
     let shutdown = CancellationToken::new();
-    let n = args.nodes as usize;
+    let n = args.nodes() as usize;
+
+    let cut = Arc::new(scenario::Cut {
+        active: false.into(),
+        side: match &args.partition {
+            Some(p) => (0..n)
+                .map(|_| scenario_rng.gen::<f64>() < p.fraction)
+                .collect(),
+            None => Vec::new(),
+        },
+    });
+    let with_links = args.delays.is_some() || args.partition.is_some();
+    let links_of = |i: usize| -> Option<net::Links> {
+        with_links.then(|| {
+            Arc::new(scenario::NodeLinks {
+                me: i,
+                base: 1,
+                delays: args.delays,
+                cut: cut.clone(),
+            }) as net::Links
+        })
+    };
 
     // Nodes: honest ones listen; adversaries listen nowhere, so they stay behind the nodes they
     // dial (as in tests/network.rs).
-    let mut nodes: Vec<Arc<SimNode>> = Vec::with_capacity(n + args.adversaries);
+    let mut net = Net {
+        nodes: Vec::with_capacity(n + args.adversaries),
+        honest: Vec::new(),
+        alive: Vec::new(),
+    };
     for i in 0..n + args.adversaries {
         let key = SecretKey::from_seed(&seed32(&mut rng));
-        let node = start_node(&key, dir, i as u64 + 1, i < n, args, &shutdown).await?;
-        nodes.push(Arc::new(node));
+        let node = start_node(&key, dir, i as u64 + 1, i < n, args, links_of(i), &shutdown).await?;
+        net.push(Arc::new(node), i < n);
+        if (i + 1) % 250 == 0 {
+            eprintln!(
+                "simulate: {} nodes started at {:.1} s",
+                i + 1,
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
     eprintln!(
         "simulate: {} nodes started in {:.1} s; dialing",
-        nodes.len(),
+        net.nodes.len(),
         started.elapsed().as_secs_f64()
     );
 
@@ -597,54 +882,24 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         }
         plan.extend(targets.into_iter().map(|j| (i, j)));
     }
-    let dial_failures = futures::stream::iter(plan.iter().map(|&(i, j)| {
-        let (from, to) = (nodes[i].client.clone(), nodes[j].addr.clone());
-        async move {
-            tokio::time::timeout(Duration::from_secs(10), from.dial(to))
-                .await
-                .map_err(|_| ())
-                .and_then(|r| r.map_err(|_| ()))
-        }
-    }))
-    .buffer_unordered(32)
-    .enumerate()
-    .fold(0usize, |failed, (k, r)| {
-        if (k + 1) % 500 == 0 {
-            eprintln!(
-                "simulate: {} of {} dials done at {:.1} s",
-                k + 1,
-                plan.len(),
-                started.elapsed().as_secs_f64()
-            );
-        }
-        futures::future::ready(failed + usize::from(r.is_err()))
-    })
-    .await;
+    let dial_failures = dial_plan(&net.nodes, &plan, started).await;
     let setup = started.elapsed();
     eprintln!(
         "simulate: {} nodes up and dialed in {:.1} s; warming up",
-        nodes.len(),
+        net.nodes.len(),
         setup.as_secs_f64()
     );
 
     // Arrival recorders, one per honest node.
     let arrivals = Arc::new(Arrivals::default());
     let stop_recorders = CancellationToken::new();
-    for (idx, node) in nodes.iter().take(n).enumerate() {
-        let mut rx = node.client.subscribe();
-        let (arrivals, stop) = (arrivals.clone(), stop_recorders.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    ev = rx.recv() => match ev {
-                        Ok(ev) => arrivals.record(ev.did, idx, Instant::now()),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                    }
-                }
-            }
-        });
+    for idx in 0..n {
+        spawn_recorder(
+            &net.nodes[idx],
+            idx,
+            arrivals.clone(),
+            stop_recorders.clone(),
+        );
     }
 
     // Let gossipsub build its mesh, then watch the settled network for `--idle-ms` with nothing
@@ -652,12 +907,12 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     // bootstrap, the connection manager, pings), and its CPU the cost of being idle.
     let warmup = args.warmup();
     tokio::time::sleep(warmup).await;
-    let honest = &nodes[..n];
+    let initial: Vec<Arc<SimNode>> = net.nodes[..n].to_vec();
     let idle_window = args.idle;
-    let idle_start = ConnCounts::of(honest);
+    let idle_start = ConnCounts::of(&initial);
     let idle_cpu_start = process_cpu();
     tokio::time::sleep(idle_window).await;
-    let idle_conns = ConnCounts::of(honest).since(&idle_start);
+    let idle_conns = ConnCounts::of(&initial).since(&idle_start);
     let idle_cpu = match (idle_cpu_start, process_cpu()) {
         (Some(a), Some(b)) if !idle_window.is_zero() => {
             Some(100.0 * b.saturating_sub(a).as_secs_f64() / idle_window.as_secs_f64())
@@ -665,7 +920,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         _ => None,
     };
     let mut degrees = Vec::with_capacity(n);
-    for node in nodes.iter().take(n) {
+    for node in &initial {
         degrees.push(node.client.peers().await.map(|p| p.len()).unwrap_or(0));
     }
     degrees.sort_unstable();
@@ -674,7 +929,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let honest_dids: Arc<Mutex<Vec<String>>> = Default::default();
     let stop_junk = CancellationToken::new();
     let mut junk_tasks = Vec::new();
-    for node in nodes.iter().skip(n) {
+    for node in net.nodes.iter().skip(n) {
         junk_tasks.push(tokio::spawn(adversary(
             node.clone(),
             Rng::seed_from_u64(rng.gen::<u64>()),
@@ -687,23 +942,60 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     // Advertisements, one after another.
     eprintln!("simulate: publishing {} advertisements", args.adverts);
     let vocab = Vocabulary::new(200);
-    let thresholds = [n.div_ceil(2), (n * 95).div_ceil(100), n];
-    let traffic_start: Vec<net::Traffic> =
-        nodes.iter().take(n).map(|s| s.client.traffic()).collect();
     let cpu_start = process_cpu();
-    let phase_conns_start = ConnCounts::of(honest);
+    let phase_conns_start = ConnCounts::of(&net.honest_nodes());
     let phase_start = Instant::now();
     let mut spreads: Vec<Spread> = Vec::with_capacity(args.adverts);
     let mut published: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut published_tags: Vec<Vec<String>> = Vec::new();
     let mut advert_bytes = 0;
     let mut publish_errors = 0;
+    let mut total = net::Traffic::default();
+    let (mut left, mut joined, mut join_failures) = (0usize, 0usize, 0usize);
+    let (mut leave_due, mut join_due) = (0.0f64, 0.0f64);
+    let mut last_churn = Instant::now();
+    let mut redial_failures = 0;
     for a in 0..args.adverts {
-        let publisher = &nodes[rng.gen_range(0..n)];
+        if let Some(p) = &args.partition {
+            if a == p.from_advert {
+                cut.active.store(true, std::sync::atomic::Ordering::Relaxed);
+                eprintln!(
+                    "simulate: partition from advert {a}: {:.0} % of the nodes cut off",
+                    p.fraction * 100.0
+                );
+                // Connections across the cut close on the next bytes they carry.
+                tokio::time::sleep(args.heartbeat() * 3).await;
+            }
+            if p.heal_advert == Some(a) {
+                cut.active
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                let across: Vec<(usize, usize)> = plan
+                    .iter()
+                    .copied()
+                    .filter(|&(i, j)| {
+                        net.alive[i] && net.alive[j] && cut.side.get(i) != cut.side.get(j)
+                    })
+                    .collect();
+                redial_failures += dial_plan(&net.nodes, &across, started).await;
+                eprintln!(
+                    "simulate: partition healed at advert {a}: {} dials made again",
+                    across.len()
+                );
+                tokio::time::sleep(args.gap).await;
+            }
+        }
+        let live = net.live_honest();
+        let expected = live.len();
+        let publisher = net.nodes[live[rng.gen_range(0..live.len())]].clone();
         let agent = Agent::new(&mut rng);
-        let tags = vocab.draw(&mut rng, 3);
-        let bytes = agent.advert(publisher, 1, &format!("advert {a}"), &tags, 1024)?;
+        let mut tags = vocab.draw(&mut rng, 3);
+        // A tag of its own, for the discover queries: found means this advertisement, not
+        // another with a common tag from the local index.
+        tags.push(format!("advert-{a}"));
+        let bytes = agent.advert(&publisher, 1, &format!("advert {a}"), &tags, 1024)?;
         advert_bytes = bytes.len();
         let did = agent.did.to_string();
+        let before = traffic_of(&net.nodes, &live);
         let t0 = Instant::now();
         if let Err(e) = publisher.client.publish(bytes.clone()).await {
             eprintln!("publishing advert {a}: {e}");
@@ -716,12 +1008,13 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             .expect("dids lock poisoned")
             .push(did.clone());
         published.push((did.clone(), bytes));
+        published_tags.push(tags.clone());
         let deadline = tokio::time::Instant::from_std(t0 + args.deadline);
         loop {
             let notified = arrivals.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if arrivals.count(&did) >= n || tokio::time::Instant::now() >= deadline {
+            if arrivals.count(&did) >= expected || tokio::time::Instant::now() >= deadline {
                 break;
             }
             let _ = tokio::time::timeout_at(deadline, notified).await;
@@ -733,36 +1026,158 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             .filter(|d| *d <= args.deadline)
             .collect();
         times.sort_unstable();
-        let at = |k: usize| times.get(k - 1).copied();
-        spreads.push(Spread {
-            reached: times.len(),
-            publish,
-            t: [at(thresholds[0]), at(thresholds[1]), at(thresholds[2])],
-        });
+        let thresholds = [
+            expected.div_ceil(2),
+            (expected * 95).div_ceil(100),
+            expected,
+        ];
+        let at = |k: usize| times.get(k.max(1) - 1).copied();
         // The pause before the next one (after this one reached every node or its deadline).
         tokio::time::sleep(args.gap).await;
+        let after = traffic_of(&net.nodes, &live);
+        let copies = after.gossip_received.saturating_sub(before.gossip_received);
+        let unique = after.gossip_unique.saturating_sub(before.gossip_unique);
+        let bytes_in = after.bytes_in.saturating_sub(before.bytes_in);
+        total.gossip_received += copies;
+        total.gossip_unique += unique;
+        total.bytes_in += bytes_in;
+        total.bytes_out += after.bytes_out.saturating_sub(before.bytes_out);
+        let spread = Spread {
+            reached: times.len(),
+            expected,
+            publish,
+            t: [at(thresholds[0]), at(thresholds[1]), at(thresholds[2])],
+            delays_ms: times.iter().map(|d| ms(*d)).collect(),
+            duplicates: (unique > 0).then(|| copies as f64 / unique as f64 - 1.0),
+            bytes_per_node: bytes_in as f64 / expected.max(1) as f64,
+            partitioned: cut.active.load(std::sync::atomic::Ordering::Relaxed),
+        };
+        eprintln!(
+            "simulate: advert {}/{}: {} of {} nodes ({:.1} %), all by {}",
+            a + 1,
+            args.adverts,
+            spread.reached,
+            expected,
+            100.0 * spread.reached as f64 / expected.max(1) as f64,
+            spread.t[2].map_or("-".into(), |d| format!("{:.0} ms", ms(d)))
+        );
+        spreads.push(spread);
+
+        // Churn, at the rates asked, over the time since the last step.
+        if let Some(c) = &args.churn {
+            let minutes = last_churn.elapsed().as_secs_f64() / 60.0;
+            last_churn = Instant::now();
+            leave_due += c.leave_per_min * minutes;
+            join_due += c.join_per_min * minutes;
+            while leave_due >= 1.0 {
+                leave_due -= 1.0;
+                let live = net.live_honest();
+                if live.len() <= 2 {
+                    break;
+                }
+                let i = live[scenario_rng.gen_range(0..live.len())];
+                net.nodes[i].stop.cancel();
+                net.alive[i] = false;
+                left += 1;
+            }
+            while join_due >= 1.0 {
+                join_due -= 1.0;
+                let i = net.nodes.len();
+                let key = SecretKey::from_seed(&seed32(&mut scenario_rng));
+                let node = Arc::new(
+                    start_node(&key, dir, i as u64 + 1, true, args, links_of(i), &shutdown).await?,
+                );
+                spawn_recorder(&node, i, arrivals.clone(), stop_recorders.clone());
+                let live = net.live_honest();
+                net.push(node, true);
+                let mut dials: Vec<(usize, usize)> = Vec::new();
+                while dials.len() < args.dials.min(live.len()) {
+                    let j = live[scenario_rng.gen_range(0..live.len())];
+                    if !dials.iter().any(|d| d.1 == j) {
+                        dials.push((i, j));
+                    }
+                }
+                join_failures += dial_plan(&net.nodes, &dials, started).await;
+                plan.extend(dials);
+                joined += 1;
+            }
+        }
     }
     let phase = phase_start.elapsed();
-    let phase_conns = ConnCounts::of(honest).since(&phase_conns_start);
+
+    // Discover queries for what gossip did not deliver: (advertisement, running node) pairs.
+    let mut missed: Vec<(usize, usize)> = Vec::new();
+    for (k, (did, _)) in published.iter().enumerate() {
+        for i in net.live_honest() {
+            if !arrivals.has(did, i)
+                && !net.nodes[i]
+                    .client
+                    .store()
+                    .get(did, net::unix_now())
+                    .is_ok_and(|a| a.is_some())
+            {
+                missed.push((k, i));
+            }
+        }
+    }
+    let mut query_ms: Vec<f64> = Vec::new();
+    let (mut query_found, mut query_failed) = (0usize, 0usize);
+    if args.queries > 0 && !missed.is_empty() {
+        eprintln!(
+            "simulate: {} (advertisement, node) pairs gossip missed; {} discover queries",
+            missed.len(),
+            args.queries.min(missed.len())
+        );
+    }
+    for q in 0..args.queries.min(missed.len()) {
+        let (k, i) = missed.swap_remove(scenario_rng.gen_range(0..missed.len()));
+        let (did, tag) = (&published[k].0, published_tags[k][3].clone());
+        let t0 = Instant::now();
+        let found = tokio::time::timeout(
+            Duration::from_secs(30),
+            net.nodes[i].client.discover(&[tag], 100),
+        )
+        .await;
+        let took = ms(t0.elapsed());
+        let ok = matches!(&found, Ok(Ok(v)) if v.iter().any(|a| a.did.to_string() == *did));
+        if ok {
+            query_found += 1;
+            query_ms.push(took);
+        } else {
+            query_failed += 1;
+        }
+        eprintln!(
+            "simulate: query {}/{}: node {i} for advert {k}: {} in {took:.0} ms",
+            q + 1,
+            args.queries.min(missed.len() + q + 1),
+            if ok { "found" } else { "not found" }
+        );
+    }
+    query_ms.sort_by(f64::total_cmp);
+    let missed_pairs = missed.len() + query_found + query_failed;
+    let honest = net.honest_nodes();
+    let phase_conns = ConnCounts::of(&honest).since(&phase_conns_start);
     let cpu = match (cpu_start, process_cpu()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    let (mut copies, mut unique, mut bytes_in, mut bytes_out) = (0u64, 0u64, 0u64, 0u64);
-    for (node, before) in nodes.iter().take(n).zip(&traffic_start) {
-        let now = node.client.traffic();
-        copies += now.gossip_received.saturating_sub(before.gossip_received);
-        unique += now.gossip_unique.saturating_sub(before.gossip_unique);
-        bytes_in += now.bytes_in.saturating_sub(before.bytes_in);
-        bytes_out += now.bytes_out.saturating_sub(before.bytes_out);
-    }
-    let published_ok = (args.adverts - publish_errors).max(1) as f64;
+    let (copies, unique, bytes_in, bytes_out) = (
+        total.gossip_received,
+        total.gossip_unique,
+        total.bytes_in,
+        total.bytes_out,
+    );
     let duplicate_ratio = (unique > 0).then(|| copies as f64 / unique as f64 - 1.0);
-    let bytes_per_node_per_advert = bytes_in as f64 / n as f64 / published_ok;
-    let trimmed = stat_sum(honest, |s| &s.trimmed);
-    let opened = stat_sum(honest, |s| &s.connections_opened);
-    let dials = stat_sum(honest, |s| &s.dials);
-    let bootstraps = stat_sum(honest, |s| &s.bootstraps);
+    let expected: usize = spreads.iter().map(|s| s.expected).sum();
+    let bytes_per_node_per_advert = if expected == 0 {
+        0.0
+    } else {
+        bytes_in as f64 / expected as f64
+    };
+    let trimmed = stat_sum(&honest, |s| &s.trimmed);
+    let opened = stat_sum(&honest, |s| &s.connections_opened);
+    let dials = stat_sum(&honest, |s| &s.dials);
+    let bootstraps = stat_sum(&honest, |s| &s.bootstraps);
 
     // Stop the junk, let in-flight validations finish, then check the honest stores.
     stop_junk.cancel();
@@ -775,14 +1190,17 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         }
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let adversary_ids: Vec<PeerId> = nodes.iter().skip(n).map(|s| s.client.peer_id()).collect();
+    let adversary_ids: Vec<PeerId> = (0..net.nodes.len())
+        .filter(|&i| !net.honest[i])
+        .map(|i| net.nodes[i].client.peer_id())
+        .collect();
     let mut refused: HashMap<&'static str, u64> = HashMap::new();
     let (mut accepted, mut ignored, mut throttled) = (0, 0, 0);
     let mut forwarded_by_honest = 0u64;
     let mut junk_stored = 0usize;
     let published = Arc::new(published);
     let junk_dids = Arc::new(junk.junk_dids.clone());
-    for node in nodes.iter().take(n) {
+    for node in &honest {
         let stats = node.client.stats();
         accepted += stats.accepted.get();
         ignored += stats.ignored.get();
@@ -830,7 +1248,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     stop_recorders.cancel();
     shutdown.cancel();
     let mut stuck = 0;
-    for node in &nodes {
+    for node in &net.nodes {
         let task = &node.task;
         let deadline = Instant::now() + Duration::from_secs(5);
         while !task.is_finished() && Instant::now() < deadline {
@@ -841,11 +1259,52 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             stuck += 1;
         }
     }
-    drop(nodes);
+    drop(net);
+    drop(honest);
+
+    // The floor, with the agentnet nodes gone: the initial nodes' dial plan over the same links.
+    let floor = if args.floor {
+        eprintln!("simulate: the floor: {n} bare gossipsub nodes");
+        let dials: Vec<(usize, usize)> = plan
+            .iter()
+            .copied()
+            .filter(|&(i, j)| i < n && j < n)
+            .collect();
+        let floor_cut = Arc::new(scenario::Cut::default());
+        let floor_links = |i: usize| -> Option<net::Links> {
+            args.delays.map(|d| {
+                Arc::new(scenario::NodeLinks {
+                    me: i,
+                    base: floor::BASE_PORT,
+                    delays: Some(d),
+                    cut: floor_cut.clone(),
+                }) as net::Links
+            })
+        };
+        let f = floor::run(
+            &floor::Plan {
+                nodes: n,
+                dials: &dials,
+                mesh: args.mesh,
+                heartbeat: args.heartbeat(),
+                warmup: args.warmup(),
+                messages: args.adverts,
+                bytes: args.floor_bytes,
+                gap: args.gap.min(Duration::from_millis(500)),
+                deadline: args.deadline,
+                seed: args.seed,
+            },
+            &floor_links,
+        )
+        .await?;
+        Some(f)
+    } else {
+        None
+    };
+    stop_sampler.store(true, std::sync::atomic::Ordering::Relaxed);
 
     // Figures.
     let delivered: usize = spreads.iter().map(|s| s.reached).sum();
-    let expected = n * args.adverts;
     let mut summary = serde_json::Map::new();
     for (k, name) in ["reach50", "reach95", "reach100"].iter().enumerate() {
         let mut v: Vec<f64> = spreads.iter().filter_map(|s| s.t[k].map(ms)).collect();
@@ -863,8 +1322,50 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let mut publish: Vec<f64> = spreads.iter().map(|s| ms(s.publish)).collect();
     publish.sort_by(f64::total_cmp);
     let refused_total: u64 = refused.values().sum();
+    let floor_report = floor.map(|mut f| {
+        let ratio = |k: &str| match (
+            summary.get(k).and_then(|x| x["p95_ms"].as_f64()),
+            f["reach"][k]["p95_ms"].as_f64(),
+        ) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        f["p95_over_floor"] = json!({"reach50": ratio("reach50"), "reach95": ratio("reach95"), "reach100": ratio("reach100")});
+        f
+    });
+    let per_advert: Vec<Value> = spreads
+        .iter()
+        .map(|s| {
+            json!({
+                "reached": s.reached, "expected": s.expected, "partitioned": s.partitioned,
+                "publish_ms": ms(s.publish),
+                "reach50_ms": s.t[0].map(ms), "reach95_ms": s.t[1].map(ms), "reach100_ms": s.t[2].map(ms),
+                "duplicates": s.duplicates, "bytes_in_per_node": s.bytes_per_node,
+                "delays_ms": s.delays_ms,
+            })
+        })
+        .collect();
+    let rss: Vec<Value> = rss_samples
+        .lock()
+        .expect("samples lock poisoned")
+        .iter()
+        .map(|(t, m)| json!([t, m]))
+        .collect();
     Ok(json!({
         "nodes": n,
+        "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
+        "links": args.delays.map(|d| json!({
+            "latency": format!("{:?}", d.dist).to_lowercase(), "latency_ms": d.mean_ms,
+            "spread_ms": d.spread_ms, "bandwidth_bytes_per_s": d.bytes_per_sec,
+        })),
+        "churn": args.churn.as_ref().map(|c| json!({
+            "leave_per_min": c.leave_per_min, "join_per_min": c.join_per_min,
+            "left": left, "joined": joined, "join_dial_failures": join_failures,
+        })),
+        "partition": args.partition.as_ref().map(|p| json!({
+            "fraction": p.fraction, "from_advert": p.from_advert, "heal_advert": p.heal_advert,
+            "cut_off": cut.side.iter().filter(|s| **s).count(), "redial_failures": redial_failures,
+        })),
         "dials": args.dials,
         "adverts": args.adverts,
         "adversaries": args.adversaries,
@@ -916,7 +1417,155 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "load_start": load_start,
         "load_end": loadavg(),
         "elapsed_s": started.elapsed().as_secs_f64(),
+        "floor": floor_report,
+        "queries": {
+            "asked": query_found + query_failed, "found": query_found, "not_found": query_failed,
+            "missed_by_gossip": missed_pairs,
+            "median_ms": percentile(&query_ms, 0.5), "p95_ms": percentile(&query_ms, 0.95),
+        },
+        "per_advert": per_advert,
+        "rss_mib_samples": rss,
     }))
+}
+
+/// `results.json` and the figures, into `out` (created if missing).
+fn write_out(out: &Path, report: &Value) -> Result<(), String> {
+    use plot::Series;
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    let json = serde_json::to_vec_pretty(report).map_err(|e| format!("encoding results: {e}"))?;
+    let file = out.join("results.json");
+    std::fs::write(&file, json).map_err(|e| format!("writing {}: {e}", file.display()))?;
+    let empty = Vec::new();
+    let adverts = report["per_advert"].as_array().unwrap_or(&empty);
+    // Reach CDF: every delivery's delay, over every delivery expected.
+    let expected: f64 = adverts.iter().map(|a| f64_of(&a["expected"])).sum();
+    let mut delays: Vec<f64> = adverts
+        .iter()
+        .flat_map(|a| {
+            a["delays_ms"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .map(f64_of)
+        })
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    let cdf = |delays: &[f64], expected: f64| -> Vec<(f64, f64)> {
+        let mut pts = vec![(0.0, 0.0)];
+        pts.extend(
+            delays
+                .iter()
+                .enumerate()
+                .map(|(k, d)| (*d, 100.0 * (k + 1) as f64 / expected.max(1.0))),
+        );
+        pts
+    };
+    let title = |what: &str| {
+        format!(
+            "{what}: {} nodes{}",
+            report["nodes"],
+            report["links"]["latency_ms"]
+                .as_f64()
+                .map_or(String::new(), |l| format!(", {l} ms links"))
+        )
+    };
+    plot::lines(
+        &out.join("reach_cdf.svg"),
+        &title("Deliveries by delay"),
+        "ms since publication",
+        "% of expected deliveries",
+        &[Series {
+            label: String::new(),
+            points: cdf(&delays, expected),
+        }],
+    )?;
+    // Reach over time, for up to six advertisements spread over the run.
+    let step = adverts.len().div_ceil(6).max(1);
+    let over_time: Vec<Series> = adverts
+        .iter()
+        .enumerate()
+        .step_by(step)
+        .map(|(k, a)| {
+            let d: Vec<f64> = a["delays_ms"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .map(f64_of)
+                .collect();
+            Series {
+                label: format!(
+                    "advert {k}{}",
+                    if a["partitioned"] == json!(true) {
+                        " (partition)"
+                    } else {
+                        ""
+                    }
+                ),
+                points: cdf(&d, f64_of(&a["expected"])),
+            }
+        })
+        .collect();
+    plot::lines(
+        &out.join("reach_over_time.svg"),
+        &title("Reach over time"),
+        "ms since publication",
+        "% of running nodes reached",
+        &over_time,
+    )?;
+    let per_advert = |f: &dyn Fn(&Value) -> Option<f64>| -> Vec<(f64, f64)> {
+        adverts
+            .iter()
+            .enumerate()
+            .filter_map(|(k, a)| f(a).map(|y| (k as f64, y)))
+            .collect()
+    };
+    for (file, what, y, points) in [
+        (
+            "reach_by_advert.svg",
+            "Reach at the deadline",
+            "% of running nodes",
+            per_advert(&|a| Some(100.0 * f64_of(&a["reached"]) / f64_of(&a["expected"]).max(1.0))),
+        ),
+        (
+            "duplicates.svg",
+            "Duplicates per accepted copy",
+            "duplicates",
+            per_advert(&|a| a["duplicates"].as_f64()),
+        ),
+        (
+            "bytes.svg",
+            "Bytes in per node per advert",
+            "KiB (all protocols)",
+            per_advert(&|a| a["bytes_in_per_node"].as_f64().map(|b| b / 1024.0)),
+        ),
+    ] {
+        plot::lines(
+            &out.join(file),
+            &title(what),
+            "advertisement",
+            y,
+            &[Series {
+                label: String::new(),
+                points,
+            }],
+        )?;
+    }
+    let rss: Vec<(f64, f64)> = report["rss_mib_samples"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|p| (f64_of(&p[0]), f64_of(&p[1])))
+        .collect();
+    plot::lines(
+        &out.join("memory.svg"),
+        &title("Resident memory"),
+        "s since start",
+        "MiB",
+        &[Series {
+            label: String::new(),
+            points: rss,
+        }],
+    )
 }
 
 fn f64_of(v: &Value) -> f64 {
@@ -941,6 +1590,32 @@ fn print_text(r: &Value) {
         r["degree"]["max"],
         r["advert_bytes"]
     );
+    if let Some(l) = r["links"].as_object() {
+        println!(
+            "links: {} latency {} ms (spread {} ms), bandwidth {}",
+            l["latency"].as_str().unwrap_or("fixed"),
+            l["latency_ms"],
+            l["spread_ms"],
+            l["bandwidth_bytes_per_s"]
+                .as_f64()
+                .map_or("unlimited".into(), |b| format!(
+                    "{:.1} Mbit/s",
+                    b * 8.0 / 1e6
+                ))
+        );
+    }
+    if let Some(c) = r["churn"].as_object() {
+        println!(
+            "churn: {} left, {} joined (rates {}/{} per minute; join dial failures {})",
+            c["left"], c["joined"], c["leave_per_min"], c["join_per_min"], c["join_dial_failures"]
+        );
+    }
+    if let Some(p) = r["partition"].as_object() {
+        println!(
+            "partition: {} nodes cut off from advert {} to {} (redial failures {})",
+            p["cut_off"], p["from_advert"], p["heal_advert"], p["redial_failures"]
+        );
+    }
     println!(
         "delivery {:.2} % ({} node-deliveries missing, deadline {} ms)",
         r["delivery_pct"].as_f64().unwrap_or(0.0),
@@ -960,6 +1635,34 @@ fn print_text(r: &Value) {
             f(&x["max_ms"]),
             x["adverts_reaching"],
             r["adverts"]
+        );
+    }
+    if let Some(fl) = r["floor"].as_object() {
+        for name in ["reach50", "reach95", "reach100"] {
+            let x = &fl["reach"][name];
+            println!(
+                "floor {name:>8} (bare gossipsub, {} B): median {:>7} ms  p95 {:>7} ms; agentnet's p95 is {}x",
+                fl["message_bytes"],
+                f(&x["median_ms"]),
+                f(&x["p95_ms"]),
+                fl["p95_over_floor"][name]
+                    .as_f64()
+                    .map_or("-".into(), |v| format!("{v:.2}"))
+            );
+        }
+        println!(
+            "floor: delivery {:.2} %, duplicate ratio {}",
+            fl["delivery_pct"].as_f64().unwrap_or(0.0),
+            fl["duplicate_ratio"]
+                .as_f64()
+                .map_or("-".into(), |x| format!("{x:.2}"))
+        );
+    }
+    let q = &r["queries"];
+    if q["asked"].as_u64().unwrap_or(0) > 0 || q["missed_by_gossip"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "discover (DHT + fetch) for what gossip missed ({} pairs): {} of {} found, median {} ms, p95 {} ms",
+            q["missed_by_gossip"], q["found"], q["asked"], f(&q["median_ms"]), f(&q["p95_ms"])
         );
     }
     println!(
@@ -1022,7 +1725,7 @@ fn print_text(r: &Value) {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::parse().finish() {
+    let args = match Args::load() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("simulate: {e}");
@@ -1051,12 +1754,19 @@ fn main() -> ExitCode {
         }
     };
     // Watchdog: setup, every advertisement's deadline, and slack for checks and shutdown.
-    let nodes = (args.nodes as usize + args.adversaries) as u32;
+    let nodes = (args.nodes() as usize + args.adversaries) as u32;
     let bound = Duration::from_secs(60)
         + Duration::from_secs(1) * nodes
         + args.warmup()
         + args.idle
-        + (args.deadline + args.gap + Duration::from_millis(100)) * args.adverts as u32;
+        + (args.deadline + args.gap + Duration::from_millis(100)) * args.adverts as u32
+        // Healing a partition: its redials and a gap.
+        + args.partition.as_ref().map_or(Duration::ZERO, |_| Duration::from_secs(60) + args.gap)
+        // Joins: each a node start and its dials.
+        + args.churn.as_ref().map_or(Duration::ZERO, |c| {
+            let minutes = (args.deadline + args.gap).as_secs_f64() * args.adverts as f64 / 60.0;
+            Duration::from_secs(12) * (c.join_per_min * minutes).ceil() as u32
+        });
     let result = rt.block_on(async {
         tokio::time::timeout(bound, run(&args, &dir.0))
             .await
@@ -1067,6 +1777,13 @@ fn main() -> ExitCode {
     drop(dir);
     match result {
         Ok(report) => {
+            if let Some(out) = &args.out {
+                if let Err(e) = write_out(out, &report) {
+                    eprintln!("simulate: {e}");
+                    return ExitCode::FAILURE;
+                }
+                eprintln!("simulate: results and figures in {}", out.display());
+            }
             if args.json {
                 println!("{report}");
             } else {

@@ -104,6 +104,10 @@ pub struct Config {
     /// listen on, so `agentnet sim-node` on loopback lists it; measured at 100 processes: a
     /// fifth of the nodes greylisted by every peer and never receiving a message without it.
     pub colocation_whitelist: Vec<std::net::IpAddr>,
+    /// Latency and bandwidth of the memory transport's links, asked by the port each dial goes
+    /// to (simulations; [`links`](super::links)). `None`: every link is instant. Ignored by
+    /// [`TransportKind::Network`].
+    pub links: Option<super::Links>,
 }
 
 impl Default for Config {
@@ -150,6 +154,7 @@ impl Default for Config {
             kad_bootstrap_interval: Some(Duration::from_secs(30 * 60)),
             max_process_memory: None,
             colocation_whitelist: Vec::new(),
+            links: None,
         }
     }
 }

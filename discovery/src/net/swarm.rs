@@ -186,13 +186,7 @@ pub(super) fn build_swarm(
         TransportKind::Memory => libp2p::SwarmBuilder::with_existing_identity(keypair)
             .with_tokio()
             .with_other_transport(|key| {
-                Ok::<_, BoxError>(
-                    MemoryTransport::default()
-                        .upgrade(Version::V1)
-                        .authenticate(noise::Config::new(key)?)
-                        .multiplex(yamux::Config::default())
-                        .boxed(),
-                )
+                links::memory_transport(key, cfg.links.clone()).map_err(|e| Box::new(e) as BoxError)
             })
             .map_err(|e| start(&e))?
             .with_bandwidth_metrics(registry)

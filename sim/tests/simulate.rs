@@ -1,0 +1,176 @@
+//! `simulate --scenario FILE --out DIR`, run as a user runs it: the small scenario CI can afford
+//! (links, churn, a partition that heals, a junk-sending adversary), then what it wrote.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(name)
+}
+
+fn simulate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_simulate"))
+}
+
+#[test]
+fn a_scenario_runs_and_writes_its_results_and_figures() {
+    let out = tempfile::tempdir().unwrap();
+    let run = simulate()
+        .arg("--scenario")
+        .arg(scenario("ci-small.toml"))
+        .arg("--out")
+        .arg(out.path())
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "simulate failed: {stderr}");
+    // Progress while it runs: one line per advertisement.
+    assert!(stderr.contains("advert 6/6"), "{stderr}");
+    let printed: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(printed["nodes"], saved["nodes"]);
+    let r = saved;
+    assert_eq!(r["nodes"], 12);
+
+    // Links: uniform 100 ± 20 ms one way, so no node but the publisher (its own acceptance is
+    // the first, sorted delay) accepts anything sooner than 80 ms after it was published (a
+    // zero-latency network of 12 delivers in a few ms).
+    let adverts = r["per_advert"].as_array().unwrap();
+    assert_eq!(adverts.len(), 6);
+    for (k, a) in adverts.iter().enumerate() {
+        for d in &a["delays_ms"].as_array().unwrap()[1..] {
+            assert!(
+                d.as_f64().unwrap() >= 80.0,
+                "advert {k}: a delivery after {d} ms"
+            );
+        }
+    }
+    // Before any churn or partition, every node gets the first one.
+    assert_eq!(
+        adverts[0]["reached"], adverts[0]["expected"],
+        "{}",
+        adverts[0]
+    );
+    assert_eq!(r["links"]["latency_ms"], 100.0);
+
+    // The partition is in force for adverts 2 and 3 only; while it is, the cut-off nodes (if
+    // the draw cut any) are not reached.
+    let flags: Vec<bool> = adverts
+        .iter()
+        .map(|a| a["partitioned"].as_bool().unwrap())
+        .collect();
+    assert_eq!(flags, [false, false, true, true, false, false]);
+    let cut_off = r["partition"]["cut_off"].as_u64().unwrap();
+    assert!(cut_off > 0 && cut_off < 12, "{}", r["partition"]);
+    for a in &adverts[2..4] {
+        assert!(
+            a["reached"].as_u64() < a["expected"].as_u64(),
+            "a partitioned advert reached every node: {a}"
+        );
+    }
+
+    // Churn happened, and the junk was refused, stored nowhere, forwarded by no honest node.
+    let churn = &r["churn"];
+    assert!(churn["left"].as_u64().unwrap() > 0, "{churn}");
+    assert!(churn["joined"].as_u64().unwrap() > 0, "{churn}");
+    assert!(r["junk_sent"].as_u64().unwrap() > 0);
+    assert_eq!(r["junk_stored"], 0);
+    assert_eq!(r["junk_forwarded_by_honest"], 0);
+
+    // What gossip missed (the cut-off side, the nodes that joined later) is found through the
+    // DHT once the partition healed.
+    let q = &r["queries"];
+    assert!(q["missed_by_gossip"].as_u64().unwrap() >= 2, "{q}");
+    assert_eq!(q["asked"], 2, "{q}");
+    assert!(q["found"].as_u64().unwrap() >= 1, "{q}");
+
+    // The figures are SVG, each with its title.
+    for (file, title) in [
+        ("reach_cdf.svg", "Deliveries by delay"),
+        ("reach_over_time.svg", "Reach over time"),
+        ("reach_by_advert.svg", "Reach at the deadline"),
+        ("duplicates.svg", "Duplicates per accepted copy"),
+        ("bytes.svg", "Bytes in per node per advert"),
+        ("memory.svg", "Resident memory"),
+    ] {
+        let svg = std::fs::read_to_string(out.path().join(file)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains(title), "{file}");
+        assert!(svg.contains("<polyline"), "{file} has no line");
+    }
+}
+
+#[test]
+fn a_bad_scenario_is_refused_with_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, want) in [
+        ("nodes = 10\nlatencyms = 5\n", "latencyms"),
+        (
+            "nodes = 10\n[partition]\nfraction = 2\nfrom_advert = 1\n",
+            "fraction",
+        ),
+        ("nodes = 1\n", "between 2 and 5000"),
+        ("dials = 3\n", "--nodes"),
+        ("nodes = [\n", "scenario"),
+    ] {
+        let p = dir.path().join("bad.toml");
+        std::fs::write(&p, text).unwrap();
+        let run = simulate().arg("--scenario").arg(&p).output().unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{text:?}: {stderr}");
+        assert!(stderr.contains(want), "{text:?}: {stderr}");
+    }
+    let run = simulate()
+        .args(["--scenario", "/nonexistent/s.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("/nonexistent/s.toml"));
+}
+
+#[test]
+fn the_floor_is_a_bare_gossipsub_network_over_the_same_links() {
+    let run = simulate()
+        .args([
+            "--nodes",
+            "6",
+            "--dials",
+            "2",
+            "--adverts",
+            "3",
+            "--warmup-ms",
+            "3000",
+            "--idle-ms",
+            "0",
+            "--gap-ms",
+            "200",
+            "--heartbeat-ms",
+            "200",
+            "--latency-ms",
+            "50",
+            "--floor",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let r: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let floor = &r["floor"];
+    assert_eq!(floor["nodes"], 6, "{floor}");
+    assert_eq!(floor["message_bytes"], 2048);
+    assert_eq!(floor["delivery_pct"], 100.0, "{floor}");
+    // The floor's messages cross the same 50 ms links: no node has one sooner.
+    let p95 = floor["reach"]["reach100"]["p95_ms"].as_f64().unwrap();
+    assert!(p95 >= 50.0, "{floor}");
+    assert!(
+        floor["p95_over_floor"]["reach100"].as_f64().unwrap() > 0.0,
+        "{floor}"
+    );
+    assert_eq!(r["delivery_pct"], 100.0, "{r}");
+}
