@@ -1139,7 +1139,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         )
         .await;
         let took = ms(t0.elapsed());
-        let ok = matches!(&found, Ok(Ok(v)) if v.iter().any(|a| a.did.to_string() == *did));
+        let ok = matches!(&found, Ok(Ok(v)) if v.iter().any(|a| a.did.as_str() == did.as_str()));
         if ok {
             query_found += 1;
             query_ms.push(took);
