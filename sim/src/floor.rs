@@ -69,13 +69,13 @@ fn behaviour(p: &Plan) -> Result<gossipsub::Behaviour, String> {
         .map_err(|e| format!("floor gossipsub: {e}"))
 }
 
-/// Runs the floor network and returns its figures: reach times per message, delivery, and
-/// duplicates (copies received per message delivered, minus one).
+/// Runs the floor network and returns its figures: reach times per message and delivery.
+/// Duplicates are not among them: gossipsub drops a copy it has seen before the application
+/// sees it, and the floor keeps no metrics registry to count them.
 pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Result<Value, String> {
     let started = Instant::now();
     let topic = IdentTopic::new("agentnet-floor");
     let seen = Arc::new(Seen::default());
-    let copies = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut cmds = Vec::with_capacity(p.nodes);
     let mut addrs = Vec::with_capacity(p.nodes);
     let stop = tokio_util::sync::CancellationToken::new();
@@ -105,8 +105,7 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
         addrs.push(addr.with(Protocol::P2p(peer)));
         let (tx, mut rx) = mpsc::channel::<Cmd>(16);
         cmds.push(tx);
-        let (seen, copies, stop, topic) =
-            (seen.clone(), copies.clone(), stop.clone(), topic.clone());
+        let (seen, stop, topic) = (seen.clone(), stop.clone(), topic.clone());
         tasks.push(tokio::spawn(async move {
             let mut mine: HashMap<u64, ()> = HashMap::new();
             loop {
@@ -119,7 +118,6 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
                     },
                     ev = swarm.select_next_some() => {
                         if let SwarmEvent::Behaviour(gossipsub::Event::Message { message, .. }) = ev {
-                            copies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             let Some(head) = message.data.get(..8) else { continue };
                             let id = u64::from_le_bytes(head.try_into().unwrap_or_default());
                             if mine.insert(id, ()).is_none() {
@@ -145,7 +143,6 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
     let mut reach: [Vec<f64>; 3] = Default::default();
     let mut delivered = 0usize;
     let expected = p.nodes - 1;
-    let copies_start = copies.load(std::sync::atomic::Ordering::Relaxed);
     for m in 0..p.messages as u64 {
         let publisher = rng.gen_range(0..p.nodes);
         let mut data = vec![0u8; p.bytes.max(8)];
@@ -190,7 +187,6 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
         }
         tokio::time::sleep(p.gap).await;
     }
-    let received = copies.load(std::sync::atomic::Ordering::Relaxed) - copies_start;
     stop.cancel();
     for t in tasks {
         let _ = t.await;
@@ -212,6 +208,5 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
         "setup_s": setup.as_secs_f64(),
         "delivery_pct": 100.0 * delivered as f64 / (expected * p.messages).max(1) as f64,
         "reach": {"reach50": summary(r50), "reach95": summary(r95), "reach100": summary(r100)},
-        "duplicate_ratio": (delivered > 0).then(|| received as f64 / delivered as f64 - 1.0),
     }))
 }

@@ -1651,11 +1651,8 @@ fn print_text(r: &Value) {
             );
         }
         println!(
-            "floor: delivery {:.2} %, duplicate ratio {}",
-            fl["delivery_pct"].as_f64().unwrap_or(0.0),
-            fl["duplicate_ratio"]
-                .as_f64()
-                .map_or("-".into(), |x| format!("{x:.2}"))
+            "floor: delivery {:.2} %",
+            fl["delivery_pct"].as_f64().unwrap_or(0.0)
         );
     }
     let q = &r["queries"];
