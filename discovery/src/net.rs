@@ -58,6 +58,15 @@ pub use bootstrap::{BootstrapState, BootstrapStatus};
 use bootstrap::{Bootstraps, Outcome};
 pub use config::{Config, TransportKind};
 pub use links::{Link, LinkModel, Links};
+
+/// gossipsub's mesh bounds for degree `d`, as the node sets them: D_low = D - D/4, D_high = 2D,
+/// D_out = D/2. `simulate`'s bare-gossipsub floor uses the same, so the two stay comparable.
+pub fn mesh_degree(b: &mut gossipsub::ConfigBuilder, d: usize) -> &mut gossipsub::ConfigBuilder {
+    b.mesh_n(d)
+        .mesh_n_low(d - d / 4)
+        .mesh_n_high(2 * d)
+        .mesh_outbound_min(d / 2)
+}
 use pool::blocking;
 use swarm::{build_swarm, Behaviour, BehaviourEvent};
 

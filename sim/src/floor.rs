@@ -7,7 +7,7 @@
 //! the first copy it gets. gossipsub's own message id (the payload's SHA-256, as agentnet's)
 //! drops the duplicates.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,16 +53,14 @@ struct Seen {
 
 fn behaviour(p: &Plan) -> Result<gossipsub::Behaviour, String> {
     let d = p.mesh.max(2);
-    let cfg = gossipsub::ConfigBuilder::default()
+    let mut builder = gossipsub::ConfigBuilder::default();
+    builder
         .validation_mode(gossipsub::ValidationMode::Anonymous)
         .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
         .max_transmit_size(p.bytes + 4096)
         .heartbeat_interval(p.heartbeat)
-        .idontwant_message_size_threshold(usize::MAX)
-        .mesh_n(d)
-        .mesh_n_low(d - d / 4)
-        .mesh_n_high(2 * d)
-        .mesh_outbound_min(d / 2)
+        .idontwant_message_size_threshold(usize::MAX);
+    let cfg = agentnet_discovery::net::mesh_degree(&mut builder, d)
         .build()
         .map_err(|e| format!("floor gossipsub config: {e}"))?;
     gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, cfg)
@@ -107,7 +105,7 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
         cmds.push(tx);
         let (seen, stop, topic) = (seen.clone(), stop.clone(), topic.clone());
         tasks.push(tokio::spawn(async move {
-            let mut mine: HashMap<u64, ()> = HashMap::new();
+            let mut mine: HashSet<u64> = HashSet::new();
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -120,7 +118,7 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
                         if let SwarmEvent::Behaviour(gossipsub::Event::Message { message, .. }) = ev {
                             let Some(head) = message.data.get(..8) else { continue };
                             let id = u64::from_le_bytes(head.try_into().unwrap_or_default());
-                            if mine.insert(id, ()).is_none() {
+                            if mine.insert(id) {
                                 seen.by_msg.lock().expect("floor lock poisoned")
                                     .entry(id).or_default().push(Instant::now());
                                 seen.notify.notify_waiters();

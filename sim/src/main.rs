@@ -973,7 +973,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
                     .iter()
                     .copied()
                     .filter(|&(i, j)| {
-                        net.alive[i] && net.alive[j] && cut.side.get(i) != cut.side.get(j)
+                        net.alive[i] && net.alive[j] && cut.cut_off(i) != cut.cut_off(j)
                     })
                     .collect();
                 redial_failures += dial_plan(&net.nodes, &across, started).await;
@@ -1106,20 +1106,29 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let phase = phase_start.elapsed();
 
     // Discover queries for what gossip did not deliver: (advertisement, running node) pairs.
-    let mut missed: Vec<(usize, usize)> = Vec::new();
-    for (k, (did, _)) in published.iter().enumerate() {
-        for i in net.live_honest() {
-            if !arrivals.has(did, i)
-                && !net.nodes[i]
-                    .client
-                    .store()
-                    .get(did, net::unix_now())
-                    .is_ok_and(|a| a.is_some())
-            {
-                missed.push((k, i));
-            }
-        }
-    }
+    // Pairs the node's own `Accepted` events do not cover, checked against its store (it may
+    // have fetched one) on a blocking thread: RocksDB reads, one per pair.
+    let candidates: Vec<(usize, usize, String, Store)> = published
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (did, _))| {
+            net.live_honest()
+                .into_iter()
+                .filter(|&i| !arrivals.has(did, i))
+                .map(|i| (k, i, did.clone(), net.nodes[i].client.store().clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut missed: Vec<(usize, usize)> = tokio::task::spawn_blocking(move || {
+        let now = net::unix_now();
+        candidates
+            .into_iter()
+            .filter(|(_, _, did, store)| !store.get(did, now).is_ok_and(|a| a.is_some()))
+            .map(|(k, i, _, _)| (k, i))
+            .collect()
+    })
+    .await
+    .map_err(|e| format!("checking the stores: {e}"))?;
     let mut query_ms: Vec<f64> = Vec::new();
     let (mut query_found, mut query_failed) = (0usize, 0usize);
     if args.queries > 0 && !missed.is_empty() {

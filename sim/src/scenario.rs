@@ -202,10 +202,13 @@ pub struct Cut {
 }
 
 impl Cut {
+    /// Node `i` is in the cut-off part (whether or not the cut is in force).
+    pub fn cut_off(&self, i: usize) -> bool {
+        self.side.get(i).copied().unwrap_or(false)
+    }
+
     pub fn separates(&self, a: usize, b: usize) -> bool {
-        self.active.load(Ordering::Relaxed)
-            && self.side.get(a).copied().unwrap_or(false)
-                != self.side.get(b).copied().unwrap_or(false)
+        self.active.load(Ordering::Relaxed) && self.cut_off(a) != self.cut_off(b)
     }
 }
 
