@@ -247,6 +247,12 @@ impl Args {
         if self.conn_low > self.conn_high || self.conn_high == 0 {
             return Err("--conn-low must not exceed --conn-high, which must be at least 1".into());
         }
+        if self.queries > 10_000 {
+            return Err(format!(
+                "queries must be at most 10000, not {}",
+                self.queries
+            ));
+        }
         if nodes as usize + self.adversaries > 5000 {
             return Err("at most 5000 nodes in one process".into());
         }
@@ -1772,7 +1778,17 @@ fn main() -> ExitCode {
         + args.churn.as_ref().map_or(Duration::ZERO, |c| {
             let minutes = (args.deadline + args.gap).as_secs_f64() * args.adverts as f64 / 60.0;
             Duration::from_secs(12) * (c.join_per_min * minutes).ceil() as u32
-        });
+        })
+        // Queries: each bounded at 30 s.
+        + Duration::from_secs(30) * args.queries as u32
+        // The floor: its warm-up, each message's deadline and gap, and its shutdown.
+        + if args.floor {
+            args.warmup()
+                + (args.deadline + args.gap.min(Duration::from_millis(500))) * args.adverts as u32
+                + Duration::from_secs(60)
+        } else {
+            Duration::ZERO
+        };
     let result = rt.block_on(async {
         tokio::time::timeout(bound, run(&args, &dir.0))
             .await

@@ -115,6 +115,10 @@ fn a_bad_scenario_is_refused_with_what_to_fix() {
             "fraction",
         ),
         ("nodes = 1\n", "between 2 and 5000"),
+        (
+            "nodes = 10\nqueries = 20000\n",
+            "queries must be at most 10000",
+        ),
         ("dials = 3\n", "--nodes"),
         ("nodes = [\n", "scenario"),
     ] {
