@@ -1,7 +1,9 @@
 //! `agentnet testnet` as a newcomer runs it: real nodes on loopback in one process, sample
-//! agents published from some, discovered from the last.
+//! agents published from some, discovered from the last; and the same run with each node a
+//! real `agentnet up` process (`--processes`), which must leave no process behind.
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,6 +13,8 @@ use serde_json::Value;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 struct Run {
+    /// The testnet's own process id.
+    pid: u32,
     status: ExitStatus,
     stdout: String,
     stderr: String,
@@ -28,6 +32,7 @@ fn agentnet(args: &[&str]) -> Run {
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .expect("the agentnet binary runs");
+    let pid = child.id();
     let deadline = Instant::now() + TIMEOUT;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -44,6 +49,7 @@ fn agentnet(args: &[&str]) -> Run {
         std::thread::sleep(Duration::from_millis(50));
     };
     Run {
+        pid,
         status,
         stdout: std::fs::read_to_string(&out).unwrap(),
         stderr: std::fs::read_to_string(&err).unwrap(),
@@ -68,6 +74,17 @@ fn three_nodes_discover_every_sample_agent_from_the_last_node() {
     );
     let report: Value = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{}", run.stdout));
+    assert_three_node_run(&report);
+    // One process: every node reports the testnet's own.
+    assert_eq!(report["mode"], "in-process", "{report:#}");
+    for n in report["nodes"].as_array().unwrap() {
+        assert_eq!(n["pid"], run.pid, "{n}");
+        assert!(n.get("log").is_none(), "{n}");
+    }
+}
+
+/// What a successful run of three nodes reports, whichever way they ran.
+fn assert_three_node_run(report: &Value) {
     assert_eq!(report["ok"], true, "{report:#}");
 
     let nodes = report["nodes"].as_array().unwrap();
@@ -254,4 +271,244 @@ fn testnet_needs_at_least_two_nodes() {
     let run = agentnet(&["testnet", "--nodes", "1"]);
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("--nodes"), "{}", run.stderr);
+}
+
+#[test]
+fn processes_are_refused_with_nodes_and_out_of_range() {
+    let run = agentnet(&["testnet", "--nodes", "3", "--processes", "3"]);
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--processes"), "{}", run.stderr);
+    let run = agentnet(&["testnet", "--processes", "33"]);
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--processes"), "{}", run.stderr);
+}
+
+/// The processes (other than this test's) whose command line mentions `needle`, with it.
+fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Gone since the listing, or a zombie (empty): not running.
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if pid != me && cmdline.contains(needle) {
+            found.push((pid, cmdline));
+        }
+    }
+    found
+}
+
+/// No process of `pids` is left, nor any other whose command line names `base`.
+fn assert_none_left(pids: &[u32], base: &Path) {
+    let base = base.to_str().unwrap();
+    for pid in pids {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains(base),
+            "node process {pid} outlived the testnet: {}",
+            String::from_utf8_lossy(&cmdline).replace('\0', " ")
+        );
+    }
+    let left = processes_mentioning(base);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+#[test]
+fn three_processes_run_the_same_testnet_and_leave_none_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("net");
+    let run = agentnet(&[
+        "testnet",
+        "--processes",
+        "3",
+        "--json",
+        "--data-dir",
+        base.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.status.code(),
+        run.stdout,
+        run.stderr
+    );
+    let report: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{}", run.stdout));
+    assert_three_node_run(&report);
+    assert_eq!(report["mode"], "processes", "{report:#}");
+
+    // Three processes, none of them the testnet's, each with its log (standard error) beside
+    // its data directory.
+    let nodes = report["nodes"].as_array().unwrap();
+    let pids: Vec<u32> = nodes
+        .iter()
+        .map(|n| u32::try_from(n["pid"].as_u64().unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        pids.iter().collect::<HashSet<_>>().len(),
+        3,
+        "not three processes: {pids:?}"
+    );
+    assert!(
+        !pids.contains(&run.pid),
+        "a node ran in the testnet: {pids:?}"
+    );
+    for (i, n) in nodes.iter().enumerate() {
+        let log = Path::new(str_of(n, "log"));
+        assert_eq!(log, base.join(format!("node-{}.log", i + 1)), "{n}");
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(
+            text.contains("stopped"),
+            "node {} did not stop in order:\n{text}",
+            i + 1
+        );
+        assert_eq!(
+            Path::new(str_of(n, "data_dir")),
+            base.join(format!("node-{}", i + 1))
+        );
+        // It stopped: its node.json is gone with it.
+        assert!(!base.join(format!("node-{}/node.json", i + 1)).exists());
+    }
+    // What node 1 hosted came from the configuration file `agentnet up --config` read.
+    let config = std::fs::read_to_string(base.join("node-1.toml")).unwrap();
+    assert!(
+        config.contains("mcp-echo") && config.contains("greeter"),
+        "{config}"
+    );
+    assert_none_left(&pids, &base);
+}
+
+/// `started node 1/3 in 412 ms: … (pid 1234, log …)`: the pids the progress lines name.
+fn started_pids(stderr: &str) -> Vec<u32> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("started node "))
+        .filter_map(|l| l.split("(pid ").nth(1)?.split(',').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_node_process_that_cannot_start_fails_the_run_and_leaves_none_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("net");
+    std::fs::create_dir(&base).unwrap();
+    // Node 2's data directory is a file: its `agentnet up` refuses it and exits.
+    std::fs::write(base.join("node-2"), "not a directory").unwrap();
+    let run = agentnet(&[
+        "testnet",
+        "--processes",
+        "3",
+        "--data-dir",
+        base.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let error = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line:\n{}", run.stderr));
+    // The node, how it ended, its own words (the tail of its log) and where the log is.
+    assert!(error.contains("node 2 (pid "), "{error}");
+    assert!(
+        error.contains("exited with status 1 before it was up"),
+        "{error}"
+    );
+    assert!(error.contains("is not a directory"), "{error}");
+    let log = base.join("node-2.log");
+    assert!(error.contains(log.to_str().unwrap()), "{error}");
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("is not a directory"));
+    // Node 1 had started; it was stopped, and node 3 never was (progress without --json is
+    // on standard output).
+    let pids = started_pids(&run.stdout);
+    assert_eq!(pids.len(), 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("stopped 1 node process in"),
+        "{}",
+        run.stdout
+    );
+    assert!(!base.join("node-3").exists());
+    assert_none_left(&pids, &base);
+}
+
+#[test]
+fn a_kept_process_testnet_stops_its_nodes_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("net");
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentnet"))
+        .args([
+            "testnet",
+            "--processes",
+            "2",
+            "--json",
+            "--keep",
+            "--data-dir",
+        ])
+        .arg(&base)
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    // The report comes while the nodes keep running.
+    let deadline = Instant::now() + TIMEOUT;
+    let report: Value = loop {
+        let text = std::fs::read_to_string(&out).unwrap();
+        if let Ok(v) = serde_json::from_str(&text) {
+            break v;
+        }
+        if Instant::now() >= deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!(
+                "no report; stderr:\n{}",
+                std::fs::read_to_string(&err).unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(report["ok"], true, "{report:#}");
+    let pids: Vec<u32> = report["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| u32::try_from(n["pid"].as_u64().unwrap()).unwrap())
+        .collect();
+    for pid in &pids {
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "node process {pid} is not running with --keep"
+        );
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("still running 30 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert!(status.success(), "exit {:?}: {stderr}", status.code());
+    assert!(stderr.contains("stopped 2 node processes"), "{stderr}");
+    assert_none_left(&pids, &base);
 }

@@ -233,8 +233,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Start several nodes on loopback in this process, publish sample agents from some and
-    /// discover them from the last: the whole network at work, in seconds.
+    /// Start several nodes on loopback in this process (or, with --processes, each in a child
+    /// process running `agentnet up`), publish sample agents from some and discover them from
+    /// the last: the whole network at work, in seconds.
     Testnet {
         /// How many nodes, 2 to 32.
         #[arg(
@@ -244,6 +245,16 @@ enum Command {
                 .range(i64::from(testnet::MIN_NODES)..=i64::from(testnet::MAX_NODES)),
         )]
         nodes: u8,
+        /// Or: this many nodes, 2 to 32, each a real `agentnet up` process of this binary on
+        /// loopback (its config and log in <DIR>/node-<i>.toml and .log); the same run.
+        #[arg(
+            long,
+            value_name = "N",
+            conflicts_with = "nodes",
+            value_parser = clap::value_parser!(u8)
+                .range(i64::from(testnet::MIN_NODES)..=i64::from(testnet::MAX_NODES)),
+        )]
+        processes: Option<u8>,
         /// Keep the nodes' data in <DIR>/node-1 … node-N; default: a temporary directory,
         /// removed at exit.
         #[arg(long, value_name = "DIR")]
@@ -773,12 +784,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp(args) => mcp_stdio(args).await,
         Command::Testnet {
             nodes,
+            processes,
             data_dir,
             json,
             keep,
         } => {
             testnet::run(testnet::Options {
-                nodes,
+                nodes: processes.unwrap_or(nodes),
+                mode: match processes {
+                    None => testnet::Mode::InProcess,
+                    Some(_) => testnet::Mode::Processes,
+                },
                 data_dir,
                 json,
                 keep,

@@ -18,6 +18,11 @@
 //! specialist's verified receipt, which names the sub-agent's (logged on node 2); and a
 //! narrower delegation is refused by `summaries`, one hop on. Nodes are numbered from 1 in the
 //! output, JSON included.
+//!
+//! With `--processes` ([`Mode::Processes`]) each node is a child process of this binary running
+//! `agentnet up` on loopback, with its own data directory and a configuration file for what it
+//! hosts (`<base>/node-<i>.toml`, its standard error in `<base>/node-<i>.log`); the run and the
+//! report are the same ([`member`] holds the difference, and keeps children from outliving it).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,9 +36,12 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::admin::{self, PublishRequest};
-use crate::daemon::{self, Running};
+use crate::daemon;
 use crate::data_dir::AgentKeys;
 use crate::server::Limits;
+
+mod member;
+use member::Member;
 
 /// Default number of nodes.
 pub const DEFAULT_NODES: u8 = 4;
@@ -52,11 +60,24 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lifetime of the sample advertisements, seconds (re-announced at 2/3 of it with `--keep`).
 const SAMPLE_TTL: u64 = 600;
 
+/// Where the nodes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Mode {
+    /// All in this process (`--nodes`).
+    InProcess,
+    /// Each a child process running `agentnet up` (`--processes`).
+    Processes,
+}
+
 /// What `agentnet testnet` was asked for.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How many nodes, [`MIN_NODES`]..=[`MAX_NODES`].
     pub nodes: u8,
+    /// Where they run.
+    pub mode: Mode,
     /// Keep node data in `<dir>/node-<i>`; default: a temporary directory removed at exit.
     pub data_dir: Option<PathBuf>,
     /// Print one JSON object ([`Report`]) on standard output; progress goes to standard error.
@@ -133,6 +154,8 @@ fn sample_card(s: &Sample) -> Value {
 pub struct Report {
     /// Every discovery succeeded.
     pub ok: bool,
+    /// Where the nodes ran: `in-process` or `processes`.
+    pub mode: Mode,
     /// Why not, when not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -154,6 +177,9 @@ pub struct Report {
     pub trust: TrustReport,
     /// Node 1's well-known documents.
     pub well_known: WellKnownReport,
+    /// From the start (before node 1) to the last node having found every sample agent,
+    /// milliseconds; none if it did not find them all.
+    pub discovered_ms: Option<u64>,
     /// Wall time from start to the report, milliseconds.
     pub elapsed_ms: u64,
 }
@@ -173,11 +199,17 @@ pub struct NodeReport {
     pub admin: String,
     /// Its data directory (`admin.token`, `node.json`).
     pub data_dir: PathBuf,
+    /// The process it runs in: the testnet's own in process, its child with `--processes`.
+    pub pid: u32,
+    /// With `--processes`: its standard error (the node's log).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
     /// Its libp2p addresses.
     pub listen: Vec<String>,
     /// Connected peers when the report was made.
     pub peers: usize,
-    /// Time `daemon::start` took, milliseconds.
+    /// Time `daemon::start` took (with `--processes`: from starting the child to its banner),
+    /// milliseconds.
     pub start_ms: u64,
 }
 
@@ -644,7 +676,7 @@ async fn call_sample(
     host: &admin::Client,
     caller_admin: &admin::Client,
     caller_key: SecretKey,
-    host_node: &Running,
+    host_node: &Member,
     progress: &Progress,
 ) -> CallReport {
     let mut r = CallReport {
@@ -708,7 +740,7 @@ async fn mcp_sample(
     host: &admin::Client,
     caller_admin: &admin::Client,
     caller_key: SecretKey,
-    host_node: &Running,
+    host_node: &Member,
     progress: &Progress,
 ) -> McpReport {
     let mut r = McpReport {
@@ -735,7 +767,7 @@ async fn mcp_sample(
 async fn delegation_sample(
     dirs: &[PathBuf],
     clients: &[admin::Client],
-    nodes: &[Running],
+    nodes: &[Member],
     principal: &SecretKey,
     orchestrator: SecretKey,
     progress: &Progress,
@@ -763,7 +795,7 @@ async fn delegation_sample(
 async fn delegation_inner(
     dirs: &[PathBuf],
     clients: &[admin::Client],
-    nodes: &[Running],
+    nodes: &[Member],
     principal: &SecretKey,
     orchestrator: SecretKey,
     progress: &Progress,
@@ -772,7 +804,7 @@ async fn delegation_inner(
     use crate::call::{self, Outcome};
     use agentnet_did::delegation::{self, Capability, Grant};
     let n = nodes.len();
-    announce(&dirs[1], &clients[1], nodes[1].info.http, "specialist").await?;
+    announce(&dirs[1], &clients[1], nodes[1].info().http, "specialist").await?;
     let sub_did = SecretKey::load(&crate::hosted::key_path(&dirs[0], SUB_TAG))
         .context("the sub-agent's key")?
         .did_key();
@@ -1080,14 +1112,14 @@ async fn mcp_inner(
     host_dir: &Path,
     host: &admin::Client,
     caller_admin: &admin::Client,
-    host_node: &Running,
+    host_node: &Member,
     caller_key: SecretKey,
     progress: &Progress,
     r: &mut McpReport,
 ) -> anyhow::Result<()> {
     use crate::call;
     use crate::mcp::client::Remote;
-    announce(host_dir, host, host_node.info.http, MCP_AGENT).await?;
+    announce(host_dir, host, host_node.info().http, MCP_AGENT).await?;
     let started = Instant::now();
     let (caller, agent) =
         find_by_skill(caller_admin, caller_key, MCP_TAG, "the MCP sample agent").await?;
@@ -1144,14 +1176,14 @@ async fn call_inner(
     host_dir: &Path,
     host: &admin::Client,
     caller_admin: &admin::Client,
-    host_node: &Running,
+    host_node: &Member,
     caller_key: SecretKey,
     progress: &Progress,
     r: &mut CallReport,
 ) -> anyhow::Result<()> {
     use crate::call::{self, Outcome};
     // Announce the hosted card again, as `agentnet publish` would.
-    announce(host_dir, host, host_node.info.http, "greeter").await?;
+    announce(host_dir, host, host_node.info().http, "greeter").await?;
 
     let started = Instant::now();
     let (caller, agent) =
@@ -1284,26 +1316,40 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
         bail!("--nodes must be between {MIN_NODES} and {MAX_NODES}");
     }
     // Removed when this returns, after the nodes have stopped.
-    let temp;
-    let base: &Path = match &opts.data_dir {
-        Some(d) => d,
-        None => {
-            temp = tempfile::Builder::new()
-                .prefix("agentnet-testnet-")
-                .tempdir()
-                .context("creating a temporary directory for the nodes")?;
-            temp.path()
-        }
+    let mut temp = None;
+    let base: PathBuf = match &opts.data_dir {
+        Some(d) => d.clone(),
+        None => temp
+            .insert(
+                tempfile::Builder::new()
+                    .prefix("agentnet-testnet-")
+                    .tempdir()
+                    .context("creating a temporary directory for the nodes")?,
+            )
+            .path()
+            .to_owned(),
     };
     let progress = Progress { json: opts.json };
     let t0 = Instant::now();
-    let mut nodes: Vec<Running> = Vec::with_capacity(opts.nodes.into());
-    let outcome = exercise(&opts, base, progress, t0, &mut nodes).await;
+    let mut nodes: Vec<Member> = Vec::with_capacity(opts.nodes.into());
+    // Ctrl-C or SIGTERM while it runs: the nodes stop as on any other error.
+    let outcome = tokio::select! {
+        r = exercise(&opts, &base, progress, t0, &mut nodes) => r,
+        e = interrupted() => Err(e),
+    };
 
     let report = match outcome {
         Ok(report) => report,
         Err(e) => {
             shutdown(nodes, progress).await;
+            // The children's logs are what explains a failure: kept, not removed with the rest.
+            if let (Some(t), Mode::Processes) = (temp.take(), opts.mode) {
+                let kept = t.keep();
+                return Err(e.context(format!(
+                    "the nodes' logs and data are kept in {}",
+                    kept.display()
+                )));
+            }
             return Err(e);
         }
     };
@@ -1333,8 +1379,18 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
              agentnet audit --data-dir {last}\n  \
              agentnet peers --data-dir {last}"
         ));
-        if let Err(error) = daemon::terminated().await {
-            progress.line(format!("error: {error}; stopping"));
+        let died = tokio::select! {
+            r = daemon::terminated() => {
+                if let Err(error) = r {
+                    progress.line(format!("error: {error}; stopping"));
+                }
+                None
+            }
+            e = member::first_exit(&nodes) => Some(e),
+        };
+        if let Some(e) = died {
+            shutdown(nodes, progress).await;
+            return Err(e.context("while the testnet was kept running"));
         }
     }
     shutdown(nodes, progress).await;
@@ -1356,7 +1412,7 @@ async fn exercise(
     base: &Path,
     progress: Progress,
     t0: Instant,
-    nodes: &mut Vec<Running>,
+    nodes: &mut Vec<Member>,
 ) -> anyhow::Result<Report> {
     let n = usize::from(opts.nodes);
     let mut start_ms = Vec::with_capacity(n);
@@ -1369,75 +1425,129 @@ async fn exercise(
         .context("the principal's key")?
         .0;
     let principal = principal_key.did_key().to_string();
+    // With --processes: this binary, `agentnet up` in each child.
+    let exe = match opts.mode {
+        Mode::InProcess => None,
+        Mode::Processes => {
+            Some(std::env::current_exe().context("finding the agentnet binary to run the nodes")?)
+        }
+    };
     for i in 0..n {
-        let bootstrap = match nodes.first() {
-            None => Vec::new(),
-            Some(first) => first
-                .info
-                .listen
-                .iter()
-                .map(|a| a.parse())
-                .collect::<Result<Vec<libp2p::Multiaddr>, _>>()
-                .context("node 1's listen addresses")?,
-        };
+        let bootstrap = nodes
+            .first()
+            .map(|first| first.info().listen.clone())
+            .unwrap_or_default();
         if i > 0 && bootstrap.is_empty() {
             bail!("node 1 reports no listen address to bootstrap from");
         }
+        // Node 1 hosts the sample agents the last node calls; node 2 the specialist.
+        let mut hosted = match i {
+            0 => hosted_sample(&principal)?,
+            1 => specialist_config(
+                &format!("http://{}/a2a/{SUB_TAG}", nodes[0].info().http),
+                &principal,
+            )?,
+            _ => Default::default(),
+        };
+        // The last node counts node 1's endorsements ([`TrustReport`]).
+        if i + 1 == n {
+            if let Some(first) = nodes.first() {
+                hosted.trust.endorsers = vec![first.info().did.clone()];
+            }
+        }
         let data_dir = base.join(format!("node-{}", i + 1));
         let started = Instant::now();
-        let running = daemon::start(daemon::Options {
-            data_dir: data_dir.clone(),
-            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr")],
-            bootstrap,
-            http: SocketAddr::from(([127, 0, 0, 1], 0)),
-            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-            http_limits: Limits::PUBLIC,
-            admin_limits: Limits::ADMIN,
-            store_limits: Default::default(),
-            // Several nodes share this process: a process-wide bound would be theirs together.
-            max_memory: None,
-            mdns: false,
-            public_url: None,
-            // Node 1 hosts the sample agents the last node calls; node 2 the specialist.
-            hosted: {
-                let mut hosted = match i {
-                    0 => hosted_sample(&principal)?,
-                    1 => specialist_config(
-                        &format!("http://{}/a2a/{SUB_TAG}", nodes[0].info.http),
-                        &principal,
-                    )?,
-                    _ => Default::default(),
-                };
-                // The last node counts node 1's endorsements ([`TrustReport`]).
-                if i + 1 == n {
-                    if let Some(first) = nodes.first() {
-                        hosted.trust.endorsers = vec![first.info.did.clone()];
+        let member = match &exe {
+            None => Member::InProcess(Box::new(
+                daemon::start(daemon::Options {
+                    data_dir: data_dir.clone(),
+                    listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr")],
+                    bootstrap: bootstrap
+                        .iter()
+                        .map(|a| a.parse())
+                        .collect::<Result<Vec<libp2p::Multiaddr>, _>>()
+                        .context("node 1's listen addresses")?,
+                    http: SocketAddr::from(([127, 0, 0, 1], 0)),
+                    admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+                    http_limits: Limits::PUBLIC,
+                    admin_limits: Limits::ADMIN,
+                    store_limits: Default::default(),
+                    // Several nodes share this process: a process-wide bound would be theirs
+                    // together.
+                    max_memory: None,
+                    mdns: false,
+                    public_url: None,
+                    hosted,
+                    resolver: Default::default(),
+                    // On loopback: the commands run on the nodes' data directories (`--keep`)
+                    // call their agents as printed.
+                    local: true,
+                })
+                .await
+                .with_context(|| format!("starting node {} in {}", i + 1, data_dir.display()))?,
+            )),
+            // The same node as a child: the same settings as flags of `agentnet up` (`--local`
+            // for `local`; the memory bound is the child's own), what it hosts in its
+            // configuration file. Beside the data directory, not in it: a data directory that
+            // cannot be used is the child's to report, in its log.
+            Some(exe) => {
+                let config = base.join(format!("node-{}.toml", i + 1));
+                let text =
+                    toml::to_string(&hosted).context("writing a node's configuration file")?;
+                std::fs::write(&config, text)
+                    .with_context(|| format!("writing {}", config.display()))?;
+                Member::Process(Box::new(
+                    member::Spawn {
+                        node: i + 1,
+                        exe,
+                        data_dir: &data_dir,
+                        config: &config,
+                        log: &base.join(format!("node-{}.log", i + 1)),
+                        bootstrap: &bootstrap,
                     }
-                }
-                hosted
-            },
-            resolver: Default::default(),
-            // On loopback: the commands run on the nodes' data directories (`--keep`) call
-            // their agents as printed.
-            local: true,
-        })
-        .await
-        .with_context(|| format!("starting node {} in {}", i + 1, data_dir.display()))?;
+                    .start()
+                    .await?,
+                ))
+            }
+        };
         let took = ms(started.elapsed());
         start_ms.push(took);
         progress.line(format!(
-            "started node {}/{n} in {took} ms: {} http://{}{}",
+            "started node {}/{n} in {took} ms: {} http://{}{}{}",
             i + 1,
-            short(&running.info.peer_id),
-            running.info.http,
+            short(&member.info().peer_id),
+            member.info().http,
+            match member.log() {
+                None => String::new(),
+                Some(log) => format!(" (pid {}, log {})", member.info().pid, log.display()),
+            },
             if i == 0 {
                 String::new()
             } else {
                 " (bootstrapping from node 1)".into()
             }
         ));
-        nodes.push(running);
+        nodes.push(member);
     }
+    // From here on a child that exits ends the run, with its log's last lines.
+    let nodes: &[Member] = nodes;
+    tokio::select! {
+        r = samples(opts, base, progress, t0, nodes, &principal_key, &start_ms) => r,
+        e = member::first_exit(nodes) => Err(e),
+    }
+}
+
+/// Everything after the start: publish, discover, call, delegate, endorse; the report.
+async fn samples(
+    opts: &Options,
+    base: &Path,
+    progress: Progress,
+    t0: Instant,
+    nodes: &[Member],
+    principal_key: &SecretKey,
+    start_ms: &[u64],
+) -> anyhow::Result<Report> {
+    let n = nodes.len();
     let dirs: Vec<PathBuf> = (0..n)
         .map(|i| base.join(format!("node-{}", i + 1)))
         .collect();
@@ -1519,7 +1629,7 @@ async fn exercise(
     }
 
     // The last node looks for each agent, all at once.
-    let peer_nodes: Vec<String> = nodes.iter().map(|r| r.info.peer_id.clone()).collect();
+    let peer_nodes: Vec<String> = nodes.iter().map(|r| r.info().peer_id.clone()).collect();
     let searcher = clients[n - 1].clone();
     let mut searches = tokio::task::JoinSet::new();
     for (j, (sample, p)) in SAMPLES.iter().zip(&published).enumerate() {
@@ -1561,6 +1671,10 @@ async fn exercise(
         discoveries[j] = Some(r);
     }
     let discoveries: Vec<DiscoveryReport> = discoveries.into_iter().flatten().collect();
+    let discovered_ms = discoveries
+        .iter()
+        .all(|d| d.found)
+        .then(|| ms(t0.elapsed()));
 
     // The A2A call: node 1 announces its hosted agent again now that the network is up (at its
     // start it had no peer to tell), and the last node finds it by skill, verifies its card,
@@ -1595,7 +1709,7 @@ async fn exercise(
     let faces = faces_sample(
         &clients[n - 1],
         last_key()?,
-        nodes[n - 1].info.http,
+        nodes[n - 1].info().http,
         &progress,
     )
     .await;
@@ -1605,7 +1719,7 @@ async fn exercise(
         &dirs,
         &clients,
         nodes,
-        &principal_key,
+        principal_key,
         last_key()?,
         &progress,
     )
@@ -1613,18 +1727,20 @@ async fn exercise(
 
     // Discovery is not approval: node 1's endorsement ranks an agent first at the last node,
     // and a card changed under its DID is shown changed and flagged.
-    let trust = trust_sample(&dirs, &clients, &nodes[0].info.did, &progress).await;
+    let trust = trust_sample(&dirs, &clients, &nodes[0].info().did, &progress).await;
 
     let mut node_reports = Vec::with_capacity(n);
     for (i, (r, c)) in nodes.iter().zip(&clients).enumerate() {
         node_reports.push(NodeReport {
             node: i + 1,
-            did: r.info.did.clone(),
-            peer_id: r.info.peer_id.clone(),
-            http: r.info.http.to_string(),
-            admin: r.info.admin.to_string(),
+            did: r.info().did.clone(),
+            peer_id: r.info().peer_id.clone(),
+            http: r.info().http.to_string(),
+            admin: r.info().admin.to_string(),
             data_dir: dirs[i].clone(),
-            listen: r.info.listen.clone(),
+            pid: r.info().pid,
+            log: r.log().map(Path::to_path_buf),
+            listen: r.info().listen.clone(),
             peers: c.peers().await?.peers.len(),
             start_ms: start_ms[i],
         });
@@ -1639,9 +1755,10 @@ async fn exercise(
         || faces.error.is_some()
         || delegation.error.is_some()
         || trust.error.is_some();
-    let http0 = nodes[0].info.http;
+    let http0 = nodes[0].info().http;
     Ok(Report {
         ok: missing.is_empty() && !call_failed,
+        mode: opts.mode,
         error: if !missing.is_empty() {
             missing.sort_unstable();
             Some(format!(
@@ -1691,6 +1808,7 @@ async fn exercise(
             agent_descriptions: format!("http://{http0}/.well-known/agent-descriptions"),
             ard_json: format!("http://{http0}/.well-known/ard.json"),
         },
+        discovered_ms,
         elapsed_ms: ms(t0.elapsed()),
     })
 }
@@ -1740,13 +1858,31 @@ async fn search(c: &admin::Client, tag: &str, did: &str) -> (DiscoveryReport, Op
     }
 }
 
+/// Resolves on Ctrl-C or SIGTERM, with the error that ends the run; never if the handlers
+/// cannot be installed (the run goes on, as it did before it listened for them).
+async fn interrupted() -> anyhow::Error {
+    match daemon::terminated().await {
+        Ok(()) => anyhow::anyhow!("interrupted (Ctrl-C or SIGTERM)"),
+        Err(error) => {
+            tracing::warn!(%error, "Ctrl-C will not stop the nodes in order");
+            std::future::pending().await
+        }
+    }
+}
+
 /// Stop every node, all at once.
-async fn shutdown(nodes: Vec<Running>, progress: Progress) {
+async fn shutdown(nodes: Vec<Member>, progress: Progress) {
     if nodes.is_empty() {
         return;
     }
     let started = Instant::now();
     let n = nodes.len();
+    let what = match (nodes.iter().any(|m| m.log().is_some()), n) {
+        (true, 1) => "node process",
+        (true, _) => "node processes",
+        (false, 1) => "node",
+        (false, _) => "nodes",
+    };
     let mut stops = tokio::task::JoinSet::new();
     for r in nodes {
         stops.spawn(r.shutdown());
@@ -1756,7 +1892,10 @@ async fn shutdown(nodes: Vec<Running>, progress: Progress) {
             tracing::warn!(%error, "stopping a node");
         }
     }
-    progress.line(format!("stopped {n} nodes in {} ms", ms(started.elapsed())));
+    progress.line(format!(
+        "stopped {n} {what} in {} ms",
+        ms(started.elapsed())
+    ));
 }
 
 /// `12D3KooW…abcdef`: a PeerId short enough for a progress line.
@@ -1769,15 +1908,29 @@ fn short(peer_id: &str) -> String {
 
 fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
     out!()?;
-    out!("summary ({} ms)", r.elapsed_ms)?;
-    out!("  nodes:")?;
+    out!(
+        "summary ({} ms{})",
+        r.elapsed_ms,
+        match r.discovered_ms {
+            Some(t) => format!("; every sample agent discovered at {t} ms"),
+            None => String::new(),
+        }
+    )?;
+    match r.mode {
+        Mode::Processes => out!("  nodes, each an `agentnet up` process:")?,
+        Mode::InProcess => out!("  nodes:")?,
+    }
     for node in &r.nodes {
         out!(
-            "    {:>2}  {}  http://{}  {} peer(s)",
+            "    {:>2}  {}  http://{}  {} peer(s){}",
             node.node,
             node.peer_id,
             node.http,
-            node.peers
+            node.peers,
+            match &node.log {
+                Some(log) => format!("  pid {}, log {}", node.pid, log.display()),
+                None => String::new(),
+            }
         )?;
     }
     out!("  published {} advert(s):", r.published.len())?;
