@@ -35,6 +35,8 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 const TAIL_LINES: usize = 4;
 /// Bytes read from the end of a child's log for them.
 const TAIL_BYTES: u64 = 4096;
+/// Most characters of them quoted (the end): a long line must not swamp the error.
+const TAIL_CHARS: usize = 600;
 
 /// One node of the testnet.
 pub(super) enum Member {
@@ -57,7 +59,7 @@ impl Member {
     pub(super) fn log(&self) -> Option<&Path> {
         match self {
             Member::InProcess(_) => None,
-            Member::Process(c) => Some(&c.log),
+            Member::Process(c) => Some(&c.watch.log),
         }
     }
 
@@ -78,11 +80,9 @@ struct Exit(String);
 pub(super) struct Child {
     /// Its banner: the contents of its `node.json`.
     info: NodeFile,
-    /// Its standard error.
-    log: PathBuf,
     /// Tells the keeper to stop the child.
     stop: CancellationToken,
-    /// Whether it has exited.
+    /// Which it is, where its log is, whether it has exited.
     watch: ExitWatch,
     /// Owns the [`tokio::process::Child`]; aborted (the child killed) if we are dropped.
     keeper: Option<JoinHandle<()>>,
@@ -94,6 +94,7 @@ struct ExitWatch {
     /// 1-based.
     node: usize,
     pid: u32,
+    /// Its standard error.
     log: PathBuf,
     exited: watch::Receiver<Option<Exit>>,
 }
@@ -256,7 +257,6 @@ impl Spawn<'_> {
         });
         Ok(Child {
             info,
-            log: self.log.to_owned(),
             stop,
             watch: ExitWatch {
                 node,
@@ -327,7 +327,7 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
-/// The last [`TAIL_LINES`] non-empty lines of `log`, on one line.
+/// The last [`TAIL_LINES`] non-empty lines of `log`, on one line, at most [`TAIL_CHARS`].
 fn tail(log: &Path) -> String {
     use std::io::{Read as _, Seek as _, SeekFrom};
     let read = || -> std::io::Result<String> {
@@ -347,11 +347,52 @@ fn tail(log: &Path) -> String {
                 .collect();
             let from = lines.len().saturating_sub(TAIL_LINES);
             // Escaped for the terminal where the error is printed (`cli::main`), not here.
-            match lines[from..].join(" / ") {
+            let quoted = lines[from..].join(" / ");
+            let chars = quoted.chars().count();
+            match quoted {
                 s if s.is_empty() => "(its log is empty)".into(),
+                s if chars > TAIL_CHARS => {
+                    format!(
+                        "…{}",
+                        s.chars().skip(chars - TAIL_CHARS).collect::<String>()
+                    )
+                }
                 s => s,
             }
         }
         Err(e) => format!("(its log could not be read: {e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_quotes_the_last_lines_of_the_log_on_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("node-2.log");
+        assert!(tail(&log).starts_with("(its log could not be read: "));
+        std::fs::write(&log, "\n  \n").unwrap();
+        assert_eq!(tail(&log), "(its log is empty)");
+        let lines: String = (1..=9).map(|i| format!("line {i}\n\n")).collect();
+        std::fs::write(&log, lines).unwrap();
+        assert_eq!(tail(&log), "line 6 / line 7 / line 8 / line 9");
+        // A long log, a long line: only the end of each is read and quoted.
+        let long = format!("{}\nthe end\n", "x".repeat(3 * TAIL_BYTES as usize));
+        std::fs::write(&log, long).unwrap();
+        let t = tail(&log);
+        assert!(t.starts_with("…x") && t.ends_with("x / the end"), "{t}");
+        assert_eq!(t.chars().count(), TAIL_CHARS + 1);
+    }
+
+    #[test]
+    fn an_exit_says_the_status_or_the_signal() {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(
+            describe(ExitStatus::from_raw(1 << 8)),
+            "exited with status 1"
+        );
+        assert_eq!(describe(ExitStatus::from_raw(9)), "was killed by signal 9");
     }
 }
