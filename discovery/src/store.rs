@@ -81,8 +81,9 @@
 //!
 //! Further bounds: [`MAX_FIND_LIMIT`] results per query, [`MAX_PEERS`] peers (the least recently
 //! seen are dropped), [`MAX_ADVERT_BYTES`] per advert. RocksDB memory is kept small: an 8 MiB
-//! block cache holding data, index and filter blocks, 4 MiB memtables, 16 MiB of memtables in
-//! total, no compression.
+//! block cache holding data, index and filter blocks, 4 MiB memtables grown 64 KiB at a time,
+//! 16 MiB of memtables in total, no compression; stores opened with one [`Memory`] share one
+//! cache and one memtable budget ([`Store::open_shared`]).
 //!
 //! # Seqs and their pruning
 //! A seq entry is what refuses a replay of an older advert after the DID's advert expired and
@@ -134,7 +135,7 @@ use std::time::{Duration, Instant};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,
-    ReadOptions, WriteBatch, WriteOptions, DB,
+    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
@@ -165,6 +166,54 @@ const SWEEP_BATCH: usize = 1024;
 const BLOCK_CACHE_BYTES: usize = 8 << 20;
 const WRITE_BUFFER_BYTES: usize = 4 << 20;
 const TOTAL_WRITE_BUFFER_BYTES: usize = 16 << 20;
+/// Memtables grow in blocks of this size. RocksDB's default is an eighth of the write buffer
+/// (512 KiB here), allocated by every column family that is written to at all: ten families
+/// then hold 5 MiB for a few KiB of adverts. 64 KiB blocks cost nothing measurable for our
+/// small writes.
+const ARENA_BLOCK_BYTES: usize = 64 << 10;
+
+/// The memory RocksDB may use for one store or for several: a block cache (data, index and
+/// filter blocks) and a budget for all memtables. [`Memory::default`] is one store's own: 8 MiB
+/// of cache, 16 MiB of memtables. Stores opened with one [`Memory`] (the simulator's hundreds of
+/// nodes in one process) share its cache and its budget, so that the process holds one budget,
+/// not one per store.
+#[derive(Clone)]
+pub struct Memory {
+    cache: Cache,
+    /// Shared memtable budget; `None`: the store's own, [`TOTAL_WRITE_BUFFER_BYTES`].
+    buffers: Option<WriteBufferManager>,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Memory {
+            cache: Cache::new_lru_cache(BLOCK_CACHE_BYTES),
+            buffers: None,
+        }
+    }
+}
+
+impl Memory {
+    /// One budget for every store opened with it: `cache_bytes` of block cache and
+    /// `memtable_bytes` of memtables in total (past it, the store being written flushes).
+    pub fn shared(cache_bytes: usize, memtable_bytes: usize) -> Self {
+        Memory {
+            cache: Cache::new_lru_cache(cache_bytes),
+            buffers: Some(WriteBufferManager::new_write_buffer_manager(
+                memtable_bytes,
+                false,
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("shared_buffers", &self.buffers.is_some())
+            .finish_non_exhaustive()
+    }
+}
 /// The write-ahead log is kept below an eighth of the byte cap (a small store on a small disk
 /// must not hold 64 MiB of log), between 2 MiB (a few large adverts per flush) and 64 MiB.
 const MIN_TOTAL_WAL_BYTES: u64 = 2 << 20;
@@ -409,6 +458,20 @@ impl Store {
         limits: Limits,
         families: &[&'static str],
     ) -> Result<Self, StoreError> {
+        Self::open_in(path, limits, families, &Memory::default())
+    }
+
+    /// [`open_with`](Self::open_with) within the memory budget `memory` (see [`Memory`]).
+    pub fn open_shared(path: &Path, limits: Limits, memory: &Memory) -> Result<Self, StoreError> {
+        Self::open_in(path, limits, &[], memory)
+    }
+
+    fn open_in(
+        path: &Path,
+        limits: Limits,
+        families: &[&'static str],
+        memory: &Memory,
+    ) -> Result<Self, StoreError> {
         for name in families {
             if name.is_empty()
                 || *name == "default"
@@ -426,11 +489,14 @@ impl Store {
             path: path.to_owned(),
             source,
         })?;
-        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
-        let mut opts = cf_options(&cache);
+        let cache = &memory.cache;
+        let mut opts = cf_options(cache);
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
-        opts.set_db_write_buffer_size(TOTAL_WRITE_BUFFER_BYTES);
+        match &memory.buffers {
+            Some(shared) => opts.set_write_buffer_manager(shared),
+            None => opts.set_db_write_buffer_size(TOTAL_WRITE_BUFFER_BYTES),
+        }
         opts.set_max_total_wal_size(limits.max_total_wal_bytes());
         opts.set_max_open_files(256);
         opts.set_max_background_jobs(2);
@@ -453,7 +519,7 @@ impl Store {
         }
         let cfs = names
             .iter()
-            .map(|name| ColumnFamilyDescriptor::new(name, cf_options(&cache)));
+            .map(|name| ColumnFamilyDescriptor::new(name, cf_options(cache)));
         let db_err = |context: String| move |source| StoreError::Db { context, source };
         let mut db = DB::open_cf_descriptors(&opts, path, cfs)
             .map_err(db_err(format!("opening store at {}", path.display())))?;
@@ -1880,6 +1946,7 @@ fn cf_options(cache: &Cache) -> Options {
     opts.set_block_based_table_factory(&block);
     opts.set_compression_type(DBCompressionType::None);
     opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
+    opts.set_arena_block_size(ARENA_BLOCK_BYTES);
     opts.set_max_write_buffer_number(2);
     opts
 }

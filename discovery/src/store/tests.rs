@@ -1138,3 +1138,37 @@ fn remove_deletes_one_advert_and_its_index_but_keeps_its_seq() {
     assert!(!store.remove("did:key:a").unwrap());
     assert!(store.remove("did:\0").is_err());
 }
+
+/// Stores that share one memory budget (the simulator's nodes) keep their own data: a memtable
+/// budget far below what they write makes them flush, and each still reads back all its adverts
+/// and none of the other's, before and after reopening.
+#[test]
+fn stores_sharing_one_memory_budget_keep_their_own_adverts() {
+    let memory = Memory::shared(1 << 20, 256 << 10);
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let n = 400;
+    let did = |s: usize, i: usize| format!("did:key:store{s}-{i}");
+    {
+        let stores: Vec<Store> = dirs
+            .iter()
+            .map(|d| Store::open_shared(d.path(), test_limits(), &memory).unwrap())
+            .collect();
+        for i in 0..n {
+            for (s, store) in stores.iter().enumerate() {
+                let mut v = advert(&did(s, i), 1, 100, 1000, &["shared"]);
+                v.bytes = vec![b'x'; 2048];
+                assert_eq!(store.put(&v).unwrap(), PutOutcome::Inserted);
+            }
+        }
+        for (s, store) in stores.iter().enumerate() {
+            assert_eq!(store.len().unwrap(), n);
+            assert!(store.get(&did(s, n - 1), 500).unwrap().is_some());
+            assert_eq!(store.get(&did(1 - s, 0), 500).unwrap(), None);
+        }
+    }
+    for (s, d) in dirs.iter().enumerate() {
+        let store = Store::open_shared(d.path(), test_limits(), &memory).unwrap();
+        assert_eq!(store.len().unwrap(), n);
+        assert_eq!(store.seq(&did(s, 0)).unwrap(), Some(1));
+    }
+}
