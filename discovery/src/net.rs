@@ -222,6 +222,8 @@ pub struct Stats {
     pub rejected: Mutex<HashMap<&'static str, u64>>,
     /// Gossip dropped by the per-peer rate limit or the validation bound.
     pub throttled: Counter,
+    /// ... of which by the validation bound (every validation permit in use).
+    pub throttled_busy: Counter,
     /// Refused gossip by the peer that sent it to us (at most 1024 peers tracked).
     pub rejected_from: Mutex<HashMap<PeerId, u64>>,
     /// Connections closed by the connection manager.
@@ -249,6 +251,9 @@ pub struct Stats {
     pub endorsements_ignored: Counter,
     /// ... rejected (forged, malformed: the sender scored down).
     pub endorsements_rejected: Counter,
+    /// Microseconds spent validating advertisements: the cheap checks, the signatures and the
+    /// store write (not the waits for a validation permit, a resolution slot or a DID document).
+    pub validation_micros: Counter,
 }
 
 impl Stats {
@@ -272,6 +277,11 @@ impl Stats {
                 &self.throttled,
             ),
             (
+                "gossip_throttled_busy",
+                "Gossip dropped because every validation permit was in use",
+                &self.throttled_busy,
+            ),
+            (
                 "connections_trimmed",
                 "Connections closed by the connection manager",
                 &self.trimmed,
@@ -290,6 +300,11 @@ impl Stats {
                 "kad_bootstraps",
                 "Kademlia bootstraps completed",
                 &self.bootstraps,
+            ),
+            (
+                "validation_micros",
+                "Microseconds spent validating advertisements (checks, signatures, store write)",
+                &self.validation_micros,
             ),
             (
                 "resolutions_refused",
@@ -1561,7 +1576,11 @@ impl Node {
     /// not blamed) and counted as throttled.
     fn admit(&mut self, source: PeerId, id: &MessageId) -> Option<OwnedSemaphorePermit> {
         let permit = if self.within_rate(source) {
-            self.validations.clone().try_acquire_owned().ok()
+            let permit = self.validations.clone().try_acquire_owned().ok();
+            if permit.is_none() {
+                self.stats.throttled_busy.inc();
+            }
+            permit
         } else {
             None
         };

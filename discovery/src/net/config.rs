@@ -91,6 +91,11 @@ pub struct Config {
     /// discover) refreshes the buckets it crosses anyway, and Kademlia still bootstraps at once
     /// whenever its routing table holds fewer than K peers. `None`: never periodically.
     pub kad_bootstrap_interval: Option<Duration>,
+    /// Kademlia's k (its replication factor): how many closest peers a lookup looks for, and so
+    /// about how many it contacts, and how many store each provider record. libp2p's default,
+    /// 20. A bootstrap is one lookup per bucket (about log2 N of them), so k sets most of what
+    /// a node joining a network of N dials; see docs/BENCHMARKS.md, "Setup".
+    pub kad_k: usize,
     /// Refuse new connections (both directions) while the process's resident memory is above
     /// this many bytes; connections already open stay. The last line of the connection bounds,
     /// after `max_connections` and the per-connection queues: whatever a connection costs,
@@ -152,6 +157,7 @@ impl Default for Config {
             max_connections: 512,
             provide_delay: Duration::from_secs(1),
             kad_bootstrap_interval: Some(Duration::from_secs(30 * 60)),
+            kad_k: 20,
             max_process_memory: None,
             colocation_whitelist: Vec::new(),
             links: None,

@@ -81,6 +81,9 @@ pub(super) fn build_behaviour(
 
     let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
     kad_cfg.set_query_timeout(Duration::from_secs(20));
+    if let Some(k) = std::num::NonZeroUsize::new(cfg.kad_k) {
+        kad_cfg.set_replication_factor(k);
+    }
     // Kademlia re-bootstraps by itself whenever its routing table is short of peers; the
     // periodic refresh every `kad_bootstrap_interval` is the swarm task's (`Node::run`), which
     // skips a node with no peer where Kademlia's warns "Failed to trigger bootstrap". The
