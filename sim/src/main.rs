@@ -28,8 +28,9 @@
 //!
 //! The run is bounded (a watchdog ends it), and the temporary directory is removed at the end.
 
-#![recursion_limit = "256"]
+#![recursion_limit = "512"]
 
+mod attack;
 mod floor;
 mod plot;
 mod scenario;
@@ -45,7 +46,7 @@ use std::time::{Duration, Instant};
 use agentnet_did::{card, Did, DidUrl, Resolver, SecretKey};
 use agentnet_discovery::advert::{self, Draft, Limits, Validator};
 use agentnet_discovery::net::{self, Client, Config, TransportKind};
-use agentnet_discovery::store::Store;
+use agentnet_discovery::store::{Memory, Store};
 use clap::Parser;
 use futures::StreamExt;
 use libp2p::multiaddr::Protocol;
@@ -97,6 +98,19 @@ struct Args {
     /// same transport, links, dial plan and mesh degree, no validation (the floor).
     #[arg(long)]
     floor: bool,
+    /// Give every node's store its own RocksDB block cache and memtable budget (8 + 16 MiB),
+    /// as a node process has; by default the stores share one (--store-cache-mb,
+    /// --store-memtable-mb).
+    #[arg(long = "own-store-memory")]
+    own_store_memory: bool,
+    /// The shared block cache of the stores, MiB.
+    #[arg(long = "store-cache-mb", default_value_t = 64)]
+    store_cache_mb: usize,
+    /// The shared memtable budget of the stores, MiB.
+    #[arg(long = "store-memtable-mb", default_value_t = 256)]
+    store_memtable_mb: usize,
+    #[arg(skip)]
+    store_memory: Option<Memory>,
     /// After the advertisements, this many discover queries (the DHT and the fetch protocol),
     /// each from a running node that gossip did not bring an advertisement to (a partition, a
     /// join after it), for the tag only that advertisement has (`advert-<k>`).
@@ -111,6 +125,12 @@ struct Args {
     partition: Option<scenario::Partition>,
     #[arg(skip)]
     delays: Option<scenario::Delays>,
+    #[arg(skip)]
+    replay: Option<scenario::Flood>,
+    #[arg(skip)]
+    sybil: Option<scenario::Flood>,
+    #[arg(skip)]
+    eclipse: Option<scenario::Eclipse>,
     /// Connections each node dials (the first to an earlier node).
     #[arg(long, default_value_t = 8)]
     dials: usize,
@@ -147,6 +167,10 @@ struct Args {
     /// net::Config's).
     #[arg(long = "kad-bootstrap-s")]
     kad_bootstrap_s: Option<u64>,
+    /// Kademlia's k: the closest peers a lookup looks for and a provider record is stored on
+    /// (default: net::Config's, libp2p's 20).
+    #[arg(long = "kad-k", value_parser = clap::value_parser!(u64).range(1..=64))]
+    kad_k: Option<u64>,
     /// Connection manager low watermark.
     #[arg(long = "conn-low", default_value_t = Config::default().conn_low)]
     conn_low: usize,
@@ -229,11 +253,28 @@ impl Args {
         args.delays = links.delay_model(args.seed)?;
         args.churn = file.churn;
         args.partition = file.partition;
+        args.replay = file.replay;
+        args.sybil = file.sybil;
+        args.eclipse = file.eclipse;
         args.finish()
     }
 
     fn nodes(&self) -> u64 {
         self.nodes.unwrap_or_default()
+    }
+
+    /// The full-node adversaries in start order (after the honest nodes), each with its rate.
+    fn adversary_kinds(&self) -> Vec<(attack::Kind, u32)> {
+        let mut kinds = vec![(attack::Kind::Junk, self.junk_rate); self.adversaries];
+        for (kind, flood) in [
+            (attack::Kind::Replay, self.replay),
+            (attack::Kind::Sybil, self.sybil),
+        ] {
+            if let Some(f) = flood {
+                kinds.extend(std::iter::repeat_n((kind, f.rate), f.nodes));
+            }
+        }
+        kinds
     }
 
     /// Checks clap cannot express, and the derived defaults.
@@ -253,10 +294,24 @@ impl Args {
                 self.queries
             ));
         }
-        if nodes as usize + self.adversaries > 5000 {
+        if let Some(t) = self.eclipse.and_then(|e| e.target) {
+            if t as u64 >= nodes {
+                return Err(format!(
+                    "[eclipse] target must be a node below {nodes}, not {t}"
+                ));
+            }
+        }
+        let attackers = self.eclipse.map_or(0, |e| e.nodes);
+        if nodes as usize + self.adversary_kinds().len() + attackers > 5000 {
             return Err("at most 5000 nodes in one process".into());
         }
         self.mesh = self.mesh.clamp(2, 64);
+        if !self.own_store_memory {
+            self.store_memory = Some(Memory::shared(
+                self.store_cache_mb.clamp(1, 65_536) << 20,
+                self.store_memtable_mb.clamp(1, 65_536) << 20,
+            ));
+        }
         let defaults = Config::default();
         let heartbeat = self.heartbeat.unwrap_or(defaults.heartbeat);
         self.heartbeat = Some(heartbeat.max(Duration::from_millis(10)));
@@ -376,10 +431,13 @@ async fn start_node(
     shutdown: &CancellationToken,
 ) -> Result<SimNode, String> {
     let path = dir.join(format!("node-{port}"));
-    let store = tokio::task::spawn_blocking(move || Store::open(&path))
-        .await
-        .map_err(|e| format!("opening store: {e}"))?
-        .map_err(|e| format!("opening store: {e}"))?;
+    let memory = args.store_memory.clone().unwrap_or_default();
+    let store = tokio::task::spawn_blocking(move || {
+        Store::open_shared(&path, agentnet_discovery::store::Limits::default(), &memory)
+    })
+    .await
+    .map_err(|e| format!("opening store: {e}"))?
+    .map_err(|e| format!("opening store: {e}"))?;
     let validator = Validator::new(
         Resolver::new(Default::default()).map_err(|e| format!("resolver: {e}"))?,
         Limits::default(),
@@ -403,6 +461,7 @@ async fn start_node(
             Some(s) => Some(Duration::from_secs(s)),
         },
         links,
+        kad_k: args.kad_k.map_or(Config::default().kad_k, |k| k as usize),
         ..Default::default()
     };
     let stop = shutdown.child_token();
@@ -442,6 +501,27 @@ impl Agent {
         tags: &[String],
         card_bytes: usize,
     ) -> Result<Vec<u8>, String> {
+        let peer_id = publisher.client.peer_id().to_string();
+        self.advert_as(
+            &peer_id,
+            &publisher.addr.to_string(),
+            seq,
+            desc,
+            tags,
+            card_bytes,
+        )
+    }
+
+    /// [`Agent::advert`] naming `peer_id` as the publishing node, at `addr`.
+    fn advert_as(
+        &self,
+        peer_id: &str,
+        addr: &str,
+        seq: u64,
+        desc: &str,
+        tags: &[String],
+        card_bytes: usize,
+    ) -> Result<Vec<u8>, String> {
         let mut c = sample_card(desc, tags, "");
         let len = serde_json::to_vec(&c).map(|v| v.len()).unwrap_or(0);
         if len < card_bytes {
@@ -454,8 +534,8 @@ impl Agent {
                 did: self.did.clone(),
                 kid: self.kid.clone(),
                 card: signed,
-                peer_id: publisher.client.peer_id().to_string(),
-                addrs: vec![publisher.addr.to_string()],
+                peer_id: peer_id.to_owned(),
+                addrs: vec![addr.to_owned()],
                 seq,
                 issued_at: now,
                 expires_at: now + 3600,
@@ -519,6 +599,8 @@ impl Vocabulary {
 struct Arrivals {
     by_did: Mutex<HashMap<String, Vec<(usize, Instant)>>>,
     notify: Notify,
+    /// `Accepted` events a recorder missed (its channel overflowed): deliveries not timed.
+    lagged: std::sync::atomic::AtomicU64,
 }
 
 impl Arrivals {
@@ -548,6 +630,16 @@ impl Arrivals {
             .is_some_and(|v| v.iter().any(|(n, _)| *n == node))
     }
 
+    fn at(&self, did: &str, node: usize) -> Option<Instant> {
+        self.by_did
+            .lock()
+            .expect("arrivals lock poisoned")
+            .get(did)?
+            .iter()
+            .find(|(n, _)| *n == node)
+            .map(|(_, t)| *t)
+    }
+
     fn times(&self, did: &str) -> Vec<Instant> {
         self.by_did
             .lock()
@@ -574,76 +666,8 @@ struct Spread {
     bytes_per_node: f64,
     /// Published while a partition was in force.
     partitioned: bool,
-}
-
-/// What the adversaries did and what it achieved.
-#[derive(Default)]
-struct JunkTally {
-    sent: u64,
-    send_errors: u64,
-    junk_dids: Vec<String>,
-}
-
-/// The junk an adversary sends, in turn: forged signature, hijack of an honest DID (signed by
-/// another key), malformed JSON, random bytes. Every message is unique (gossipsub ids are the
-/// payload's hash).
-async fn adversary(
-    me: Arc<SimNode>,
-    mut rng: Rng,
-    rate: u32,
-    honest_dids: Arc<Mutex<Vec<String>>>,
-    stop: CancellationToken,
-) -> JunkTally {
-    let mut tally = JunkTally::default();
-    let junk_agents: Vec<Agent> = (0..4).map(|_| Agent::new(&mut rng)).collect();
-    tally.junk_dids = junk_agents.iter().map(|a| a.did.to_string()).collect();
-    let tags = vec!["junk".to_owned()];
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut i: u64 = 0;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tick.tick() => {}
-        }
-        i += 1;
-        let agent = &junk_agents[(i % 4) as usize];
-        let bytes = match i % 4 {
-            0 => {
-                let desc = format!("junk {i}");
-                match agent.advert(&me, i, &desc, &tags, 1024) {
-                    Ok(good) => String::from_utf8_lossy(&good)
-                        .replace(&desc, &format!("hack {i}"))
-                        .into_bytes(),
-                    Err(_) => continue,
-                }
-            }
-            1 => {
-                let target = {
-                    let h = honest_dids.lock().expect("dids lock poisoned");
-                    (!h.is_empty()).then(|| h[rng.gen_range(0..h.len())].clone())
-                };
-                let Some(target) = target else { continue };
-                let Ok(bytes) = agent.advert(&me, 1_000_000 + i, "hijack", &tags, 1024) else {
-                    continue;
-                };
-                let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
-                    continue;
-                };
-                v["did"] = json!(target);
-                serde_json::to_vec(&v).unwrap_or_default()
-            }
-            2 => format!("{{\"v\":1,\"did\":\"not json {i}").into_bytes(),
-            _ => (0..64)
-                .flat_map(|_| rng.gen::<u64>().to_le_bytes())
-                .collect(),
-        };
-        match me.client.gossip_unchecked(bytes).await {
-            Ok(()) => tally.sent += 1,
-            Err(_) => tally.send_errors += 1,
-        }
-    }
-    tally
+    /// When it was published.
+    t0: Instant,
 }
 
 /// One counter of the nodes' [`net::Stats`], summed.
@@ -740,8 +764,13 @@ fn spawn_recorder(node: &SimNode, idx: usize, arrivals: Arc<Arrivals>, stop: Can
             tokio::select! {
                 _ = stop.cancelled() => break,
                 ev = rx.recv() => match ev {
+                    // Sybil advertisements are not the run's: not recorded (a flood of them would
+                    // fill the table).
+                    Ok(ev) if ev.tags.iter().any(|t| t == "sybil") => {}
                     Ok(ev) => arrivals.record(ev.did, idx, Instant::now()),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(k)) => {
+                        arrivals.lagged.fetch_add(k, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 }
             }
@@ -844,12 +873,13 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
 
     // Nodes: honest ones listen; adversaries listen nowhere, so they stay behind the nodes they
     // dial (as in tests/network.rs).
+    let kinds = args.adversary_kinds();
     let mut net = Net {
-        nodes: Vec::with_capacity(n + args.adversaries),
+        nodes: Vec::with_capacity(n + kinds.len()),
         honest: Vec::new(),
         alive: Vec::new(),
     };
-    for i in 0..n + args.adversaries {
+    for i in 0..n + kinds.len() {
         let key = SecretKey::from_seed(&seed32(&mut rng));
         let node = start_node(&key, dir, i as u64 + 1, i < n, args, links_of(i), &shutdown).await?;
         net.push(Arc::new(node), i < n);
@@ -869,7 +899,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
 
     // Dials: the first to an earlier node (connectivity), the rest to any other honest node.
     let mut plan: Vec<(usize, usize)> = Vec::new();
-    for i in 0..n + args.adversaries {
+    for i in 0..n + kinds.len() {
         let mut targets: Vec<usize> = Vec::new();
         let honest = i < n;
         if honest && i > 0 {
@@ -890,6 +920,29 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     }
     let dial_failures = dial_plan(&net.nodes, &plan, started).await;
     let setup = started.elapsed();
+
+    // Eclipse attackers dial their victim now, to be there while the mesh forms.
+    let stop_eclipse = CancellationToken::new();
+    let eclipse = match args.eclipse {
+        Some(e) => {
+            let victim = e.target.unwrap_or_else(|| scenario_rng.gen_range(0..n));
+            let first = n + kinds.len();
+            let (tally, ids) = attack::eclipse(
+                e.nodes,
+                net.nodes[victim].addr.clone(),
+                args.heartbeat(),
+                args.mesh,
+                &|k| links_of(1_000_000 + first + k),
+                stop_eclipse.clone(),
+            )?;
+            eprintln!(
+                "simulate: {} eclipse attackers dialing node {victim}",
+                e.nodes
+            );
+            Some((victim, tally, ids))
+        }
+        None => None,
+    };
     eprintln!(
         "simulate: {} nodes up and dialed in {:.1} s; warming up",
         net.nodes.len(),
@@ -935,15 +988,18 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let honest_dids: Arc<Mutex<Vec<String>>> = Default::default();
     let stop_junk = CancellationToken::new();
     let mut junk_tasks = Vec::new();
-    for node in net.nodes.iter().skip(n) {
-        junk_tasks.push(tokio::spawn(adversary(
+    for (node, &(kind, rate)) in net.nodes.iter().skip(n).zip(&kinds) {
+        let task = tokio::spawn(attack::run(
+            kind,
             node.clone(),
             Rng::seed_from_u64(rng.gen::<u64>()),
-            args.junk_rate,
+            rate,
             honest_dids.clone(),
             stop_junk.clone(),
-        )));
+        ));
+        junk_tasks.push((kind, task));
     }
+    let validation_start = stat_sum(&net.nodes[..n], |s| &s.validation_micros);
 
     // Advertisements, one after another.
     eprintln!("simulate: publishing {} advertisements", args.adverts);
@@ -1057,6 +1113,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             duplicates: (unique > 0).then(|| copies as f64 / unique as f64 - 1.0),
             bytes_per_node: bytes_in as f64 / expected.max(1) as f64,
             partitioned: cut.active.load(std::sync::atomic::Ordering::Relaxed),
+            t0,
         };
         eprintln!(
             "simulate: advert {}/{}: {} of {} nodes ({:.1} %), all by {}",
@@ -1194,32 +1251,84 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let dials = stat_sum(&honest, |s| &s.dials);
     let bootstraps = stat_sum(&honest, |s| &s.bootstraps);
 
-    // Stop the junk, let in-flight validations finish, then check the honest stores.
+    // Stop the adversaries, let in-flight validations finish, then check the honest stores.
     stop_junk.cancel();
-    let mut junk = JunkTally::default();
-    for t in junk_tasks {
+    let mut tallies: HashMap<&'static str, attack::Tally> = HashMap::new();
+    for (kind, t) in junk_tasks {
         if let Ok(t) = t.await {
-            junk.sent += t.sent;
-            junk.send_errors += t.send_errors;
-            junk.junk_dids.extend(t.junk_dids);
+            let sum = tallies.entry(kind.name()).or_default();
+            sum.sent += t.sent;
+            sum.send_errors += t.send_errors;
+            sum.dids.extend(t.dids);
         }
     }
+    let junk = tallies.remove("junk").unwrap_or_default();
+    let replay = tallies.remove("replay").unwrap_or_default();
+    let sybil = tallies.remove("sybil").unwrap_or_default();
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let validation_micros =
+        stat_sum(&net.nodes[..n], |s| &s.validation_micros).saturating_sub(validation_start);
+    // The victim's connections now: to attackers, and to the rest.
+    let eclipse_report = match &eclipse {
+        Some((victim, tally, ids)) => {
+            let peers = net.nodes[*victim].client.peers().await.unwrap_or_default();
+            let ids: Vec<String> = ids.iter().map(|p| p.to_string()).collect();
+            let to_attackers = peers.iter().filter(|p| ids.contains(&p.peer_id)).count();
+            let delays = |of: &dyn Fn(&str) -> Option<f64>| -> Vec<f64> {
+                let mut v: Vec<f64> = published.iter().filter_map(|(did, _)| of(did)).collect();
+                v.sort_by(f64::total_cmp);
+                v
+            };
+            let t0s: HashMap<&str, Instant> = spreads
+                .iter()
+                .zip(&published)
+                .map(|(sp, (did, _))| (did.as_str(), sp.t0))
+                .collect();
+            let victim_delay = delays(&|did| {
+                let at = arrivals.at(did, *victim)?;
+                Some(ms(at.saturating_duration_since(*t0s.get(did)?)))
+            });
+            let others_median = {
+                let mut v: Vec<f64> = spreads.iter().flat_map(|s| s.delays_ms.clone()).collect();
+                v.sort_by(f64::total_cmp);
+                percentile(&v, 0.5)
+            };
+            use std::sync::atomic::Ordering::Relaxed;
+            Some(json!({
+                "victim": victim, "attackers": ids.len(),
+                "adverts_reached": victim_delay.len(), "adverts": published.len(),
+                "victim_median_ms": percentile(&victim_delay, 0.5),
+                "victim_max_ms": victim_delay.last(),
+                "network_median_ms": others_median,
+                "victim_peers_at_end": peers.len(), "victim_peers_attackers": to_attackers,
+                "attacker_connections": tally.connections.load(Relaxed),
+                "attacker_connections_closed": tally.closed.load(Relaxed),
+                "attackers_connected_at_end": tally.connected.load(Relaxed),
+                "copies_sent_to_attackers": tally.messages.load(Relaxed),
+            }))
+        }
+        None => None,
+    };
+    stop_eclipse.cancel();
     let adversary_ids: Vec<PeerId> = (0..net.nodes.len())
         .filter(|&i| !net.honest[i])
         .map(|i| net.nodes[i].client.peer_id())
         .collect();
     let mut refused: HashMap<&'static str, u64> = HashMap::new();
-    let (mut accepted, mut ignored, mut throttled) = (0, 0, 0);
+    let (mut accepted, mut ignored, mut throttled, mut throttled_busy) = (0, 0, 0, 0);
     let mut forwarded_by_honest = 0u64;
     let mut junk_stored = 0usize;
     let published = Arc::new(published);
-    let junk_dids = Arc::new(junk.junk_dids.clone());
+    let junk_dids = Arc::new(junk.dids.clone());
+    let with_sybil = args.sybil.is_some();
+    let mut sybil_stored: Vec<usize> = Vec::new();
+    let mut stored_total = 0u64;
     for node in &honest {
         let stats = node.client.stats();
         accepted += stats.accepted.get();
         ignored += stats.ignored.get();
         throttled += stats.throttled.get();
+        throttled_busy += stats.throttled_busy.get();
         for (reason, count) in stats.rejected.lock().expect("stats lock poisoned").iter() {
             *refused.entry(reason).or_default() += count;
         }
@@ -1237,25 +1346,39 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             published.clone(),
             junk_dids.clone(),
         );
-        junk_stored += tokio::task::spawn_blocking(move || {
+        // A replay in another framing is the same signed JSON: compared as values.
+        let (bad, honest_here, len) = tokio::task::spawn_blocking(move || {
             let now = net::unix_now();
-            let bad_honest = published
-                .iter()
-                .filter(
-                    |(did, bytes)| matches!(store.get(did, now), Ok(Some(a)) if &a.bytes != bytes),
-                )
-                .count();
+            let value = |b: &[u8]| serde_json::from_slice::<Value>(b).ok();
+            let mut bad_honest = 0;
+            let mut honest_here = 0;
+            for (did, bytes) in published.iter() {
+                if let Ok(Some(a)) = store.get(did, now) {
+                    honest_here += 1;
+                    if a.bytes != *bytes && value(&a.bytes) != value(bytes) {
+                        bad_honest += 1;
+                    }
+                }
+            }
             let bad_junk = junk_dids
                 .iter()
                 .filter(|did| !matches!(store.get(did, now), Ok(None)))
                 .count();
-            let extra = store
-                .len()
-                .map_or(0, |len| len.saturating_sub(published.len()));
-            bad_honest + bad_junk + extra
+            let len = store.len().unwrap_or(0);
+            (bad_honest + bad_junk, honest_here, len)
         })
         .await
         .map_err(|e| format!("checking a store: {e}"))?;
+        stored_total += len as u64;
+        // Without Sybil publishers, whatever a store holds beyond the honest advertisements
+        // is junk; with them, it is theirs (they are valid: accepted and forwarded).
+        let extra = len.saturating_sub(honest_here);
+        if with_sybil {
+            sybil_stored.push(extra);
+            junk_stored += bad;
+        } else {
+            junk_stored += bad + extra;
+        }
     }
 
     // Shut down: recorders, then the nodes (each closes its swarm; the stores close when the
@@ -1366,6 +1489,9 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         .iter()
         .map(|(t, m)| json!([t, m]))
         .collect();
+    let validated = accepted + ignored + refused_total;
+    let validation_per_message =
+        (validated > 0).then(|| validation_micros as f64 / validated as f64);
     Ok(json!({
         "nodes": n,
         "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
@@ -1392,10 +1518,14 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "provide_delay_ms": ms(args.provide_delay()),
         "conn_watermarks": [args.conn_low, args.conn_high],
         "mesh": args.mesh,
+        "store_memory": if args.own_store_memory { json!("own") } else {
+            json!({"shared_cache_mb": args.store_cache_mb, "shared_memtable_mb": args.store_memtable_mb})
+        },
         "kad_bootstrap_s": match args.kad_bootstrap_s {
             Some(s) => json!(s),
             None => json!(Config::default().kad_bootstrap_interval.map(|d| d.as_secs())),
         },
+        "kad_k": args.kad_k.map_or(Config::default().kad_k, |k| k as usize),
         "advert_bytes": advert_bytes,
         "setup_s": setup.as_secs_f64(),
         "dial_failures": dial_failures,
@@ -1408,8 +1538,28 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "accepted": accepted,
         "ignored": ignored,
         "throttled": throttled,
+        "throttled_busy": throttled_busy,
         "refused": refused_total,
         "refused_by_reason": refused,
+        "attacks": {
+            "replay": args.replay.map(|f| json!({
+                "nodes": f.nodes, "rate": f.rate, "sent": replay.sent, "send_errors": replay.send_errors,
+            })),
+            "sybil": args.sybil.map(|f| {
+                sybil_stored.sort_unstable();
+                json!({
+                    "nodes": f.nodes, "rate": f.rate, "sent": sybil.sent, "send_errors": sybil.send_errors,
+                    "dids_minted": sybil.dids.len(),
+                    "stored_per_honest_node": {"median": sybil_stored.get(sybil_stored.len() / 2),
+                        "max": sybil_stored.last()},
+                })
+            }),
+            "eclipse": eclipse_report,
+        },
+        "accepted_again": accepted.saturating_sub(stored_total),
+        "recorder_lagged": arrivals.lagged.load(std::sync::atomic::Ordering::Relaxed),
+        "validation_cpu_s": validation_micros as f64 / 1e6,
+        "validation_us_per_message": validation_per_message,
         "junk_sent": junk.sent,
         "junk_send_errors": junk.send_errors,
         "junk_stored": junk_stored,
@@ -1422,6 +1572,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "bytes_out_total": bytes_out,
         "connections": {"opened": opened, "dials": dials, "trimmed": trimmed, "kad_bootstraps": bootstraps,
             "idle_window_s": idle_window.as_secs_f64(),
+            "setup_and_warmup": idle_start.json(n, setup + warmup),
             "idle": idle_conns.json(n, idle_window),
             "advert_phase": phase_conns.json(n, phase)},
         "cpu_s_advert_phase": cpu.map(|c| c.as_secs_f64()),
@@ -1683,13 +1834,46 @@ fn print_text(r: &Value) {
         f(&r["local_publish_ms"]["p95"])
     );
     println!(
-        "honest nodes: accepted {}  ignored {}  throttled {}  refused {} {}",
-        r["accepted"], r["ignored"], r["throttled"], r["refused"], r["refused_by_reason"]
+        "honest nodes: accepted {}  ignored {}  throttled {} ({} with every validation permit in use)  refused {} {}",
+        r["accepted"], r["ignored"], r["throttled"], r["throttled_busy"], r["refused"], r["refused_by_reason"]
     );
     if r["adversaries"].as_u64().unwrap_or(0) > 0 {
         println!(
             "junk: sent {} (send errors {}), stored by honest nodes {}, forwarded by honest nodes {}",
             r["junk_sent"], r["junk_send_errors"], r["junk_stored"], r["junk_forwarded_by_honest"]
+        );
+    }
+    let attacks = &r["attacks"];
+    if attacks["replay"].is_object() {
+        let x = &attacks["replay"];
+        println!(
+            "replay: {} nodes sent {} honest advertisements again in new framings; accepted again by honest nodes {}",
+            x["nodes"], x["sent"], r["accepted_again"]
+        );
+    }
+    if attacks["sybil"].is_object() {
+        let x = &attacks["sybil"];
+        println!(
+            "sybil: {} nodes sent {} valid advertisements under {} minted DIDs; stored per honest node: median {}, max {}",
+            x["nodes"], x["sent"], x["dids_minted"],
+            x["stored_per_honest_node"]["median"], x["stored_per_honest_node"]["max"]
+        );
+    }
+    if attacks["eclipse"].is_object() {
+        let x = &attacks["eclipse"];
+        println!(
+            "eclipse: {} attackers on node {}: it got {} of {} adverts (median {} ms, network median {} ms); \
+             at the end {} of its {} peers were attackers ({} attacker connections, {} closed by it)",
+            x["attackers"], x["victim"], x["adverts_reached"], x["adverts"],
+            f(&x["victim_median_ms"]), f(&x["network_median_ms"]),
+            x["victim_peers_attackers"], x["victim_peers_at_end"],
+            x["attacker_connections"], x["attacker_connections_closed"]
+        );
+    }
+    if let Some(cpu) = r["validation_cpu_s"].as_f64() {
+        println!(
+            "validation: {cpu:.2} s over the honest nodes, {} µs per message validated",
+            f(&r["validation_us_per_message"])
         );
     }
     println!(

@@ -2,8 +2,8 @@
 //!
 //! A scenario is TOML. Its top-level keys are the flags' names with `_` for `-` (`nodes`,
 //! `dials`, `adverts`, `adversaries`, `seed`, `mesh`, `heartbeat_ms`, `warmup_ms`, `idle_ms`,
-//! `gap_ms`, `deadline_ms`, `junk_rate`, `queries`), and three tables: `[links]`, `[churn]`,
-//! `[partition]`. A flag given on the command line wins over the file. Unknown keys are refused,
+//! `gap_ms`, `deadline_ms`, `junk_rate`, `queries`), and the tables `[links]`, `[churn]`,
+//! `[partition]` and the attacks `[replay]`, `[sybil]`, `[eclipse]` (see `attack.rs`). A flag given on the command line wins over the file. Unknown keys are refused,
 //! so a misspelt one never runs a different experiment than the file says.
 
 use std::path::Path;
@@ -35,6 +35,9 @@ pub struct Scenario {
     pub links: Links,
     pub churn: Option<Churn>,
     pub partition: Option<Partition>,
+    pub replay: Option<Flood>,
+    pub sybil: Option<Flood>,
+    pub eclipse: Option<Eclipse>,
 }
 
 /// `[links]`: every link's one-way latency, drawn once per pair of nodes (the same both ways),
@@ -82,6 +85,30 @@ pub struct Partition {
     pub heal_advert: Option<usize>,
 }
 
+/// `[replay]` and `[sybil]`: this many adversary nodes (full nodes, dialing `dials` honest
+/// ones), each sending `rate` messages a second from the first advertisement to the last.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flood {
+    pub nodes: usize,
+    #[serde(default = "default_rate")]
+    pub rate: u32,
+}
+
+fn default_rate() -> u32 {
+    20
+}
+
+/// `[eclipse]`: this many attacker nodes (bare gossipsub, forwarding nothing) all dial one honest
+/// node, `target` (0-based; default drawn by the seed), and dial it again whenever it closes
+/// the connection.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Eclipse {
+    pub nodes: usize,
+    pub target: Option<usize>,
+}
+
 impl Scenario {
     /// Reads and checks a scenario file; the error names the file and what to fix.
     pub fn load(path: &Path) -> Result<Self, String> {
@@ -116,6 +143,37 @@ impl Scenario {
             }
             if p.heal_advert.is_some_and(|h| h <= p.from_advert) {
                 return Err("[partition] heal_advert must come after from_advert".into());
+            }
+        }
+        for (name, f) in [("replay", &self.replay), ("sybil", &self.sybil)] {
+            if let Some(f) = f {
+                if f.nodes == 0 || f.nodes > 1000 {
+                    return Err(format!(
+                        "[{name}] nodes must be between 1 and 1000, not {}",
+                        f.nodes
+                    ));
+                }
+                if !(1..=10_000).contains(&f.rate) {
+                    return Err(format!(
+                        "[{name}] rate must be between 1 and 10000, not {}",
+                        f.rate
+                    ));
+                }
+            }
+        }
+        if let Some(e) = &self.eclipse {
+            if e.nodes == 0 || e.nodes > 1000 {
+                return Err(format!(
+                    "[eclipse] nodes must be between 1 and 1000, not {}",
+                    e.nodes
+                ));
+            }
+            if let (Some(t), Some(n)) = (e.target, self.nodes) {
+                if t as u64 >= n {
+                    return Err(format!(
+                        "[eclipse] target must be a node below nodes = {n}, not {t}"
+                    ));
+                }
             }
         }
         self.links.delay_model(0).map(|_| ())
@@ -316,6 +374,10 @@ mod tests {
             ("[links]\nbandwidth_mbit = 0", "bandwidth_mbit"),
             ("[links]\nlatency = \"pareto\"", "pareto"),
             ("[churn]\nleave_per_min = -2", "leave_per_min"),
+            ("[sybil]\nnodes = 0", "nodes"),
+            ("[replay]\nnodes = 2\nrate = 0", "rate"),
+            ("[replay]\nnodes = 2\nrat = 5", "rat"),
+            ("nodes = 10\n[eclipse]\nnodes = 4\ntarget = 10", "target"),
         ] {
             let dir = tempfile::tempdir().unwrap();
             let p = dir.path().join("s.toml");
@@ -329,11 +391,15 @@ mod tests {
             &p,
             "nodes = 30\n[links]\nlatency = \"normal\"\nlatency_ms = 100\nspread_ms = 20\n\
              bandwidth_mbit = 50\n[churn]\nleave_per_min = 6\njoin_per_min = 6\n\
-             [partition]\nfraction = 0.3\nfrom_advert = 2\nheal_advert = 4\n",
+             [partition]\nfraction = 0.3\nfrom_advert = 2\nheal_advert = 4\n\
+             [replay]\nnodes = 2\n[sybil]\nnodes = 1\nrate = 5\n[eclipse]\nnodes = 6\n",
         )
         .unwrap();
         let s = Scenario::load(&p).unwrap();
         assert_eq!(s.nodes, Some(30));
+        assert_eq!(s.replay.map(|f| (f.nodes, f.rate)), Some((2, 20)));
+        assert_eq!(s.sybil.map(|f| (f.nodes, f.rate)), Some((1, 5)));
+        assert_eq!(s.eclipse.map(|e| (e.nodes, e.target)), Some((6, None)));
         let d = s.links.delay_model(1).unwrap().unwrap();
         assert_eq!(d.bytes_per_sec, Some(6_250_000));
     }

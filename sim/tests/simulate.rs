@@ -178,3 +178,57 @@ fn the_floor_is_a_bare_gossipsub_network_over_the_same_links() {
     );
     assert_eq!(r["delivery_pct"], 100.0, "{r}");
 }
+
+/// Junk, replays, Sybil publishers and an eclipse attempt at once: the honest network still
+/// delivers every advertisement to every honest node, the victim included; no replay is taken
+/// as new and no junk is kept; the Sybil advertisements (valid) are carried, and counted.
+#[test]
+fn attacks_leave_every_honest_node_reached() {
+    let run = simulate()
+        .arg("--scenario")
+        .arg(scenario("ci-attacks.toml"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "simulate failed: {stderr}");
+    let r: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(r["delivery_pct"], 100.0, "{}", r["per_advert"]);
+    assert_eq!(r["recorder_lagged"], 0);
+
+    // Junk: refused, stored nowhere, forwarded by no honest node.
+    assert!(r["junk_sent"].as_u64().unwrap() > 0);
+    assert_eq!(r["junk_stored"], 0);
+    assert_eq!(r["junk_forwarded_by_honest"], 0);
+
+    // Replays got to validation (new framings, new gossipsub ids) and were taken as new by no
+    // one: every honest node accepted each advertisement once (what it accepted is what it
+    // stores), and every store holds the signed content that was published.
+    let attacks = &r["attacks"];
+    assert!(
+        attacks["replay"]["sent"].as_u64().unwrap() > 20,
+        "{attacks}"
+    );
+    assert_eq!(r["accepted_again"], 0, "{r}");
+    assert!(r["ignored"].as_u64().unwrap() > 0, "{r}");
+
+    // Sybil advertisements are valid: the honest nodes store and forward them (bounded by the
+    // per-peer rate and the store caps, not refused).
+    let sybil = &attacks["sybil"];
+    let sent = sybil["sent"].as_u64().unwrap();
+    assert!(sent >= 6, "{sybil}");
+    let median = sybil["stored_per_honest_node"]["median"].as_u64().unwrap();
+    assert!(median > 0 && median <= sent, "{sybil}");
+
+    // The eclipse: the attackers did connect to their victim, which still got every
+    // advertisement through the peers it dialed itself.
+    let e = &attacks["eclipse"];
+    assert_eq!(e["victim"], 3);
+    assert!(e["attacker_connections"].as_u64().unwrap() >= 8, "{e}");
+    assert_eq!(e["adverts_reached"], e["adverts"], "{e}");
+    assert_eq!(e["adverts"], 5);
+
+    // Validation cost is measured.
+    assert!(r["validation_cpu_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["validation_us_per_message"].as_f64().unwrap() > 0.0);
+}
