@@ -103,12 +103,14 @@ struct Args {
     /// --store-memtable-mb).
     #[arg(long = "own-store-memory")]
     own_store_memory: bool,
-    /// The shared block cache of the stores, MiB.
-    #[arg(long = "store-cache-mb", default_value_t = 64)]
-    store_cache_mb: usize,
-    /// The shared memtable budget of the stores, MiB.
-    #[arg(long = "store-memtable-mb", default_value_t = 256)]
-    store_memtable_mb: usize,
+    /// The shared block cache of the stores, MiB (1 to 65536).
+    #[arg(long = "store-cache-mb", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    store_cache_mb: u64,
+    /// The shared memtable budget of the stores, MiB (1 to 65536).
+    #[arg(long = "store-memtable-mb", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    store_memtable_mb: u64,
     #[arg(skip)]
     store_memory: Option<Memory>,
     /// After the advertisements, this many discover queries (the DHT and the fetch protocol),
@@ -308,8 +310,8 @@ impl Args {
         self.mesh = self.mesh.clamp(2, 64);
         if !self.own_store_memory {
             self.store_memory = Some(Memory::shared(
-                self.store_cache_mb.clamp(1, 65_536) << 20,
-                self.store_memtable_mb.clamp(1, 65_536) << 20,
+                (self.store_cache_mb as usize) << 20,
+                (self.store_memtable_mb as usize) << 20,
             ));
         }
         let defaults = Config::default();

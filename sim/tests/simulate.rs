@@ -138,6 +138,29 @@ fn a_bad_scenario_is_refused_with_what_to_fix() {
 }
 
 #[test]
+fn flags_out_of_range_are_refused_not_clamped() {
+    for (flag, value) in [
+        ("--store-cache-mb", "0"),
+        ("--store-cache-mb", "65537"),
+        ("--store-memtable-mb", "0"),
+        ("--store-memtable-mb", "100000"),
+        ("--kad-k", "0"),
+        ("--kad-k", "65"),
+    ] {
+        let run = simulate()
+            .args(["--nodes", "2", flag, value])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(value),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn the_floor_is_a_bare_gossipsub_network_over_the_same_links() {
     let run = simulate()
         .args([
