@@ -24,12 +24,11 @@ use std::time::Duration;
 
 use agentnet_discovery::net::{self, Links};
 use futures::StreamExt;
-use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity, MessageId};
+use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance};
 use libp2p::swarm::SwarmEvent;
 use libp2p::{Multiaddr, PeerId};
 use rand::Rng as _;
 use serde_json::{json, Value};
-use sha2::{Digest as _, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Agent, Rng, SimNode, Vocabulary};
@@ -235,38 +234,12 @@ pub fn eclipse(
     let topic = IdentTopic::new(net::TOPIC);
     let mut ids = Vec::with_capacity(count);
     for k in 0..count {
-        let links = links_of(k);
-        let mut builder = gossipsub::ConfigBuilder::default();
-        builder
-            .validation_mode(gossipsub::ValidationMode::Anonymous)
-            .validate_messages()
-            .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
-            .max_transmit_size(300 * 1024)
-            .heartbeat_interval(heartbeat);
-        let cfg = net::mesh_degree(&mut builder, mesh.max(2))
+        let mut builder = crate::floor::bare_config(mesh, heartbeat, 300 * 1024);
+        builder.validate_messages();
+        let cfg = builder
             .build()
             .map_err(|e| format!("eclipse gossipsub config: {e}"))?;
-        let mut swarm = libp2p::SwarmBuilder::with_new_identity()
-            .with_tokio()
-            .with_other_transport(|key| {
-                net::links::memory_transport(key, links)
-                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-            })
-            .map_err(|e| format!("eclipse transport: {e}"))?
-            .with_behaviour(|_| {
-                gossipsub::Behaviour::<
-                    gossipsub::IdentityTransform,
-                    gossipsub::AllowAllSubscriptionFilter,
-                >::new(MessageAuthenticity::Anonymous, cfg)
-                .map_err(|e| format!("eclipse gossipsub: {e}").into())
-            })
-            .map_err(|e| format!("eclipse behaviour: {e}"))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
-            .build();
-        swarm
-            .behaviour_mut()
-            .subscribe(&topic)
-            .map_err(|e| format!("eclipse subscribe: {e}"))?;
+        let mut swarm = crate::floor::bare_swarm(cfg, links_of(k), &topic, "eclipse")?;
         ids.push(*swarm.local_peer_id());
         let (tally, stop, victim) = (tally.clone(), stop.clone(), victim.clone());
         tokio::spawn(async move {

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity, MessageId};
 use libp2p::multiaddr::Protocol;
 use libp2p::swarm::SwarmEvent;
+use libp2p::Swarm;
 use libp2p::{Multiaddr, PeerId};
 use rand::Rng as _;
 use serde_json::{json, Value};
@@ -51,20 +52,52 @@ struct Seen {
     notify: Notify,
 }
 
-fn behaviour(p: &Plan) -> Result<gossipsub::Behaviour, String> {
-    let d = p.mesh.max(2);
+/// A bare gossipsub configuration as the floor and the eclipse attackers use it: anonymous
+/// messages whose id is the payload's SHA-256 (as the node's), mesh degree `mesh` (at least 2).
+/// The caller adds what differs (validation, IDONTWANT) before `build`.
+pub fn bare_config(
+    mesh: usize,
+    heartbeat: Duration,
+    max_transmit: usize,
+) -> gossipsub::ConfigBuilder {
     let mut builder = gossipsub::ConfigBuilder::default();
     builder
         .validation_mode(gossipsub::ValidationMode::Anonymous)
         .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
-        .max_transmit_size(p.bytes + 4096)
-        .heartbeat_interval(p.heartbeat)
-        .idontwant_message_size_threshold(usize::MAX);
-    let cfg = agentnet_discovery::net::mesh_degree(&mut builder, d)
-        .build()
-        .map_err(|e| format!("floor gossipsub config: {e}"))?;
-    gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, cfg)
-        .map_err(|e| format!("floor gossipsub: {e}"))
+        .max_transmit_size(max_transmit)
+        .heartbeat_interval(heartbeat);
+    agentnet_discovery::net::mesh_degree(&mut builder, mesh.max(2));
+    builder
+}
+
+/// A bare rust-libp2p gossipsub swarm over the simulator's memory transport (Noise, Yamux,
+/// `links`), subscribed to `topic`, connections kept while idle: the floor's nodes and the
+/// eclipse attackers. `what` names it in errors.
+pub fn bare_swarm(
+    cfg: gossipsub::Config,
+    links: Option<Links>,
+    topic: &IdentTopic,
+    what: &str,
+) -> Result<Swarm<gossipsub::Behaviour>, String> {
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_other_transport(|key| {
+            agentnet_discovery::net::links::memory_transport(key, links)
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        })
+        .map_err(|e| format!("{what} transport: {e}"))?
+        .with_behaviour(|_| {
+            gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, cfg)
+                .map_err(|e| format!("{what} gossipsub: {e}").into())
+        })
+        .map_err(|e| format!("{what} behaviour: {e}"))?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .build();
+    swarm
+        .behaviour_mut()
+        .subscribe(topic)
+        .map_err(|e| format!("{what} subscribe: {e}"))?;
+    Ok(swarm)
 }
 
 /// Runs the floor network and returns its figures: reach times per message and delivery.
@@ -79,22 +112,12 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
     let stop = tokio_util::sync::CancellationToken::new();
     let mut tasks = Vec::new();
     for i in 0..p.nodes {
-        let links = links_of(i);
-        let mut swarm = libp2p::SwarmBuilder::with_new_identity()
-            .with_tokio()
-            .with_other_transport(|key| {
-                agentnet_discovery::net::links::memory_transport(key, links)
-                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-            })
-            .map_err(|e| format!("floor transport: {e}"))?
-            .with_behaviour(|_| behaviour(p).map_err(Into::into))
-            .map_err(|e| format!("floor behaviour: {e}"))?
-            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
-            .build();
-        swarm
-            .behaviour_mut()
-            .subscribe(&topic)
-            .map_err(|e| format!("floor subscribe: {e}"))?;
+        let mut builder = bare_config(p.mesh, p.heartbeat, p.bytes + 4096);
+        builder.idontwant_message_size_threshold(usize::MAX);
+        let cfg = builder
+            .build()
+            .map_err(|e| format!("floor gossipsub config: {e}"))?;
+        let mut swarm = bare_swarm(cfg, links_of(i), &topic, "floor")?;
         let addr = Multiaddr::empty().with(Protocol::Memory(BASE_PORT + i as u64));
         swarm
             .listen_on(addr.clone())
