@@ -56,6 +56,19 @@ fn agentnet(args: &[&str]) -> Run {
     }
 }
 
+/// The run exited 0 and printed one JSON object: the report.
+fn succeeded_with_json(run: &Run) -> Value {
+    assert!(
+        run.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.status.code(),
+        run.stdout,
+        run.stderr
+    );
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{}", run.stdout))
+}
+
 fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key]
         .as_str()
@@ -65,15 +78,7 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 #[test]
 fn three_nodes_discover_every_sample_agent_from_the_last_node() {
     let run = agentnet(&["testnet", "--nodes", "3", "--json"]);
-    assert!(
-        run.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        run.status.code(),
-        run.stdout,
-        run.stderr
-    );
-    let report: Value = serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{}", run.stdout));
+    let report = succeeded_with_json(&run);
     assert_three_node_run(&report);
     // One process: every node reports the testnet's own.
     assert_eq!(report["mode"], "in-process", "{report:#}");
@@ -334,15 +339,7 @@ fn three_processes_run_the_same_testnet_and_leave_none_behind() {
         "--data-dir",
         base.to_str().unwrap(),
     ]);
-    assert!(
-        run.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        run.status.code(),
-        run.stdout,
-        run.stderr
-    );
-    let report: Value = serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{}", run.stdout));
+    let report = succeeded_with_json(&run);
     assert_three_node_run(&report);
     assert_eq!(report["mode"], "processes", "{report:#}");
 
