@@ -232,8 +232,12 @@ pub struct Stats {
     pub connections_opened: Counter,
     /// Dials started (by us, Kademlia, mDNS).
     pub dials: Counter,
-    /// Kademlia bootstraps completed.
+    /// Kademlia bootstraps completed in full (not cut short).
     pub bootstraps: Counter,
+    /// Kademlia's automatic bootstraps cut short (see `Node::cut_automatic_bootstraps`).
+    pub bootstraps_cut: Counter,
+    /// Lookups of our own id on joining the DHT (the routing table got its first peer).
+    pub joins: Counter,
     /// Gossip ignored because the resolution pool or the sender's share of it was full.
     pub resolutions_refused: Counter,
     /// Inbound fetch requests answered.
@@ -298,8 +302,18 @@ impl Stats {
             ),
             (
                 "kad_bootstraps",
-                "Kademlia bootstraps completed",
+                "Kademlia bootstraps completed in full (not cut short)",
                 &self.bootstraps,
+            ),
+            (
+                "kad_bootstraps_cut",
+                "Kademlia's automatic bootstraps cut short",
+                &self.bootstraps_cut,
+            ),
+            (
+                "kad_joins",
+                "Lookups of our own id on joining the DHT",
+                &self.joins,
             ),
             (
                 "validation_micros",
@@ -857,7 +871,12 @@ struct Node {
     /// [`MAX_PENDING_DIALS`]).
     pending_dials: HashMap<ConnectionId, (Multiaddr, oneshot::Sender<Result<(), Error>>)>,
     peer_addrs: HashMap<PeerId, Vec<Multiaddr>>,
-    bootstrapped: bool,
+    /// The Kademlia bootstraps this node started ([`Node::bootstrap`]), until their last step.
+    /// Any other bootstrap query is Kademlia's automatic one, cut short
+    /// ([`Node::cut_automatic_bootstraps`]).
+    own_bootstraps: HashSet<QueryId>,
+    /// Automatic bootstraps cut short, until their last step (each is counted once).
+    cut_bootstraps: HashSet<QueryId>,
     /// The bootstrap addresses and their redials.
     bootstraps: Bootstraps,
     /// Our listeners, closed first at teardown.
@@ -942,7 +961,8 @@ pub async fn spawn(
         providing: HashSet::new(),
         pending_dials: HashMap::new(),
         peer_addrs: HashMap::new(),
-        bootstrapped: false,
+        own_bootstraps: HashSet::new(),
+        cut_bootstraps: HashSet::new(),
         bootstraps: Bootstraps::new(&cfg.bootstrap, Instant::now(), unix_now()),
         bootstraps_started: false,
         listeners: Vec::new(),
@@ -1068,7 +1088,10 @@ impl Node {
                 _ = cancel.cancelled() => break,
                 Some(cmd) = cmd_rx.recv() => self.on_command(cmd),
                 Some(ev) = internal_rx.recv() => self.on_internal(ev),
-                ev = self.swarm.select_next_some() => self.on_swarm(ev),
+                ev = self.swarm.select_next_some() => {
+                    self.on_swarm(ev);
+                    self.cut_automatic_bootstraps();
+                }
                 _ = sweep.tick() => self.sweep(),
                 _ = trim.tick() => {
                     self.trim_connections();
@@ -1079,9 +1102,7 @@ impl Node {
                     self.providers_due();
                 }
                 _ = refresh.tick(), if self.cfg.kad_bootstrap_interval.is_some() => {
-                    if self.routing_table_len() > 0 {
-                        let _ = self.swarm.behaviour_mut().kad.bootstrap();
-                    }
+                    self.bootstrap();
                 }
                 _ = expire.tick() => self.expire_provider_records(),
             }
@@ -1448,12 +1469,58 @@ impl Node {
     /// measured every node connected to nearly every other). Routing entries of dead peers are
     /// still dropped when queries fail to reach them.
     fn add_kad_address(&mut self, peer: PeerId, addr: Multiaddr) {
+        let was_empty = self.routing_table_len() == 0;
         let kad = &mut self.swarm.behaviour_mut().kad;
         let room = kad.kbucket(peer).is_some_and(|b| {
             b.num_entries() < kad::K_VALUE.get() || b.iter().any(|e| e.node.key.preimage() == &peer)
         });
         if room {
             kad.add_address(&peer, addr);
+            // The first peer in the routing table (at start, or after it emptied): join the
+            // DHT through it with one lookup of our own id. It finds our closest peers and
+            // makes us known to them; the buckets farther out fill as other peers' lookups and
+            // ours pass, and are refreshed every `kad_bootstrap_interval`. A full bootstrap
+            // here (a lookup per bucket, ~10 on 1 000 nodes) dialed ~175 peers per joining
+            // node and made most of a network's setup storm (docs/BENCHMARKS.md).
+            if was_empty {
+                let me = *self.swarm.local_peer_id();
+                self.swarm.behaviour_mut().kad.get_closest_peers(me);
+                self.stats.joins.inc();
+            }
+        }
+    }
+
+    /// Start a Kademlia bootstrap (a lookup of our own id, then one per bucket farther out),
+    /// unless one of ours is running or the routing table is empty.
+    fn bootstrap(&mut self) {
+        if !self.own_bootstraps.is_empty() || self.routing_table_len() == 0 {
+            return;
+        }
+        if let Ok(id) = self.swarm.behaviour_mut().kad.bootstrap() {
+            self.own_bootstraps.insert(id);
+        }
+    }
+
+    /// Cuts short the bootstraps Kademlia starts by itself. libp2p-kad 0.48 starts one half a
+    /// second after any peer enters a routing table of fewer than 20, and again after it ends
+    /// if peers entered meanwhile (so twice per node joining, and on every new peer in a network
+    /// of fewer than 20), each a lookup per bucket that dials tens of peers; it has no public
+    /// setting to turn this off (`set_automatic_bootstrap_throttle` is crate-private;
+    /// rust-libp2p issue #5341). On a 1 000-node network that joins at once, those dials are
+    /// most of the setup's connection storm (docs/BENCHMARKS.md). The node bootstraps itself
+    /// instead: a lookup of its own id when the routing table gets its first peer
+    /// (`Node::add_kad_address`), and a bootstrap every `kad_bootstrap_interval`
+    /// ([`Node::bootstrap`]). A finished step of a cut query starts its next step (the next
+    /// bucket), which the next call cuts again; each step has sent at most a few requests.
+    fn cut_automatic_bootstraps(&mut self) {
+        let own = &self.own_bootstraps;
+        for mut q in self.swarm.behaviour_mut().kad.iter_queries_mut() {
+            if matches!(q.info(), kad::QueryInfo::Bootstrap { .. }) && !own.contains(&q.id()) {
+                q.finish();
+                if self.cut_bootstraps.insert(q.id()) {
+                    self.stats.bootstraps_cut.inc();
+                }
+            }
         }
     }
 
@@ -1774,7 +1841,10 @@ impl Node {
                 }
                 if let QueryResult::Bootstrap(_) = &result {
                     if step.last {
-                        self.stats.bootstraps.inc();
+                        self.own_bootstraps.remove(&id);
+                        if !self.cut_bootstraps.remove(&id) {
+                            self.stats.bootstraps.inc();
+                        }
                     }
                 }
                 if let QueryResult::GetProviders(r) = result {
@@ -1889,10 +1959,6 @@ impl Node {
                         .connected(connection_id, peer_id, Instant::now(), unix_now())
                 {
                     tracing::info!(%address, peer = %peer_id, "connected to bootstrap peer");
-                }
-                if !self.bootstrapped {
-                    self.bootstrapped = true;
-                    let _ = self.swarm.behaviour_mut().kad.bootstrap();
                 }
                 if endpoint.is_dialer() {
                     // Full queue: this one is not remembered (a dial hint, not data).

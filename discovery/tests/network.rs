@@ -244,6 +244,48 @@ async fn twenty_nodes_gossip_late_joiner_uses_the_dht_and_updates_replace() {
     shutdown.cancel();
 }
 
+/// Kademlia (libp2p-kad 0.48) bootstraps by itself whenever a peer enters a routing table of
+/// fewer than 20, which in a network this small is every new peer, and each bootstrap is a
+/// lookup per bucket. A node joins with one lookup of its own id and cuts Kademlia's bootstraps
+/// short; through that lookup a joining node still meets peers it never dialed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_looks_itself_up_once_and_still_meets_peers_it_never_dialed() {
+    let shutdown = CancellationToken::new();
+    let nodes = network(12, &shutdown).await;
+    let late = start_node(201, &shutdown).await;
+    late.client.dial(nodes[0].addr.clone()).await.unwrap();
+
+    // Its lookup reaches beyond the node it dialed.
+    let start = Instant::now();
+    let met = loop {
+        let peers = late.client.peers().await.unwrap();
+        if peers.len() >= 4 || start.elapsed() > Duration::from_secs(20) {
+            break peers.len();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        met >= 4,
+        "the joining node met {met} peers, not beyond the one it dialed"
+    );
+
+    // Meanwhile the peers entering its table (and the other nodes') armed Kademlia's own
+    // bootstraps: they were cut, and none ran to its end. Each node joined once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let all: Vec<&Client> = nodes.iter().chain([&late]).map(|n| &n.client).collect();
+    for (i, c) in all.iter().enumerate() {
+        let done = c.stats().bootstraps.get();
+        assert_eq!(done, 0, "node {i} completed {done} bootstraps");
+        assert_eq!(c.stats().joins.get(), 1, "node {i}");
+    }
+    let cut: u64 = all.iter().map(|c| c.stats().bootstraps_cut.get()).sum();
+    assert!(
+        cut >= 1,
+        "no automatic bootstrap was started, so none was cut"
+    );
+    shutdown.cancel();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adversarial_gossip_is_refused_and_never_reaches_a_third_node() {
     let shutdown = CancellationToken::new();
