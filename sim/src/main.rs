@@ -1252,6 +1252,8 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let opened = stat_sum(&honest, |s| &s.connections_opened);
     let dials = stat_sum(&honest, |s| &s.dials);
     let bootstraps = stat_sum(&honest, |s| &s.bootstraps);
+    let bootstraps_cut = stat_sum(&honest, |s| &s.bootstraps_cut);
+    let joins = stat_sum(&honest, |s| &s.joins);
 
     // Stop the adversaries, let in-flight validations finish, then check the honest stores.
     stop_junk.cancel();
@@ -1572,7 +1574,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "bytes_in_per_node_per_advert": bytes_per_node_per_advert,
         "bytes_in_total": bytes_in,
         "bytes_out_total": bytes_out,
-        "connections": {"opened": opened, "dials": dials, "trimmed": trimmed, "kad_bootstraps": bootstraps,
+        "connections": {"opened": opened, "dials": dials, "trimmed": trimmed, "kad_bootstraps": bootstraps, "kad_bootstraps_cut": bootstraps_cut, "kad_joins": joins,
             "idle_window_s": idle_window.as_secs_f64(),
             "setup_and_warmup": idle_start.json(n, setup + warmup),
             "idle": idle_conns.json(n, idle_window),
@@ -1890,8 +1892,8 @@ fn print_text(r: &Value) {
     );
     let c = &r["connections"];
     println!(
-        "connections (whole run, all nodes): opened {}, dials {}, trimmed {}; Kademlia bootstraps {}",
-        c["opened"], c["dials"], c["trimmed"], c["kad_bootstraps"]
+        "connections (whole run, all nodes): opened {}, dials {}, trimmed {}; Kademlia joins {}, bootstraps {} (automatic ones cut short {})",
+        c["opened"], c["dials"], c["trimmed"], c["kad_joins"], c["kad_bootstraps"], c["kad_bootstraps_cut"]
     );
     for (label, w) in [
         (
