@@ -88,13 +88,14 @@ pub struct Config {
     /// are closed again by `idle_timeout` and the connection manager: libp2p's default of 5
     /// minutes made that the steady churn of a settled network (measured at 300 nodes: about
     /// 110 connections opened per node per minute). Every lookup a node makes (announcements,
-    /// discover) refreshes the buckets it crosses anyway, and Kademlia still bootstraps at once
-    /// whenever its routing table holds fewer than K peers. `None`: never periodically.
+    /// discover) refreshes the buckets it crosses anyway. A node joins with one lookup of its
+    /// own id, not a bootstrap, and Kademlia's automatic bootstraps are cut short
+    /// (docs/ARCHITECTURE.md). `None`: never periodically.
     pub kad_bootstrap_interval: Option<Duration>,
     /// Kademlia's k (its replication factor): how many closest peers a lookup looks for, and so
     /// about how many it contacts, and how many store each provider record. libp2p's default,
-    /// 20. A bootstrap is one lookup per bucket (about log2 N of them), so k sets most of what
-    /// a node joining a network of N dials; see docs/BENCHMARKS.md, "Setup".
+    /// 20. A lookup contacts about k peers or more; measured at 300 nodes, k = 8 did not make
+    /// the setup's connection storm smaller (docs/BENCHMARKS.md, "Setup").
     pub kad_k: usize,
     /// Refuse new connections (both directions) while the process's resident memory is above
     /// this many bytes; connections already open stay. The last line of the connection bounds,

@@ -84,10 +84,10 @@ pub(super) fn build_behaviour(
     if let Some(k) = std::num::NonZeroUsize::new(cfg.kad_k) {
         kad_cfg.set_replication_factor(k);
     }
-    // Kademlia re-bootstraps by itself whenever its routing table is short of peers; the
-    // periodic refresh every `kad_bootstrap_interval` is the swarm task's (`Node::run`), which
-    // skips a node with no peer where Kademlia's warns "Failed to trigger bootstrap". The
-    // connections its queries open close again after `idle_timeout` (see
+    // Kademlia re-bootstraps by itself whenever its routing table is short of peers; the swarm
+    // task cuts those short (`Node::cut_automatic_bootstraps`). The periodic refresh every
+    // `kad_bootstrap_interval` is the swarm task's (`Node::run`), which skips a node with no
+    // peer where Kademlia's warns "Failed to trigger bootstrap" (see
     // `Config::kad_bootstrap_interval` for why not libp2p's 5 minutes).
     kad_cfg.set_periodic_bootstrap_interval(None);
     // Peers enter the routing table through `Node::add_kad_address` only.
