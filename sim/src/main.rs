@@ -60,6 +60,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Hundreds of nodes in one process allocate from many threads at once; glibc's allocator spent
 /// a third of the CPU of an idle 100-node network in `malloc` (perf), mimalloc does not.
+/// (Not with the `system-alloc` feature: heaptrack sees only what goes through malloc.)
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -34,6 +34,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// The victim allocates as the `agentnet` binary does (mimalloc).
+/// (Not with the `system-alloc` feature: heaptrack sees only what goes through malloc.)
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
