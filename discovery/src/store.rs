@@ -134,8 +134,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,
-    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, LogLevel,
+    Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
@@ -177,6 +177,12 @@ const ARENA_BLOCK_BYTES: usize = 64 << 10;
 /// of cache, 16 MiB of memtables. Stores opened with one [`Memory`] (the simulator's hundreds of
 /// nodes in one process) share its cache and its budget, so that the process holds one budget,
 /// not one per store.
+///
+/// Stores that share a [`Memory`] are also opened lean: what RocksDB holds per database that
+/// hundreds of small stores in one process need not (measured with heaptrack, docs/BENCHMARKS.md
+/// "Where the memory goes"): an info log at warning level that does not roll (a rolling log keeps
+/// a copy of its header, the options of every column family, ~110 KiB, to write it again at each
+/// roll), a table cache of one shard instead of 64, and no statistics dumped or kept in memory.
 #[derive(Clone)]
 pub struct Memory {
     cache: Cache,
@@ -192,6 +198,11 @@ impl Default for Memory {
         }
     }
 }
+
+/// The buffer of each file RocksDB appends to (the write-ahead log, the manifest, the info log).
+/// RocksDB starts each at 64 KiB; our writes are a few KiB, and a larger one is appended in
+/// pieces.
+const WRITABLE_FILE_BUFFER_BYTES: u64 = 16 << 10;
 
 impl Memory {
     /// One budget for every store opened with it: `cache_bytes` of block cache and
@@ -501,7 +512,19 @@ impl Store {
         opts.set_max_open_files(256);
         opts.set_max_background_jobs(2);
         opts.set_keep_log_file_num(2);
-        opts.set_max_log_file_size(1 << 20);
+        opts.set_writable_file_max_buffer_size(WRITABLE_FILE_BUFFER_BYTES);
+        if memory.buffers.is_some() {
+            // Lean (see [`Memory`]): a log that does not roll keeps no copy of its header; at
+            // warning level it grows only by warnings and by that header at each open (the
+            // last two logs are kept).
+            opts.set_log_level(LogLevel::Warn);
+            opts.set_max_log_file_size(0);
+            opts.set_table_cache_num_shard_bits(0);
+            opts.set_stats_dump_period_sec(0);
+            opts.set_stats_persist_period_sec(0);
+        } else {
+            opts.set_max_log_file_size(1 << 20);
+        }
         // RocksDB opens a database only with every column family it has listed: those of
         // earlier layouts too, which are then dropped.
         let existing = DB::list_cf(&opts, path).ok();

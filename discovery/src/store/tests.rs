@@ -1172,3 +1172,51 @@ fn stores_sharing_one_memory_budget_keep_their_own_adverts() {
         assert_eq!(store.seq(&did(s, 0)).unwrap(), Some(1));
     }
 }
+
+/// The options a store is opened with, from the OPTIONS file RocksDB writes beside it.
+fn written_options(dir: &std::path::Path) -> String {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("OPTIONS-"))
+        })
+        .collect();
+    files.sort();
+    std::fs::read_to_string(files.last().expect("an OPTIONS file")).unwrap()
+}
+
+/// Stores sharing a [`Memory`] (the simulator's hundreds) are opened lean: an info log that
+/// does not roll (a rolling log keeps its header, every column family's options, in memory),
+/// at warning level, a table cache of one shard, no statistics kept; every store's files are
+/// appended through 16 KiB buffers. A store of its own (a node's) keeps its rolling log.
+#[test]
+fn shared_stores_are_opened_lean_and_a_nodes_own_store_keeps_its_rolling_log() {
+    let memory = Memory::shared(1 << 20, 256 << 10);
+    let (shared, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    drop(Store::open_shared(shared.path(), test_limits(), &memory).unwrap());
+    drop(Store::open_with(own.path(), test_limits()).unwrap());
+    let lean = written_options(shared.path());
+    for line in [
+        "max_log_file_size=0",
+        "info_log_level=WARN_LEVEL",
+        "table_cache_numshardbits=0",
+        "stats_dump_period_sec=0",
+        "stats_persist_period_sec=0",
+        "writable_file_max_buffer_size=16384",
+    ] {
+        assert!(lean.lines().any(|l| l.trim() == line), "{line} in\n{lean}");
+    }
+    let node = written_options(own.path());
+    for line in [
+        "max_log_file_size=1048576",
+        "writable_file_max_buffer_size=16384",
+    ] {
+        assert!(node.lines().any(|l| l.trim() == line), "{line} in\n{node}");
+    }
+    assert!(!node
+        .lines()
+        .any(|l| l.trim() == "info_log_level=WARN_LEVEL"));
+}
