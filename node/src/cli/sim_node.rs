@@ -59,11 +59,14 @@ pub(super) struct SimNodeArgs {
     /// The TCP port (the contract's is 9000).
     #[arg(long, default_value_t = PORT)]
     port: u16,
-    /// How node M is dialled: `{n}` is M, `{n1}` M + 1, `{ip}` the loopback address 127.0.0.1
-    /// plus M (e.g. `/ip4/{ip}/tcp/9000` on one machine's loopback); `/p2p/<its PeerId>` is
-    /// added.
+    /// How node M is dialled: `{n}` is M, `{n1}` M + 1, `{ip}` the address `--ip-base` plus M
+    /// (e.g. `/ip4/{ip}/tcp/9000` on one machine's loopback); `/p2p/<its PeerId>` is added.
     #[arg(long, default_value = "/dns4/node{n}/tcp/9000")]
     dial: String,
+    /// What `{ip}` counts from: node M's address is this plus M (127.0.0.1 on loopback; the
+    /// first node's address in network namespaces, `shadowgen --run-netns`).
+    #[arg(long, default_value = "127.0.0.1")]
+    ip_base: std::net::Ipv4Addr,
     /// The RocksDB store's directory; default: a temporary directory, removed at exit.
     #[arg(long)]
     store: Option<PathBuf>,
@@ -135,9 +138,9 @@ fn key_of(id: u32) -> SecretKey {
     SecretKey::from_seed(&seed)
 }
 
-/// The loopback address of node `m`: 127.0.0.1 plus `m` (all of 127/8 is loopback).
-fn loopback_of(m: u32) -> std::net::Ipv4Addr {
-    std::net::Ipv4Addr::from(0x7f00_0001u32.saturating_add(m).min(0x7fff_fffe))
+/// The address of node `m`: `base` plus `m`; `None` past 255.255.255.255.
+fn address_of(base: std::net::Ipv4Addr, m: u32) -> Option<std::net::Ipv4Addr> {
+    u32::from(base).checked_add(m).map(std::net::Ipv4Addr::from)
 }
 
 /// N of the hostname `node<N>`.
@@ -305,7 +308,10 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
     let stop = net::CancellationToken::new();
     let (client, task) = net::spawn(&key, cfg, store, validator, stop.clone()).await?;
     let peer = client.peer_id().to_string();
-    line("PeerID", fields(json!({"id": peer, "node_id": me})));
+    line(
+        "PeerID",
+        fields(json!({"id": peer, "node_id": me, "listen": listen.to_string()})),
+    );
 
     // Every advertisement this node accepts from the network is a delivery.
     let mut accepted = client.subscribe();
@@ -340,11 +346,17 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
         match i {
             Instruction::Connect { connect_to } => {
                 for m in connect_to {
+                    let ip = address_of(a.ip_base, m).with_context(|| {
+                        format!(
+                            "node {m} has no address: --ip-base {} plus {m} passes 255.255.255.255",
+                            a.ip_base
+                        )
+                    })?;
                     let target = a
                         .dial
                         .replace("{n1}", &(u64::from(m) + 1).to_string())
                         .replace("{n}", &m.to_string())
-                        .replace("{ip}", &loopback_of(m).to_string());
+                        .replace("{ip}", &ip.to_string());
                     let peer_m = net::peer_id_of(&key_of(m))?;
                     let ma: libp2p::Multiaddr = format!("{target}/p2p/{peer_m}")
                         .parse()
@@ -430,6 +442,25 @@ mod tests {
 
     /// The harness's cross-implementation vector (`rust-libp2p/src/key.rs` in
     /// libp2p/test-plans gossipsub-interop): SHA-256 of `>{id}:{peerid}\n` for ids 0 to 9999.
+    #[test]
+    fn node_addresses_count_from_the_base_and_stop_at_the_last_address() {
+        let lo = std::net::Ipv4Addr::LOCALHOST;
+        assert_eq!(address_of(lo, 0), Some(lo));
+        assert_eq!(
+            address_of(lo, 300),
+            Some(std::net::Ipv4Addr::new(127, 0, 1, 45))
+        );
+        let ns = std::net::Ipv4Addr::new(10, 77, 0, 1);
+        assert_eq!(
+            address_of(ns, 2),
+            Some(std::net::Ipv4Addr::new(10, 77, 0, 3))
+        );
+        let top = std::net::Ipv4Addr::new(255, 255, 255, 254);
+        assert_eq!(address_of(top, 1), Some(std::net::Ipv4Addr::BROADCAST));
+        assert_eq!(address_of(top, 2), None);
+        assert_eq!(address_of(top, u32::MAX), None);
+    }
+
     #[test]
     fn node_keys_are_the_contract_s() {
         let mut h = sha2::Sha256::new();
