@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # System packages the build and the tests need, installed when missing (Debian, as root or with
 # sudo): libclang for bindgen in librocksdb-sys; with `--tests`, also chromium (headless) for
-# the status page test (tests/status_page.rs). `scripts/run.sh` asks for the build's only, so
-# that the main job installs no browser; `scripts/test.sh` passes `--tests`.
+# the status page test (tests/status_page.rs) and iproute2 for the network namespace test
+# (sim/tests/shadowgen_netns.rs). `scripts/run.sh` asks for the build's only, so that the main
+# job installs no browser; `scripts/test.sh` passes `--tests`.
 #
 # What counts as libclang is what clang-sys (bindgen's loader) can open: `libclang.so*` or
 # `libclang-<version>.so*`. A fresh Debian image ships `libclang-cpp.so.*` (the C++ API, from
@@ -40,12 +41,14 @@ esac
 missing=()
 have_libclang || missing+=(libclang-dev)
 [ "$tests" -eq 0 ] || have_chromium || missing+=(chromium)
+# iproute2's `ip`: sim/tests/shadowgen_netns.rs makes network namespaces with it.
+[ "$tests" -eq 0 ] || command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "scripts/system-deps.sh: installing ${missing[*]} (libclang-dev: RocksDB's bindings; chromium: the status page test)" >&2
+echo "scripts/system-deps.sh: installing ${missing[*]} (libclang-dev: RocksDB's bindings; chromium: the status page test; iproute2: the network namespace test)" >&2
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 if ! have_libclang; then

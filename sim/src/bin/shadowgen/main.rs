@@ -27,6 +27,8 @@ use rand::{Rng as _, SeedableRng};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+mod netns;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "shadowgen",
@@ -50,6 +52,25 @@ struct Args {
     /// links are loopback's, not the scenario's latency.
     #[arg(long, value_name = "PORT", requires = "out")]
     run_local: Option<u16>,
+    /// As `--run-local`, but each node in a network namespace of its own, made for the run and
+    /// removed after it (root and iproute2's `ip` needed): node M at 10.77.0.1 + M on one
+    /// bridge, so that each node dials from an address of its own.
+    #[arg(
+        long,
+        value_name = "PORT",
+        requires = "out",
+        conflicts_with = "run_local"
+    )]
+    run_netns: Option<u16>,
+}
+
+/// Where a local run's nodes are.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    /// On this machine's loopback, node M at 127.0.0.1 + M.
+    Loopback,
+    /// Each in its namespace of `net`.
+    Netns(&'a netns::Net),
 }
 
 /// A Shadow scenario.
@@ -191,26 +212,53 @@ fn read_scenario(scenario: &Path) -> Result<Scenario, String> {
     toml::from_str(&text).map_err(|e| format!("{}: {e}", scenario.display()))
 }
 
-/// Run the nodes as local processes (see `--run-local`); the run's directory.
-fn run_local(s: &Scenario, out: &Path, port: u16) -> Result<PathBuf, String> {
+/// A local run's node processes: those still running when it is dropped (the run stopped on
+/// an error) are killed, so that none outlives the run or its namespaces.
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// Run the nodes as local processes (see `--run-local`, `--run-netns`); the run's directory.
+fn run_local(s: &Scenario, out: &Path, port: u16, place: Place<'_>) -> Result<PathBuf, String> {
     let run = out.join("run");
     let _ = std::fs::remove_dir_all(&run);
     std::fs::create_dir_all(&run).map_err(|e| e.to_string())?;
     let binary = absolute(&s.binary).map_err(|e| e.to_string())?;
     let params = out.join("params.json");
-    let mut children = Vec::new();
+    let mut children = Children(Vec::new());
     for i in 0..s.nodes {
         let f = |ext: &str| {
             std::fs::File::create(run.join(format!("node{i}.{ext}"))).map_err(|e| e.to_string())
         };
         let (o, e) = (f("stdout")?, f("stderr")?);
-        let ip = std::net::Ipv4Addr::from(0x7f00_0001u32 + i);
-        let child = std::process::Command::new(&binary)
+        let (mut cmd, ip, base) = match place {
+            Place::Loopback => (
+                std::process::Command::new(&binary),
+                std::net::Ipv4Addr::from(0x7f00_0001u32 + i),
+                std::net::Ipv4Addr::LOCALHOST,
+            ),
+            Place::Netns(net) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", &net.name(i)]).arg(&binary);
+                (c, net.address(i), net.address(0))
+            }
+        };
+        let child = cmd
             .args(["sim-node", "--params"])
             .arg(&params)
             .args(["--node-id", &i.to_string(), "--listen-ip", &ip.to_string()])
             .args(["--port", &port.to_string()])
             .args(["--dial", &format!("/ip4/{{ip}}/tcp/{port}")])
+            .args(["--ip-base", &base.to_string()])
             .arg("--store")
             .arg(run.join(format!("store{i}")))
             .env("AGENTNET_LOG", "warn")
@@ -219,7 +267,7 @@ fn run_local(s: &Scenario, out: &Path, port: u16) -> Result<PathBuf, String> {
             .stderr(e)
             .spawn()
             .map_err(|e| format!("starting {}: {e}", binary.display()))?;
-        children.push(child);
+        children.0.push(child);
         if i % 50 == 49 {
             eprintln!("started {} of {} nodes", i + 1, s.nodes);
         }
@@ -229,7 +277,7 @@ fn run_local(s: &Scenario, out: &Path, port: u16) -> Result<PathBuf, String> {
     eprintln!("{} nodes running; their script ends after {end} s", s.nodes);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(end + 120);
     let mut failed = 0;
-    for (i, c) in children.iter_mut().enumerate() {
+    for (i, c) in children.0.iter_mut().enumerate() {
         loop {
             match c.try_wait() {
                 Ok(Some(st)) => {
@@ -430,15 +478,32 @@ fn main() -> ExitCode {
     let show = |v: Value| if a.json { v.to_string() } else { table(&v) };
     let r = match (&a.analyze, &a.scenario, &a.out) {
         (Some(dir), _, _) => analyze(dir).map(show),
-        (None, Some(sc), Some(out)) => generate(sc, out).and_then(|msg| match a.run_local {
-            None => Ok(msg),
-            Some(port) => {
-                eprintln!("{msg}");
-                let s = read_scenario(sc)?;
-                let run = run_local(&s, out, port)?;
-                analyze(&run).map(show)
-            }
-        }),
+        (None, Some(sc), Some(out)) => {
+            generate(sc, out).and_then(|msg| match (a.run_local, a.run_netns) {
+                (Some(port), _) => {
+                    eprintln!("{msg}");
+                    let s = read_scenario(sc)?;
+                    let run = run_local(&s, out, port, Place::Loopback)?;
+                    analyze(&run).map(show)
+                }
+                (None, Some(port)) => {
+                    eprintln!("{msg}");
+                    let s = read_scenario(sc)?;
+                    let net = netns::Net::create(s.nodes)?;
+                    eprintln!(
+                        "{} nodes in network namespaces {} … {} (bridge br0 in {})",
+                        s.nodes,
+                        net.name(0),
+                        net.name(s.nodes - 1),
+                        net.hub()
+                    );
+                    let run = run_local(&s, out, port, Place::Netns(&net))?;
+                    drop(net);
+                    analyze(&run).map(show)
+                }
+                (None, None) => Ok(msg),
+            })
+        }
         _ => Err("give --scenario FILE --out DIR, or --analyze DIR".into()),
     };
     match r {

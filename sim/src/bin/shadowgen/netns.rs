@@ -1,0 +1,262 @@
+//! `--run-netns`: each node of a local run in a network namespace of its own, made here with
+//! iproute2's `ip` (needs root) and removed when the run ends.
+//!
+//! The layout: a hub namespace holds one bridge; each node's namespace has its loopback and
+//! an `eth0`, one end of a veth pair whose other end is a port of the bridge. Node M has the
+//! address [`FIRST`] plus M in one /16, so every node dials from an address of its own and
+//! sees its peers' addresses, not 127.0.0.1: its limits per source address apply as they do
+//! between machines. Nothing is added to this machine's own namespace: no interface, no route.
+//!
+//! Written on `ip` rather than on netlink from Rust (the `rtnetlink` crate): the commands are
+//! few, the same an operator would type to inspect or clean up, and `ip -batch` runs each
+//! namespace's in one process.
+
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+
+/// Node 0's address; node M's is this plus M.
+pub const FIRST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+/// Nodes one /16 holds after [`FIRST`] (10.77.255.255 is its broadcast address).
+pub const MAX_NODES: u32 = 65_534;
+/// Namespaces of a run are named `<PREFIX><pid>-hub` and `<PREFIX><pid>-<M>`.
+const PREFIX: &str = "agentnet-";
+
+/// The namespaces of one run; dropping it removes them.
+#[derive(Debug)]
+pub struct Net {
+    run: String,
+    nodes: u32,
+    /// Whether dropping it removes the namespaces (always, but in unit tests).
+    made: bool,
+}
+
+/// Runs `ip ARGS` with `batch` on its standard input when given; the error names the command
+/// and what `ip` printed.
+fn ip(args: &[&str], batch: Option<&str>) -> Result<(), String> {
+    let mut cmd = Command::new("ip");
+    cmd.args(args)
+        .stdin(if batch.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| {
+        format!("running `ip`: {e} (--run-netns needs iproute2: apt-get install iproute2)")
+    })?;
+    if let (Some(text), Some(mut stdin)) = (batch, child.stdin.take()) {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("writing to `ip {}`: {e}", args.join(" ")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for `ip {}`: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Whether this process runs as root (effective uid 0, from /proc/self/status).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The names `ip netns list` prints.
+fn namespaces() -> Result<Vec<String>, String> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("running `ip`: {e} (--run-netns needs iproute2: apt-get install iproute2)")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "`ip netns list` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // Each line is a name, then " (id: N)" once the namespace has an id.
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect())
+}
+
+/// The pid in a namespace name of a run (`agentnet-<pid>-…`), if it is one.
+fn run_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let (pid, tail) = rest.split_once('-')?;
+    if tail.is_empty() {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Removes those of `names` that exist, in one `ip` process.
+fn delete(names: &[String]) -> Result<(), String> {
+    let present = namespaces()?;
+    let batch: String = names
+        .iter()
+        .filter(|n| present.contains(n))
+        .map(|n| format!("netns del {n}\n"))
+        .collect();
+    if batch.is_empty() {
+        return Ok(());
+    }
+    // -force: go on past a line that fails, and remove the rest.
+    ip(&["-force", "-batch", "-"], Some(&batch))
+}
+
+impl Net {
+    /// The namespaces of this run's `nodes` nodes, made now. Namespaces left by runs whose
+    /// process is gone (killed before it could remove them) are removed first.
+    pub fn create(nodes: u32) -> Result<Net, String> {
+        if !is_root() {
+            return Err(
+                "--run-netns makes network namespaces, which needs root: run it as root, or use \
+                 --run-local PORT (every node on this machine's loopback)"
+                    .into(),
+            );
+        }
+        if nodes == 0 || nodes > MAX_NODES {
+            return Err(format!(
+                "--run-netns runs 1 to {MAX_NODES} nodes (one /16), not {nodes}"
+            ));
+        }
+        let stale: Vec<String> = namespaces()?
+            .into_iter()
+            .filter(|n| {
+                run_pid(n)
+                    .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+            })
+            .collect();
+        if !stale.is_empty() {
+            eprintln!(
+                "removing {} network namespace(s) of earlier runs that ended without removing them",
+                stale.len()
+            );
+            delete(&stale)?;
+        }
+        let net = Net {
+            run: format!("{PREFIX}{}", std::process::id()),
+            nodes,
+            made: true,
+        };
+        // From here on, dropping `net` removes whatever was made.
+        let hub = net.hub();
+        let mut batch = format!("netns add {hub}\n");
+        for m in 0..nodes {
+            batch.push_str(&format!("netns add {}\n", net.name(m)));
+        }
+        ip(&["-batch", "-"], Some(&batch))?;
+        let mut batch = "link add br0 type bridge\nlink set br0 up\n".to_string();
+        for m in 0..nodes {
+            batch.push_str(&format!(
+                "link add v{m} type veth peer name eth0 netns {}\nlink set v{m} master br0\nlink set v{m} up\n",
+                net.name(m)
+            ));
+        }
+        ip(&["-n", &hub, "-batch", "-"], Some(&batch))?;
+        for m in 0..nodes {
+            let batch = format!(
+                "link set lo up\naddr add {}/16 dev eth0\nlink set eth0 up\n",
+                net.address(m)
+            );
+            ip(&["-n", &net.name(m), "-batch", "-"], Some(&batch))?;
+            if m % 100 == 99 {
+                eprintln!("{} of {nodes} namespaces ready", m + 1);
+            }
+        }
+        Ok(net)
+    }
+
+    /// The hub's namespace, which holds the bridge.
+    pub fn hub(&self) -> String {
+        format!("{}-hub", self.run)
+    }
+
+    /// Node `m`'s namespace.
+    pub fn name(&self, m: u32) -> String {
+        format!("{}-{m}", self.run)
+    }
+
+    /// Node `m`'s address.
+    pub fn address(&self, m: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(FIRST) + m)
+    }
+
+    /// Every namespace of this run.
+    fn all(&self) -> Vec<String> {
+        std::iter::once(self.hub())
+            .chain((0..self.nodes).map(|m| self.name(m)))
+            .collect()
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        if !self.made {
+            return;
+        }
+        if let Err(e) = delete(&self.all()) {
+            eprintln!(
+                "error: removing the run's network namespaces: {e}; list them with `ip netns list | grep {}-`",
+                self.run
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_namespaces_are_told_from_others() {
+        assert_eq!(run_pid("agentnet-1234-hub"), Some(1234));
+        assert_eq!(run_pid("agentnet-1234-7"), Some(1234));
+        for other in [
+            "agentnet-1234",
+            "agentnet-1234-",
+            "agentnet-x-1",
+            "agentnet--1",
+            "ns1",
+            "blue",
+        ] {
+            assert_eq!(run_pid(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn addresses_count_from_the_first() {
+        let net = Net {
+            run: "agentnet-1".into(),
+            nodes: MAX_NODES,
+            made: false,
+        };
+        assert_eq!(net.address(0), FIRST);
+        assert_eq!(net.address(300), Ipv4Addr::new(10, 77, 1, 45));
+        // The last node's address is still in the /16 and is not its broadcast address.
+        assert_eq!(net.address(MAX_NODES - 1), Ipv4Addr::new(10, 77, 255, 254));
+        assert_eq!(net.name(3), "agentnet-1-3");
+        assert_eq!(net.hub(), "agentnet-1-hub");
+    }
+}
