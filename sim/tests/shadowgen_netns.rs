@@ -59,6 +59,17 @@ fn nodes_in_their_own_namespaces_deliver_across_them_and_the_run_leaves_none_beh
         .unwrap();
     assert!(made.success(), "ip netns add (this test runs as root)");
 
+    let thresholds = || {
+        (1..=3)
+            .map(|i| {
+                std::fs::read_to_string(format!("/proc/sys/net/ipv4/neigh/default/gc_thresh{i}"))
+                    .unwrap()
+                    .trim()
+                    .to_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = thresholds();
     let child = Command::new(env!("CARGO_BIN_EXE_shadowgen"))
         .arg("--scenario")
         .arg(&sc)
@@ -98,6 +109,13 @@ fn nodes_in_their_own_namespaces_deliver_across_them_and_the_run_leaves_none_beh
     assert!(!left.iter().any(|n| n.starts_with(&ours)), "{left:?}");
     assert!(!left.iter().any(|n| n == stale), "{left:?}");
     assert!(err.contains("removing 1 network namespace(s)"), "{err}");
+    // The kernel's neighbour table (one for all namespaces) had room made for the run, and got
+    // its thresholds back after it.
+    let was: Vec<u64> = before.iter().map(|t| t.parse().unwrap()).collect();
+    if was[0] < 4 * 128 || was[1] < 4 * 256 || was[2] < 4 * 512 {
+        assert!(err.contains("raised the kernel's neighbour table"), "{err}");
+    }
+    assert_eq!(thresholds(), before);
 }
 
 #[test]

@@ -29,6 +29,56 @@ pub struct Net {
     nodes: u32,
     /// Whether dropping it removes the namespaces (always, but in unit tests).
     made: bool,
+    /// The kernel's neighbour-table thresholds before the run raised them, and what it set.
+    raised: Option<([u64; 3], [u64; 3])>,
+}
+
+/// The kernel's IPv4 neighbour (ARP) table is one table for every network namespace, garbage
+/// collected above `gc_thresh1` entries and full at `gc_thresh3` (1 024 by default): past it
+/// no namespace can resolve a new neighbour, and a node that had not yet resolved its peers is
+/// cut off (seen at 100 nodes: a tenth of them with no connection at all). Each node learns
+/// the addresses of the peers it dials and of those that dial it.
+const NEIGH: [&str; 3] = [
+    "/proc/sys/net/ipv4/neigh/default/gc_thresh1",
+    "/proc/sys/net/ipv4/neigh/default/gc_thresh2",
+    "/proc/sys/net/ipv4/neigh/default/gc_thresh3",
+];
+/// Entries per node the thresholds make room for: below the first, no collection at all.
+const NEIGH_PER_NODE: [u64; 3] = [128, 256, 512];
+
+fn read_neigh() -> Result<[u64; 3], String> {
+    let mut v = [0u64; 3];
+    for (i, f) in NEIGH.iter().enumerate() {
+        v[i] = std::fs::read_to_string(f)
+            .map_err(|e| format!("reading {f}: {e}"))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("reading {f}: {e}"))?;
+    }
+    Ok(v)
+}
+
+fn write_neigh(v: [u64; 3]) -> Result<(), String> {
+    // gc_thresh3 first when raising, last when lowering, so that 1 <= 2 <= 3 throughout.
+    let order: [usize; 3] = if v[2] >= read_neigh()?[2] {
+        [2, 1, 0]
+    } else {
+        [0, 1, 2]
+    };
+    for i in order {
+        std::fs::write(NEIGH[i], v[i].to_string())
+            .map_err(|e| format!("writing {}: {e}", NEIGH[i]))?;
+    }
+    Ok(())
+}
+
+/// The thresholds a run of `nodes` needs: never below what they are.
+fn neigh_wanted(nodes: u32, now: [u64; 3]) -> [u64; 3] {
+    let mut v = now;
+    for i in 0..3 {
+        v[i] = v[i].max(u64::from(nodes) * NEIGH_PER_NODE[i]);
+    }
+    v
 }
 
 /// Runs `ip ARGS` with `batch` on its standard input when given; the error names the command
@@ -155,11 +205,22 @@ impl Net {
             );
             delete(&stale)?;
         }
-        let net = Net {
+        let mut net = Net {
             run: format!("{PREFIX}{}", std::process::id()),
             nodes,
             made: true,
+            raised: None,
         };
+        let before = read_neigh()?;
+        let wanted = neigh_wanted(nodes, before);
+        if wanted != before {
+            write_neigh(wanted)?;
+            eprintln!(
+                "raised the kernel's neighbour table, shared by every namespace \
+                 (net.ipv4.neigh.default.gc_thresh1..3), from {before:?} to {wanted:?} for the run"
+            );
+            net.raised = Some((before, wanted));
+        }
         // From here on, dropping `net` removes whatever was made.
         let hub = net.hub();
         let mut batch = format!("netns add {hub}\n");
@@ -222,6 +283,18 @@ impl Drop for Net {
                 self.run
             );
         }
+        // Put the thresholds back, unless someone changed them meanwhile (then theirs stand).
+        // A second run started meanwhile found them high enough and did not raise them: it
+        // loses the room when this one ends, so runs are meant one at a time.
+        if let Some((before, ours)) = self.raised {
+            if read_neigh().ok() == Some(ours) {
+                if let Err(e) = write_neigh(before) {
+                    eprintln!(
+                        "error: restoring the neighbour table's thresholds to {before:?}: {e}"
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -246,11 +319,23 @@ mod tests {
     }
 
     #[test]
+    fn the_neighbour_table_is_only_ever_raised() {
+        assert_eq!(
+            neigh_wanted(100, [128, 512, 1024]),
+            [12_800, 25_600, 51_200]
+        );
+        assert_eq!(neigh_wanted(4, [128, 512, 1024]), [512, 1024, 2048]);
+        assert_eq!(neigh_wanted(1, [128, 512, 1024]), [128, 512, 1024]);
+        assert_eq!(neigh_wanted(2, [1 << 20, 1 << 20, 1 << 20]), [1 << 20; 3]);
+    }
+
+    #[test]
     fn addresses_count_from_the_first() {
         let net = Net {
             run: "agentnet-1".into(),
             nodes: MAX_NODES,
             made: false,
+            raised: None,
         };
         assert_eq!(net.address(0), FIRST);
         assert_eq!(net.address(300), Ipv4Addr::new(10, 77, 1, 45));
