@@ -55,6 +55,10 @@ if ! have_libclang; then
   echo "scripts/system-deps.sh: libclang-dev installed but no libclang.so found" >&2
   exit 1
 fi
+if [ "$tests" -eq 1 ] && ! command -v ip >/dev/null 2>&1; then
+  echo "scripts/system-deps.sh: iproute2 installed but no \`ip\` on PATH" >&2
+  exit 1
+fi
 if [ "$tests" -eq 1 ] && ! have_chromium; then
   echo "scripts/system-deps.sh: chromium installed but no \`chromium\` on PATH" >&2
   exit 1

@@ -6,6 +6,8 @@
 # `chromium` is hidden the same way (a whiteout in each PATH directory that has it) or given
 # as a fake on PATH: hidden, the script with `--tests` must ask for chromium, and for it alone
 # when libclang is there; without `--tests` (the main job's build) it must not ask for it.
+# iproute2's `ip` is hidden the same way: with `--tests` the script must ask for iproute2
+# alone, without it for nothing.
 # Needs root (mount namespaces and overlayfs); prints "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,11 +40,12 @@ done
 MULTIARCH="$(ls -d /usr/lib/*-linux-gnu | head -n1)"
 case " ${DIRS[*]} " in *" $MULTIARCH "*) ;; *) DIRS+=("$MULTIARCH") ;; esac
 
-# run_case NAME ADD_FAKE_LIBCLANG CHROMIUM [MODE]: runs system-deps.sh in a namespace and leaves
-# the apt log; CHROMIUM is `hidden` (every chromium on PATH whited out) or `fake` (one on PATH);
-# MODE is `--tests` (the default) or `build` (no argument, as scripts/run.sh calls it).
+# run_case NAME ADD_FAKE_LIBCLANG CHROMIUM [MODE [HIDE]]: runs system-deps.sh in a namespace and
+# leaves the apt log; CHROMIUM is `hidden` (every chromium on PATH whited out) or `fake` (one on
+# PATH); MODE is `--tests` (the default) or `build` (no argument, as scripts/run.sh calls it);
+# HIDE names more commands to white out on PATH the same way (`ip`).
 run_case() {
-  local name="$1" add_fake="$2" chromium="$3" mode="${4:---tests}"
+  local name="$1" add_fake="$2" chromium="$3" mode="${4:---tests}" hide="${5:-}"
   [ "$mode" = build ] && mode=""
   local dir="$WORK/$name"
   mkdir -p "$dir/fakebin"
@@ -53,23 +56,27 @@ run_case() {
   fi
   # The inner script runs as root in its own mount namespace: nothing it mounts is seen outside.
   APT_LOG="$dir/apt.log" MULTIARCH="$MULTIARCH" PATH="$dir/fakebin:$WORK/bin:$PATH" ADD_FAKE="$add_fake" \
-    CHROMIUM="$chromium" CASE_DIR="$dir" MODE="$mode" \
+    CHROMIUM="$chromium" CASE_DIR="$dir" MODE="$mode" HIDE="$hide" \
     unshare --mount --propagation private bash -euo pipefail -c '
       i=0
-      if [ "$CHROMIUM" = hidden ]; then
-        seen=" "
-        IFS=: read -ra path_dirs <<<"$PATH"
-        for d in "${path_dirs[@]}"; do
-          [ -e "$d/chromium" ] || continue
-          real="$(realpath "$d")"
-          case "$seen" in *" $real "*) continue ;; esac
-          seen="$seen$real "
-          i=$((i+1)); up="$CASE_DIR/up$i"; wk="$CASE_DIR/wk$i"; mkdir -p "$up" "$wk"
-          mknod "$up/chromium" c 0 0
-          mount -t overlay overlay -o "lowerdir=$real,upperdir=$up,workdir=$wk" "$real"
-        done
-        ! command -v chromium >/dev/null
-      fi
+      hide="$HIDE"
+      [ "$CHROMIUM" = hidden ] && hide="chromium $hide"
+      # One overlay per PATH directory holding any of them, a whiteout for each there.
+      seen=" "
+      IFS=: read -ra path_dirs <<<"$PATH"
+      for d in "${path_dirs[@]}"; do
+        [ -d "$d" ] || continue
+        real="$(realpath "$d")"
+        case "$seen" in *" $real "*) continue ;; esac
+        names=()
+        for c in $hide; do [ -e "$real/$c" ] && names+=("$c"); done
+        [ "${#names[@]}" -gt 0 ] || continue
+        seen="$seen$real "
+        i=$((i+1)); up="$CASE_DIR/up$i"; wk="$CASE_DIR/wk$i"; mkdir -p "$up" "$wk"
+        for c in "${names[@]}"; do mknod "$up/$c" c 0 0; done
+        mount -t overlay overlay -o "lowerdir=$real,upperdir=$up,workdir=$wk" "$real"
+      done
+      for c in $hide; do ! command -v "$c" >/dev/null; done
       for d in "$@"; do
         i=$((i+1)); up="$CASE_DIR/up$i"; wk="$CASE_DIR/wk$i"; mkdir -p "$up" "$wk"
         for f in "$d"/libclang.so* "$d"/libclang-[0-9]*.so*; do
@@ -124,9 +131,29 @@ case_build_without_chromium() {
     cat "$WORK/build/apt.log" "$WORK/build/out.txt"; return 1
   fi
 }
+case_ip_only() {
+  run_case ip-only 1 fake --tests ip >/dev/null || true
+  local log="$WORK/ip-only/apt.log"
+  if grep -q 'install.*iproute2' "$log" && ! grep -qE 'libclang-dev|chromium' "$log"; then
+    echo "ok: libclang and chromium present, no ip -> apt-get install iproute2 only"
+  else
+    echo "FAIL: no ip, but apt-get was not asked for iproute2 alone:"
+    cat "$log" "$WORK/ip-only/out.txt"; return 1
+  fi
+}
+case_build_without_ip() {
+  if run_case build-ip 1 fake build ip && [ ! -s "$WORK/build-ip/apt.log" ]; then
+    echo "ok: the build's deps, no ip -> no install (only the tests need it)"
+  else
+    echo "FAIL: the build's deps without ip asked apt-get for something:"
+    cat "$WORK/build-ip/apt.log" "$WORK/build-ip/out.txt"; return 1
+  fi
+}
 check case_hidden
 check case_present
 check case_chromium_only
 check case_build_without_chromium
+check case_ip_only
+check case_build_without_ip
 echo "system-deps: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
