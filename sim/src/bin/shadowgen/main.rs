@@ -478,32 +478,31 @@ fn main() -> ExitCode {
     let show = |v: Value| if a.json { v.to_string() } else { table(&v) };
     let r = match (&a.analyze, &a.scenario, &a.out) {
         (Some(dir), _, _) => analyze(dir).map(show),
-        (None, Some(sc), Some(out)) => {
-            generate(sc, out).and_then(|msg| match (a.run_local, a.run_netns) {
-                (Some(port), _) => {
-                    eprintln!("{msg}");
-                    let s = read_scenario(sc)?;
-                    let run = run_local(&s, out, port, Place::Loopback)?;
-                    analyze(&run).map(show)
-                }
-                (None, Some(port)) => {
-                    eprintln!("{msg}");
-                    let s = read_scenario(sc)?;
-                    let net = netns::Net::create(s.nodes)?;
-                    eprintln!(
-                        "{} nodes in network namespaces {} … {} (bridge br0 in {})",
-                        s.nodes,
-                        net.name(0),
-                        net.name(s.nodes - 1),
-                        net.hub()
-                    );
-                    let run = run_local(&s, out, port, Place::Netns(&net))?;
-                    drop(net);
-                    analyze(&run).map(show)
-                }
-                (None, None) => Ok(msg),
-            })
-        }
+        (None, Some(sc), Some(out)) => generate(sc, out).and_then(|msg| {
+            let Some(port) = a.run_local.or(a.run_netns) else {
+                return Ok(msg);
+            };
+            eprintln!("{msg}");
+            let s = read_scenario(sc)?;
+            let net = match a.run_netns {
+                Some(_) => Some(netns::Net::create(s.nodes)?),
+                None => None,
+            };
+            if let Some(net) = &net {
+                eprintln!(
+                    "{} nodes in network namespaces {} … {} (bridge br0 in {})",
+                    s.nodes,
+                    net.name(0),
+                    net.name(s.nodes - 1),
+                    net.hub()
+                );
+            }
+            let place = net.as_ref().map_or(Place::Loopback, Place::Netns);
+            let run = run_local(&s, out, port, place)?;
+            // The namespaces go before the analysis, which reads only the run's files.
+            drop(net);
+            analyze(&run).map(show)
+        }),
         _ => Err("give --scenario FILE --out DIR, or --analyze DIR".into()),
     };
     match r {

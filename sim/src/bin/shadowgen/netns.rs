@@ -81,21 +81,22 @@ fn neigh_wanted(nodes: u32, now: [u64; 3]) -> [u64; 3] {
     v
 }
 
-/// Runs `ip ARGS` with `batch` on its standard input when given; the error names the command
-/// and what `ip` printed.
-fn ip(args: &[&str], batch: Option<&str>) -> Result<(), String> {
-    let mut cmd = Command::new("ip");
-    cmd.args(args)
+/// Runs `ip ARGS` with `batch` on its standard input when given, and returns what it printed;
+/// the error names the command and what `ip` printed on its standard error.
+fn ip(args: &[&str], batch: Option<&str>) -> Result<String, String> {
+    let mut child = Command::new("ip")
+        .args(args)
         .stdin(if batch.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
         })
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| {
-        format!("running `ip`: {e} (--run-netns needs iproute2: apt-get install iproute2)")
-    })?;
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!("running `ip`: {e} (--run-netns needs iproute2: apt-get install iproute2)")
+        })?;
     if let (Some(text), Some(mut stdin)) = (batch, child.stdin.take()) {
         stdin
             .write_all(text.as_bytes())
@@ -105,7 +106,7 @@ fn ip(args: &[&str], batch: Option<&str>) -> Result<(), String> {
         .wait_with_output()
         .map_err(|e| format!("waiting for `ip {}`: {e}", args.join(" ")))?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(format!(
             "`ip {}` failed ({}): {}",
@@ -130,21 +131,8 @@ fn is_root() -> bool {
 
 /// The names `ip netns list` prints.
 fn namespaces() -> Result<Vec<String>, String> {
-    let out = Command::new("ip")
-        .args(["netns", "list"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("running `ip`: {e} (--run-netns needs iproute2: apt-get install iproute2)")
-        })?;
-    if !out.status.success() {
-        return Err(format!(
-            "`ip netns list` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
     // Each line is a name, then " (id: N)" once the namespace has an id.
-    Ok(String::from_utf8_lossy(&out.stdout)
+    Ok(ip(&["netns", "list"], None)?
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
         .collect())
@@ -172,7 +160,7 @@ fn delete(names: &[String]) -> Result<(), String> {
         return Ok(());
     }
     // -force: go on past a line that fails, and remove the rest.
-    ip(&["-force", "-batch", "-"], Some(&batch))
+    ip(&["-force", "-batch", "-"], Some(&batch)).map(drop)
 }
 
 impl Net {
