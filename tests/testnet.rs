@@ -384,6 +384,112 @@ fn three_processes_run_the_same_testnet_and_leave_none_behind() {
     assert_none_left(&pids, &base);
 }
 
+/// The network namespaces `ip netns list` names.
+fn namespaces() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(out.status.success(), "ip netns list: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The names of this namespace's network interfaces.
+fn links() -> Vec<String> {
+    std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// As root with iproute2 (this project's CI machines): each node in a network namespace of
+/// its own, at an address only that namespace has, and the same run as on loopback succeeds.
+/// Each namespace's loopback is its own, so gossip, the DHT, the A2A, MCP and ANP calls and
+/// the delegation all crossed the bridge.
+/// Afterwards no namespace, no interface and no process of the run is left.
+#[test]
+fn three_processes_in_network_namespaces_run_the_same_testnet_and_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("net");
+    let links_before = links();
+    let run = agentnet(&[
+        "testnet",
+        "--processes",
+        "3",
+        "--netns",
+        "--json",
+        "--data-dir",
+        base.to_str().unwrap(),
+    ]);
+    let report = succeeded_with_json(&run);
+    assert_three_node_run(&report);
+    assert_eq!(report["mode"], "namespaces", "{report:#}");
+    let nodes = report["nodes"].as_array().unwrap();
+    let mut pids = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let ip = format!("10.77.0.{}", i + 1);
+        assert_eq!(
+            str_of(n, "netns"),
+            format!("agentnet-{}-{i}", run.pid),
+            "{n}"
+        );
+        // Its public listener and its libp2p address are its namespace's; its admin API is on
+        // that namespace's loopback, which the testnet reached through its forwarder.
+        assert!(str_of(n, "http").starts_with(&format!("{ip}:")), "{n}");
+        assert!(str_of(n, "admin").starts_with("127.0.0.1:"), "{n}");
+        let listen = n["listen"].as_array().unwrap();
+        assert!(!listen.is_empty(), "{n}");
+        for a in listen {
+            assert!(
+                a.as_str().unwrap().starts_with(&format!("/ip4/{ip}/tcp/")),
+                "{n}"
+            );
+        }
+        pids.push(u32::try_from(n["pid"].as_u64().unwrap()).unwrap());
+    }
+    assert!(
+        run.stderr.contains("(bridge br0 in agentnet-"),
+        "{}",
+        run.stderr
+    );
+    let prefix = format!("agentnet-{}-", run.pid);
+    let left: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    let uplink = format!("an-{}", run.pid);
+    assert!(
+        !links().contains(&uplink),
+        "the uplink {uplink} is left in this namespace"
+    );
+    assert_eq!(links(), links_before, "interfaces changed");
+    assert_none_left(&pids, &base);
+}
+
+#[test]
+fn network_namespaces_need_processes_and_root() {
+    let run = agentnet(&["testnet", "--nodes", "3", "--netns"]);
+    assert!(!run.status.success());
+    assert!(run.stderr.contains("--processes"), "{}", run.stderr);
+    // Not root: in a user namespace of its own, root there maps to nobody here.
+    let out = Command::new("unshare")
+        .args(["--user", "--"])
+        .arg(env!("CARGO_BIN_EXE_agentnet"))
+        .args(["testnet", "--processes", "2", "--netns"])
+        .env_remove("AGENTNET_DATA_DIR")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--netns makes network namespaces, which needs root")
+            && stderr.contains("run without it"),
+        "{stderr}"
+    );
+}
+
 /// `started node 1/3 in 412 ms: … (pid 1234, log …)`: the pids the progress lines name.
 fn started_pids(stderr: &str) -> Vec<u32> {
     stderr

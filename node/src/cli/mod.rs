@@ -40,6 +40,7 @@ mod cards;
 mod delegate;
 mod dids;
 mod endorse;
+pub mod netns;
 mod network;
 mod node;
 mod sim_node;
@@ -255,6 +256,10 @@ enum Command {
                 .range(i64::from(testnet::MIN_NODES)..=i64::from(testnet::MAX_NODES)),
         )]
         processes: Option<u8>,
+        /// With --processes, as root: each node process in a network namespace of its own
+        /// (node M at 10.77.0.M on one bridge, made with iproute2's `ip`), removed at the end.
+        #[arg(long, requires = "processes")]
+        netns: bool,
         /// Keep the nodes' data in <DIR>/node-1 … node-N; default: a temporary directory,
         /// removed at exit.
         #[arg(long, value_name = "DIR")]
@@ -785,15 +790,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Testnet {
             nodes,
             processes,
+            netns,
             data_dir,
             json,
             keep,
         } => {
             testnet::run(testnet::Options {
                 nodes: processes.unwrap_or(nodes),
-                mode: match processes {
-                    None => testnet::Mode::InProcess,
-                    Some(_) => testnet::Mode::Processes,
+                mode: match (processes, netns) {
+                    // clap's `requires` lets it through beside --nodes, which --processes
+                    // conflicts with.
+                    (None, true) => bail!(
+                        "--netns runs each node as a process in a namespace of its own: use \
+                         --processes N --netns (the nodes of --nodes share this process)"
+                    ),
+                    (None, false) => testnet::Mode::InProcess,
+                    (Some(_), false) => testnet::Mode::Processes,
+                    (Some(_), true) => testnet::Mode::Namespaces,
                 },
                 data_dir,
                 json,

@@ -23,6 +23,12 @@
 //! `agentnet up` on loopback, with its own data directory and a configuration file for what it
 //! hosts (`<base>/node-<i>.toml`, its standard error in `<base>/node-<i>.log`); the run and the
 //! report are the same ([`member`] holds the difference, and keeps children from outliving it).
+//!
+//! With `--processes N --netns` ([`Mode::Namespaces`], as root) each child runs in a network
+//! namespace of its own ([`netns`]: node M at 10.77.0.M on one bridge), so that the nodes see
+//! one another at distinct addresses, as on different machines; the testnet reaches their
+//! loopback-only admin APIs through forwarders into the namespaces, and removes the
+//! namespaces when it ends.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,6 +42,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::admin::{self, PublishRequest};
+use crate::cli::netns;
 use crate::daemon;
 use crate::data_dir::AgentKeys;
 use crate::server::Limits;
@@ -69,6 +76,8 @@ pub enum Mode {
     InProcess,
     /// Each a child process running `agentnet up` (`--processes`).
     Processes,
+    /// Each a child process in a network namespace of its own (`--processes N --netns`).
+    Namespaces,
 }
 
 /// What `agentnet testnet` was asked for.
@@ -154,7 +163,7 @@ fn sample_card(s: &Sample) -> Value {
 pub struct Report {
     /// Every discovery succeeded.
     pub ok: bool,
-    /// Where the nodes ran: `in-process` or `processes`.
+    /// Where the nodes ran: `in-process`, `processes` or `namespaces`.
     pub mode: Mode,
     /// Why not, when not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -204,6 +213,10 @@ pub struct NodeReport {
     /// With `--processes`: its standard error (the node's log).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<PathBuf>,
+    /// With `--netns`: the network namespace it runs in (`ip netns exec NAME agentnet …`
+    /// reaches its admin API, whose address is the namespace's loopback).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
     /// Its libp2p addresses.
     pub listen: Vec<String>,
     /// Connected peers when the report was made.
@@ -1306,8 +1319,15 @@ fn ms(d: Duration) -> u64 {
     d.as_millis().try_into().unwrap_or(u64::MAX)
 }
 
-fn admin_client(data_dir: &Path) -> anyhow::Result<admin::Client> {
-    Ok(admin::Client::from_data_dir(data_dir, ADMIN_TIMEOUT)?)
+/// The client of a node's admin API, at the address the testnet reaches it by (a forwarder
+/// into its namespace, with `--netns`) with the token in its data directory.
+fn admin_client(data_dir: &Path, member: &Member) -> anyhow::Result<admin::Client> {
+    let token = crate::auth::Token::read(data_dir)?;
+    Ok(admin::Client::new(
+        &format!("http://{}", member.admin()),
+        token,
+        ADMIN_TIMEOUT,
+    )?)
 }
 
 /// Run the testnet: exit code 0 if the last node found every sample agent, 1 otherwise.
@@ -1331,10 +1351,33 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
     };
     let progress = Progress { json: opts.json };
     let t0 = Instant::now();
+    // Dropped (the namespaces removed) when this returns, after the nodes have stopped.
+    let net = match opts.mode {
+        Mode::Namespaces => {
+            // With the uplink: the testnet calls the nodes' agents itself, as `agentnet call`
+            // run on the last node's data directory would.
+            let net = netns::Net::create(
+                opts.nodes.into(),
+                true,
+                "--netns",
+                "run without it (every node on this machine's loopback)",
+            )
+            .map_err(anyhow::Error::msg)?;
+            progress.line(format!(
+                "{} network namespaces {} … {} (bridge br0 in {})",
+                opts.nodes,
+                net.name(0),
+                net.name(u32::from(opts.nodes) - 1),
+                net.hub()
+            ));
+            Some(net)
+        }
+        Mode::InProcess | Mode::Processes => None,
+    };
     let mut nodes: Vec<Member> = Vec::with_capacity(opts.nodes.into());
     // Ctrl-C or SIGTERM while it runs: the nodes stop as on any other error.
     let outcome = tokio::select! {
-        r = exercise(&opts, &base, progress, t0, &mut nodes) => r,
+        r = exercise(&opts, &base, net.as_ref(), progress, t0, &mut nodes) => r,
         e = interrupted() => Err(e),
     };
 
@@ -1343,7 +1386,7 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
         Err(e) => {
             shutdown(nodes, progress).await;
             // The children's logs are what explains a failure: kept, not removed with the rest.
-            if let (Some(t), Mode::Processes) = (temp.take(), opts.mode) {
+            if let (Some(t), Mode::Processes | Mode::Namespaces) = (temp.take(), opts.mode) {
                 let kept = t.keep();
                 return Err(e.context(format!(
                     "the nodes' logs and data are kept in {}",
@@ -1368,16 +1411,21 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
             .last()
             .map(|n| super::shell_word(&n.data_dir.display().to_string()))
             .unwrap_or_default();
+        // Inside a namespace, a command reaches the node's admin API from inside it too.
+        let a = match report.nodes.last().and_then(|n| n.netns.as_deref()) {
+            Some(ns) => format!("ip netns exec {ns} agentnet"),
+            None => "agentnet".into(),
+        };
         // Each line runs as printed: the nodes are `local` (their node.json says so), so the
         // call needs no `--local`.
         progress.line(format!(
             "\nthe testnet keeps running; press Ctrl-C to stop it. Try, from another terminal:\n  \
-             agentnet discover --data-dir {last} --skill translation\n  \
-             agentnet call --data-dir {last} --skill greeting Hello\n  \
-             agentnet tools --data-dir {last} --skill mcp-echo\n  \
-             agentnet status --data-dir {last}\n  \
-             agentnet audit --data-dir {last}\n  \
-             agentnet peers --data-dir {last}"
+             {a} discover --data-dir {last} --skill translation\n  \
+             {a} call --data-dir {last} --skill greeting Hello\n  \
+             {a} tools --data-dir {last} --skill mcp-echo\n  \
+             {a} status --data-dir {last}\n  \
+             {a} audit --data-dir {last}\n  \
+             {a} peers --data-dir {last}"
         ));
         let died = tokio::select! {
             r = daemon::terminated() => {
@@ -1410,6 +1458,7 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
 async fn exercise(
     opts: &Options,
     base: &Path,
+    net: Option<&netns::Net>,
     progress: Progress,
     t0: Instant,
     nodes: &mut Vec<Member>,
@@ -1428,7 +1477,7 @@ async fn exercise(
     // With --processes: this binary, `agentnet up` in each child.
     let exe = match opts.mode {
         Mode::InProcess => None,
-        Mode::Processes => {
+        Mode::Processes | Mode::Namespaces => {
             Some(std::env::current_exe().context("finding the agentnet binary to run the nodes")?)
         }
     };
@@ -1496,6 +1545,16 @@ async fn exercise(
                     toml::to_string(&hosted).context("writing a node's configuration file")?;
                 std::fs::write(&config, text)
                     .with_context(|| format!("writing {}", config.display()))?;
+                let m = u32::try_from(i).expect("at most MAX_NODES nodes");
+                let ns = match net {
+                    Some(net) => {
+                        let file = net
+                            .open(m)
+                            .with_context(|| format!("node {}'s network namespace", i + 1))?;
+                        Some((net.name(m), file, net.address(m)))
+                    }
+                    None => None,
+                };
                 Member::Process(Box::new(
                     member::Spawn {
                         node: i + 1,
@@ -1504,6 +1563,10 @@ async fn exercise(
                         config: &config,
                         log: &base.join(format!("node-{}.log", i + 1)),
                         bootstrap: &bootstrap,
+                        ip: ns
+                            .as_ref()
+                            .map_or(std::net::Ipv4Addr::LOCALHOST, |(_, _, ip)| *ip),
+                        netns: ns.as_ref().map(|(name, file, _)| (name.as_str(), file)),
                     }
                     .start()
                     .await?,
@@ -1517,9 +1580,16 @@ async fn exercise(
             i + 1,
             short(&member.info().peer_id),
             member.info().http,
-            match member.log() {
-                None => String::new(),
-                Some(log) => format!(" (pid {}, log {})", member.info().pid, log.display()),
+            match (member.log(), member.netns()) {
+                (None, _) => String::new(),
+                (Some(log), None) => {
+                    format!(" (pid {}, log {})", member.info().pid, log.display())
+                }
+                (Some(log), Some(ns)) => format!(
+                    " (pid {}, log {}, namespace {ns})",
+                    member.info().pid,
+                    log.display()
+                ),
             },
             if i == 0 {
                 String::new()
@@ -1553,7 +1623,8 @@ async fn samples(
         .collect();
     let clients: Vec<admin::Client> = dirs
         .iter()
-        .map(|d| admin_client(d))
+        .zip(nodes)
+        .map(|(d, m)| admin_client(d, m))
         .collect::<anyhow::Result<_>>()?;
 
     // Every node bootstrapped from node 1; wait until each has a connection. (Node 1 may not
@@ -1740,6 +1811,7 @@ async fn samples(
             data_dir: dirs[i].clone(),
             pid: r.info().pid,
             log: r.log().map(Path::to_path_buf),
+            netns: r.netns().map(str::to_owned),
             listen: r.info().listen.clone(),
             peers: c.peers().await?.peers.len(),
             start_ms: start_ms[i],
@@ -1918,6 +1990,9 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
     )?;
     match r.mode {
         Mode::Processes => out!("  nodes, each an `agentnet up` process:")?,
+        Mode::Namespaces => {
+            out!("  nodes, each an `agentnet up` process in its own network namespace:")?
+        }
         Mode::InProcess => out!("  nodes:")?,
     }
     for node in &r.nodes {
@@ -1927,9 +2002,11 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
             node.peer_id,
             node.http,
             node.peers,
-            match &node.log {
-                Some(log) => format!("  pid {}, log {}", node.pid, log.display()),
-                None => String::new(),
+            match (&node.log, &node.netns) {
+                (Some(log), None) => format!("  pid {}, log {}", node.pid, log.display()),
+                (Some(log), Some(ns)) =>
+                    format!("  pid {}, log {}, namespace {ns}", node.pid, log.display()),
+                (None, _) => String::new(),
             }
         )?;
     }

@@ -14,6 +14,8 @@
 //! Each child is in a process group of its own: Ctrl-C at the terminal reaches the testnet
 //! only, which then stops the nodes in order and says so, rather than every node at once.
 
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -24,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::cli::netns::Forward;
 use crate::daemon::{NodeFile, Running};
 
 /// How long a child gets to print its banner (its key, store and listeners ready).
@@ -52,6 +55,23 @@ impl Member {
         match self {
             Member::InProcess(r) => &r.info,
             Member::Process(c) => &c.info,
+        }
+    }
+
+    /// Where the testnet reaches its admin API: `info().admin`, or, for a node in a network
+    /// namespace, the forwarder into it.
+    pub(super) fn admin(&self) -> SocketAddr {
+        match self {
+            Member::InProcess(r) => r.info.admin,
+            Member::Process(c) => c.ns.as_ref().map_or(c.info.admin, |ns| ns.admin.addr),
+        }
+    }
+
+    /// The network namespace it runs in, when not this one's.
+    pub(super) fn netns(&self) -> Option<&str> {
+        match self {
+            Member::InProcess(_) => None,
+            Member::Process(c) => c.ns.as_ref().map(|ns| ns.name.as_str()),
         }
     }
 
@@ -86,6 +106,16 @@ pub(super) struct Child {
     watch: ExitWatch,
     /// Owns the [`tokio::process::Child`]; aborted (the child killed) if we are dropped.
     keeper: Option<JoinHandle<()>>,
+    /// Its network namespace and the testnet's ways into it, with `--netns`.
+    ns: Option<Inside>,
+}
+
+/// A child in a network namespace of its own: its name, and a forwarder from the testnet's
+/// loopback to the child's admin API, on the namespace's loopback. (Its public listener the
+/// testnet reaches directly, through the run's uplink.)
+struct Inside {
+    name: String,
+    admin: Forward,
 }
 
 /// Which child, and whether it has exited (set by its keeper once it is reaped).
@@ -140,6 +170,11 @@ pub(super) struct Spawn<'a> {
     pub(super) log: &'a Path,
     /// Its `--bootstrap` addresses.
     pub(super) bootstrap: &'a [String],
+    /// The address its libp2p and public HTTP listeners bind (127.0.0.1, or its address in
+    /// its namespace); the admin API is always on the loopback.
+    pub(super) ip: Ipv4Addr,
+    /// The network namespace it runs in (`--netns`): its name and the opened namespace file.
+    pub(super) netns: Option<(&'a str, &'a std::fs::File)>,
 }
 
 impl Spawn<'_> {
@@ -154,8 +189,11 @@ impl Spawn<'_> {
             .arg(self.data_dir)
             .arg("--config")
             .arg(self.config)
-            .args(["--listen", "/ip4/127.0.0.1/tcp/0"])
-            .args(["--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .arg("--listen")
+            .arg(format!("/ip4/{}/tcp/0", self.ip))
+            .arg("--http")
+            .arg(format!("{}:0", self.ip))
+            .args(["--admin", "127.0.0.1:0"])
             .args(["--no-mdns", "--local", "--json"]);
         for b in self.bootstrap {
             cmd.arg("--bootstrap").arg(b);
@@ -168,9 +206,11 @@ impl Spawn<'_> {
             .kill_on_drop(true)
             .process_group(0);
         let parent = std::process::id();
+        // The namespace file stays open (borrowed from the caller) until `spawn` returns.
+        let ns_fd = self.netns.map(|(_, f)| f.as_raw_fd());
         // SAFETY: the closure runs in the forked child before exec, where only
-        // async-signal-safe calls are allowed: prctl(2) and getppid(2) are plain system calls
-        // that allocate nothing and take no lock. The parent-death signal is sent when the
+        // async-signal-safe calls are allowed: setns(2), prctl(2) and getppid(2) are plain
+        // system calls that allocate nothing and take no lock. The parent-death signal is sent when the
         // thread that forked exits: the thread polling the testnet's future (the runtime's
         // `block_on` thread or a worker), which lives as long as the runtime; the testnet never
         // starts a child from a blocking-pool thread, which could retire early. If the testnet
@@ -178,6 +218,9 @@ impl Spawn<'_> {
         // gives up.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(fd) = ns_fd {
+                    crate::cli::netns::enter_in_child(fd)?;
+                }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -236,6 +279,24 @@ impl Spawn<'_> {
             let _ = child.kill().await;
             bail!("node {node}'s banner names pid {}, not {pid}", info.pid);
         }
+        // Inside a namespace: the testnet's ways in, before anything else can fail.
+        let ns = match self.netns {
+            None => None,
+            Some((name, _)) => {
+                let made = Forward::start(name, info.admin)
+                    .with_context(|| format!("reaching node {node}'s admin API in {name}"));
+                match made {
+                    Ok(admin) => Some(Inside {
+                        name: name.to_owned(),
+                        admin,
+                    }),
+                    Err(e) => {
+                        let _ = child.kill().await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
         // The rest of standard output, read so that a write there never fails; it ends when
         // the child does.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
@@ -265,6 +326,7 @@ impl Spawn<'_> {
                 exited,
             },
             keeper: Some(keeper),
+            ns,
         })
     }
 }

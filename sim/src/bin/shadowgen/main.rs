@@ -27,7 +27,7 @@ use rand::{Rng as _, SeedableRng};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-mod netns;
+use agentnet_node::cli::netns;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -485,7 +485,12 @@ fn main() -> ExitCode {
             eprintln!("{msg}");
             let s = read_scenario(sc)?;
             let net = match a.run_netns {
-                Some(_) => Some(netns::Net::create(s.nodes)?),
+                Some(_) => Some(netns::Net::create(
+                    s.nodes,
+                    false,
+                    "--run-netns",
+                    "use --run-local PORT (every node on this machine's loopback)",
+                )?),
                 None => None,
             };
             if let Some(net) = &net {

@@ -1,24 +1,35 @@
-//! `--run-netns`: each node of a local run in a network namespace of its own, made here with
-//! iproute2's `ip` (needs root) and removed when the run ends.
+//! Network namespaces for local runs of many node processes, made with iproute2's `ip` (needs
+//! root) and removed when the run ends: `agentnet testnet --processes N --netns` and
+//! `shadowgen --run-netns` (the simulator crate's).
 //!
 //! The layout: a hub namespace holds one bridge; each node's namespace has its loopback and
 //! an `eth0`, one end of a veth pair whose other end is a port of the bridge. Node M has the
 //! address [`FIRST`] plus M in one /16, so every node dials from an address of its own and
 //! sees its peers' addresses, not 127.0.0.1: its limits per source address apply as they do
-//! between machines. Nothing is added to this machine's own namespace: no interface, no route.
+//! between machines. Nothing is added to this machine's own namespace (no interface, no
+//! route) unless the run asks for an uplink: then one veth pair joins this namespace to the
+//! bridge, with [`UPLINK`] on this side (a route to the nodes' /16, gone with the hub), so that
+//! this process reaches the nodes' public listeners. Whatever listens on a node's loopback
+//! only (its admin API) it reaches through a [`Forward`]: a listener on this namespace's
+//! loopback whose connections are made from inside the node's.
 //!
 //! Written on `ip` rather than on netlink from Rust (the `rtnetlink` crate): the commands are
 //! few, the same an operator would type to inspect or clean up, and `ip -batch` runs each
 //! namespace's in one process.
 
 use std::io::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd as _;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 /// Node 0's address; node M's is this plus M.
 pub const FIRST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 /// Nodes one /16 holds after [`FIRST`] (10.77.255.255 is its broadcast address).
 pub const MAX_NODES: u32 = 65_534;
+/// This namespace's address on the bridge, with an uplink: the /16's last, so a run with one
+/// has one node fewer.
+pub const UPLINK: Ipv4Addr = Ipv4Addr::new(10, 77, 255, 254);
 /// Namespaces of a run are named `<PREFIX><pid>-hub` and `<PREFIX><pid>-<M>`.
 const PREFIX: &str = "agentnet-";
 
@@ -29,6 +40,8 @@ pub struct Net {
     nodes: u32,
     /// Whether dropping it removes the namespaces (always, but in unit tests).
     made: bool,
+    /// Whether this namespace joined the bridge ([`UPLINK`]).
+    uplink: bool,
     /// The kernel's neighbour-table thresholds before the run raised them, and what it set.
     raised: Option<([u64; 3], [u64; 3])>,
 }
@@ -95,7 +108,10 @@ fn ip(args: &[&str], batch: Option<&str>) -> Result<String, String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
-            format!("running `ip`: {e} (--run-netns needs iproute2: apt-get install iproute2)")
+            format!(
+                "running `ip`: {e} (network namespaces are made with iproute2: apt-get install \
+                 iproute2)"
+            )
         })?;
     if let (Some(text), Some(mut stdin)) = (batch, child.stdin.take()) {
         stdin
@@ -165,18 +181,19 @@ fn delete(names: &[String]) -> Result<(), String> {
 
 impl Net {
     /// The namespaces of this run's `nodes` nodes, made now. Namespaces left by runs whose
-    /// process is gone (killed before it could remove them) are removed first.
-    pub fn create(nodes: u32) -> Result<Net, String> {
-        if !is_root() {
-            return Err(
-                "--run-netns makes network namespaces, which needs root: run it as root, or use \
-                 --run-local PORT (every node on this machine's loopback)"
-                    .into(),
-            );
-        }
-        if nodes == 0 || nodes > MAX_NODES {
+    /// process is gone (killed before it could remove them) are removed first. `flag` is the
+    /// option that asked for them, `instead` what to run without root; both for the errors.
+    /// With `uplink`, this namespace joins the bridge at [`UPLINK`].
+    pub fn create(nodes: u32, uplink: bool, flag: &str, instead: &str) -> Result<Net, String> {
+        let most = if uplink { MAX_NODES - 1 } else { MAX_NODES };
+        if nodes == 0 || nodes > most {
             return Err(format!(
-                "--run-netns runs 1 to {MAX_NODES} nodes (one /16), not {nodes}"
+                "{flag} runs 1 to {most} nodes (one /16), not {nodes}"
+            ));
+        }
+        if !is_root() {
+            return Err(format!(
+                "{flag} makes network namespaces, which needs root: run it as root, or {instead}"
             ));
         }
         let stale: Vec<String> = namespaces()?
@@ -197,6 +214,7 @@ impl Net {
             run: format!("{PREFIX}{}", std::process::id()),
             nodes,
             made: true,
+            uplink: false,
             raised: None,
         };
         let before = read_neigh()?;
@@ -224,6 +242,20 @@ impl Net {
             ));
         }
         ip(&["-n", &hub, "-batch", "-"], Some(&batch))?;
+        if uplink {
+            // The end in the hub first: made there, its peer is moved here; removing the hub
+            // removes both.
+            let link = net.uplink_name();
+            let batch = format!(
+                "link add up0 type veth peer name {link} netns {}\nlink set up0 master br0\n\
+                 link set up0 up\n",
+                std::process::id()
+            );
+            ip(&["-n", &hub, "-batch", "-"], Some(&batch))?;
+            let batch = format!("addr add {UPLINK}/16 dev {link}\nlink set {link} up\n");
+            net.uplink = true;
+            ip(&["-batch", "-"], Some(&batch))?;
+        }
         for m in 0..nodes {
             let batch = format!(
                 "link set lo up\naddr add {}/16 dev eth0\nlink set eth0 up\n",
@@ -242,6 +274,11 @@ impl Net {
         format!("{}-hub", self.run)
     }
 
+    /// The uplink's interface in this namespace (at most 15 bytes, as names of links are).
+    pub fn uplink_name(&self) -> String {
+        format!("an-{}", &self.run[PREFIX.len()..])
+    }
+
     /// Node `m`'s namespace.
     pub fn name(&self, m: u32) -> String {
         format!("{}-{m}", self.run)
@@ -252,6 +289,11 @@ impl Net {
         Ipv4Addr::from(u32::from(FIRST) + m)
     }
 
+    /// Node `m`'s namespace, opened: what `setns(2)` takes (a child's `pre_exec` enters it).
+    pub fn open(&self, m: u32) -> std::io::Result<std::fs::File> {
+        open(&self.name(m))
+    }
+
     /// Every namespace of this run.
     fn all(&self) -> Vec<String> {
         std::iter::once(self.hub())
@@ -260,10 +302,154 @@ impl Net {
     }
 }
 
+/// The file `ip netns add NAME` bind-mounts the namespace on.
+fn open(name: &str) -> std::io::Result<std::fs::File> {
+    let path = format!("/run/netns/{name}");
+    std::fs::File::open(&path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("opening {path}: {e}")))
+}
+
+/// Moves the calling thread (only it) into the namespace of `ns`, an opened namespace file.
+fn enter(ns: &std::fs::File) -> std::io::Result<()> {
+    // SAFETY: setns(2) on a file descriptor this function borrows for the call; it changes
+    // the calling thread's network namespace and nothing of Rust's memory.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves the calling process, in a forked child before `exec`, into the namespace of the
+/// descriptor `fd`. Only setns(2): async-signal-safe, as `pre_exec` requires.
+pub fn enter_in_child(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: as in `enter`; the caller keeps the descriptor open until the child has
+    // exec'd (it is the parent's, inherited by the fork).
+    if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Most connections one [`Forward`] carries at a time; more wait in its listener's backlog.
+const FORWARD_CONNECTIONS: usize = 64;
+
+/// A TCP forwarder from this namespace's loopback into a node's namespace: each connection
+/// to [`Forward::addr`] is carried to `target` as seen from inside that namespace (its
+/// loopback included, where the node's admin API listens). One thread per forwarder, moved
+/// into the namespace once: a socket belongs to the namespace of the thread that made it, so
+/// the listener is made before the move and every outgoing connection after it. Dropping it
+/// stops the thread and closes the connections it carries.
+#[derive(Debug)]
+pub struct Forward {
+    /// Where this namespace reaches `target`.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Forward {
+    /// Start forwarding `127.0.0.1:<any port>` here to `target` in namespace `ns`.
+    pub fn start(ns: &str, target: SocketAddr) -> std::io::Result<Forward> {
+        let file = open(ns)?;
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let name = ns.to_owned();
+        std::thread::Builder::new()
+            .name(format!("fwd-{ns}"))
+            .spawn(move || {
+                let started = enter(&file).and_then(|()| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_io()
+                        .enable_time()
+                        .build()
+                });
+                let rt = match started {
+                    Ok(rt) => {
+                        let _ = ready_tx.send(Ok(()));
+                        rt
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    let slots = Arc::new(tokio::sync::Semaphore::new(FORWARD_CONNECTIONS));
+                    let carry = async {
+                        loop {
+                            let Ok(slot) = slots.clone().acquire_owned().await else {
+                                return;
+                            };
+                            let Ok((mut inbound, _)) = listener.accept().await else {
+                                // Out of descriptors, say: not a loop that spins.
+                                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                                continue;
+                            };
+                            let name = name.clone();
+                            // Spawned on this runtime: its one thread, in the namespace.
+                            tokio::spawn(async move {
+                                let _slot = slot;
+                                match tokio::net::TcpStream::connect(target).await {
+                                    Ok(mut outbound) => {
+                                        let _ = tokio::io::copy_bidirectional(
+                                            &mut inbound,
+                                            &mut outbound,
+                                        )
+                                        .await;
+                                    }
+                                    Err(error) => tracing::warn!(
+                                        %error, ns = %name, %target, "forwarding a connection"
+                                    ),
+                                }
+                            });
+                        }
+                    };
+                    tokio::select! {
+                        () = carry => {}
+                        _ = stopped => {}
+                    }
+                });
+            })?;
+        match ready.recv() {
+            Ok(Ok(())) => Ok(Forward {
+                addr,
+                stop: Some(stop),
+            }),
+            Ok(Err(e)) => Err(std::io::Error::new(
+                e.kind(),
+                format!("entering network namespace {ns}: {e}"),
+            )),
+            Err(_) => Err(std::io::Error::other(format!(
+                "the forwarder into {ns} stopped before it started"
+            ))),
+        }
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
 impl Drop for Net {
     fn drop(&mut self) {
         if !self.made {
             return;
+        }
+        // Gone with the hub too, but only once the kernel has released the namespace, which it
+        // does in the background: removed here first, so that none is seen after the run.
+        if self.uplink {
+            if let Err(e) = ip(&["link", "del", &self.uplink_name()], None) {
+                eprintln!("error: removing the run's uplink: {e}");
+            }
         }
         if let Err(e) = delete(&self.all()) {
             eprintln!(
@@ -318,11 +504,28 @@ mod tests {
     }
 
     #[test]
+    fn more_nodes_than_the_16_holds_are_refused_before_anything_is_made() {
+        let before = namespaces().unwrap_or_default();
+        let e = Net::create(MAX_NODES + 1, false, "--run-netns", "x").unwrap_err();
+        assert!(
+            e.contains("1 to 65534 nodes") && e.contains("--run-netns"),
+            "{e}"
+        );
+        // The uplink takes the last address.
+        let e = Net::create(MAX_NODES, true, "--netns", "x").unwrap_err();
+        assert!(e.contains("1 to 65533 nodes"), "{e}");
+        let e = Net::create(0, false, "--run-netns", "x").unwrap_err();
+        assert!(e.contains("not 0"), "{e}");
+        assert_eq!(namespaces().unwrap_or_default(), before);
+    }
+
+    #[test]
     fn addresses_count_from_the_first() {
         let net = Net {
             run: "agentnet-1".into(),
             nodes: MAX_NODES,
             made: false,
+            uplink: false,
             raised: None,
         };
         assert_eq!(net.address(0), FIRST);
