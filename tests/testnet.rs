@@ -88,6 +88,20 @@ fn three_nodes_discover_every_sample_agent_from_the_last_node() {
     }
 }
 
+/// Twenty nodes on one loopback address: gossipsub's peer score counts peers sharing an
+/// address (past 10, each costs the square of the surplus), and before the testnet's nodes
+/// (`--local`) exempted loopback from it, a node with 19 such peers gossiped to none: the last
+/// node found its agents through the DHT only and never saw node 1's endorsement, which only
+/// gossip carries (the run failed after 37 s).
+#[test]
+fn twenty_nodes_on_one_loopback_address_still_gossip() {
+    let run = agentnet(&["testnet", "--nodes", "20", "--json"]);
+    let report = succeeded_with_json(&run);
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert!(report["trust"].get("error").is_none(), "{:#}", report["trust"]);
+    assert_eq!(report["nodes"].as_array().unwrap().len(), 20);
+}
+
 /// What a successful run of three nodes reports, whichever way they ran.
 fn assert_three_node_run(report: &Value) {
     assert_eq!(report["ok"], true, "{report:#}");

@@ -447,6 +447,18 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     if !opts.listen.is_empty() {
         cfg.listen = opts.listen.clone();
     }
+    // `--local`: the node's peers on this machine's loopback are expected (a testnet), not
+    // one operator's Sybils. Gossipsub's peer score counts peers that share an address
+    // (colocation: more than 10 and each costs the square of the surplus), so past a dozen
+    // loopback peers it stopped gossiping to any of them (`testnet --nodes 20` found its
+    // agents through the DHT only and never saw an endorsement). Loopback only: peers on
+    // private addresses, which `--local` also allows for agents, are still counted.
+    if opts.local {
+        cfg.colocation_whitelist = vec![
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::Ipv6Addr::LOCALHOST.into(),
+        ];
+    }
     let expect_listen = !cfg.listen.is_empty();
     let stop = CancellationToken::new();
     let stop_on_error = stop.clone().drop_guard();
