@@ -56,7 +56,8 @@
 //! - [`cli`]: argument parsing and the commands (`init`, `key new`, `resolve`, `card
 //!   sign|verify`, `up`, `identity`, `publish`, `unpublish`, `discover`, `peers`, `status`,
 //!   `config check`, `call`, `mcp`, `tools`, `tool`, and [`cli::testnet`], several nodes in one
-//!   process): the only code that prints.
+//!   process or in processes; [`cli::netns`], the network namespaces `testnet --netns` and the
+//!   simulator's `shadowgen --run-netns` run node processes in): the only code that prints.
 
 #![warn(missing_docs, unreachable_pub)]
 
