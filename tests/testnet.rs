@@ -98,7 +98,11 @@ fn twenty_nodes_on_one_loopback_address_still_gossip() {
     let run = agentnet(&["testnet", "--nodes", "20", "--json"]);
     let report = succeeded_with_json(&run);
     assert_eq!(report["ok"], true, "{report:#}");
-    assert!(report["trust"].get("error").is_none(), "{:#}", report["trust"]);
+    assert!(
+        report["trust"].get("error").is_none(),
+        "{:#}",
+        report["trust"]
+    );
     assert_eq!(report["nodes"].as_array().unwrap().len(), 20);
 }
 
