@@ -419,6 +419,73 @@ async fn adversarial_gossip_is_refused_and_never_reaches_a_third_node() {
     shutdown.cancel();
 }
 
+/// A peer that has used its gossip budget (`per_peer_messages` in a window) on replays, which
+/// cost it nothing and are only ignored, then relays a fresh advertisement first: the victim
+/// must still take that advertisement from an honest peer. Before, the victim ignored the
+/// over-budget copy one message at a time, gossipsub kept its id as seen, and the honest
+/// copy that followed was dropped as a duplicate: the victim never had it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_over_its_budget_cannot_make_a_node_drop_an_honest_advertisement() {
+    let shutdown = CancellationToken::new();
+    // evil -> victim <- honest; neither outer node listens, so they never meet.
+    let victim = start_node_with(120, &shutdown, true).await;
+    let evil = start_node_with(121, &shutdown, false).await;
+    let honest = start_node_with(122, &shutdown, false).await;
+    evil.client.dial(victim.addr.clone()).await.unwrap();
+    honest.client.dial(victim.addr.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let now = net::unix_now();
+
+    // An advertisement the victim holds, for the replays.
+    let known = Agent::new(60);
+    let y = known.advert(&honest.client, 1, "known", "budget-test", now, 3600);
+    honest.client.publish(y.clone()).await.unwrap();
+    eventually(
+        std::slice::from_ref(&victim),
+        Duration::from_secs(10),
+        "the known advertisement",
+        |c| {
+            let c = c.clone();
+            let did = known.did.to_string();
+            async move { local_seq(&c, &did, net::unix_now()) == Some(1) }
+        },
+    )
+    .await;
+
+    // The whole budget in replays: each the same signed JSON with more spaces after its
+    // opening brace, so a new gossipsub id each time.
+    let budget = Config::default().per_peer_messages as usize;
+    for i in 1..=budget {
+        let mut framed = b"{".to_vec();
+        framed.extend(std::iter::repeat_n(b' ', i));
+        framed.extend_from_slice(&y[1..]);
+        evil.client.gossip_unchecked(framed).await.unwrap();
+    }
+    // Then a fresh advertisement, relayed by the adversary first and by the honest peer after.
+    let fresh = Agent::new(61);
+    let x = fresh.advert(&honest.client, 1, "fresh", "budget-test", now, 3600);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    evil.client.gossip_unchecked(x.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    honest.client.gossip_unchecked(x).await.unwrap();
+
+    eventually(
+        std::slice::from_ref(&victim),
+        Duration::from_secs(5),
+        "the fresh advertisement, from the honest peer",
+        |c| {
+            let c = c.clone();
+            let did = fresh.did.to_string();
+            async move { local_seq(&c, &did, net::unix_now()) == Some(1) }
+        },
+    )
+    .await;
+    assert!(victim.client.stats().muted.get() >= 1);
+    // The replays were ignored, none penalized.
+    assert_eq!(victim.client.stats().rejected_total(), 0);
+    shutdown.cancel();
+}
+
 /// A did:web document server on loopback (plain HTTP, which the resolver allows for loopback
 /// hosts only when told to): answers every request with `make_body(port)` and counts them.
 fn serve_did_document(make_body: impl FnOnce(u16) -> String) -> (u16, std::sync::Arc<AtomicU64>) {
