@@ -95,6 +95,10 @@ pub struct Stats {
     pub rejected_by_reason: BTreeMap<String, u64>,
     /// Dropped by rate limits.
     pub throttled: u64,
+    /// Times a peer used its gossip budget and was muted for the rest of its window (what it
+    /// sent meanwhile is dropped by gossipsub, not counted in `throttled`).
+    #[serde(default)]
+    pub muted: u64,
     /// Gossip copies and bytes since the node started.
     #[serde(default)]
     pub traffic: net::Traffic,

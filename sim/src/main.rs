@@ -1321,7 +1321,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         .map(|i| net.nodes[i].client.peer_id())
         .collect();
     let mut refused: HashMap<&'static str, u64> = HashMap::new();
-    let (mut accepted, mut ignored, mut throttled, mut throttled_busy) = (0, 0, 0, 0);
+    let (mut accepted, mut ignored, mut throttled, mut throttled_busy, mut muted) = (0, 0, 0, 0, 0);
     let mut forwarded_by_honest = 0u64;
     let mut junk_stored = 0usize;
     let published = Arc::new(published);
@@ -1335,6 +1335,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         ignored += stats.ignored.get();
         throttled += stats.throttled.get();
         throttled_busy += stats.throttled_busy.get();
+        muted += stats.muted.get();
         for (reason, count) in stats.rejected.lock().expect("stats lock poisoned").iter() {
             *refused.entry(reason).or_default() += count;
         }
@@ -1545,6 +1546,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "ignored": ignored,
         "throttled": throttled,
         "throttled_busy": throttled_busy,
+        "muted": muted,
         "refused": refused_total,
         "refused_by_reason": refused,
         "attacks": {

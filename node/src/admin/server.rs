@@ -635,6 +635,7 @@ impl AdminState {
                 ignored: s.ignored.get(),
                 rejected_by_reason,
                 throttled: s.throttled.get(),
+                muted: s.muted.get(),
                 traffic: c.traffic(),
                 connections_trimmed: s.trimmed.get(),
                 endorsements: [

@@ -224,11 +224,13 @@ pub(super) async fn peers(node: &NodeArg, json_out: bool) -> anyhow::Result<Exit
     }
     let rejected: u64 = p.stats.rejected_by_reason.values().sum();
     out!(
-        "advertisements: {} accepted, {} ignored, {} rejected, {} throttled",
+        "advertisements: {} accepted, {} ignored, {} rejected, {} throttled; peers muted {} \
+         time(s) for using their gossip budget",
         p.stats.accepted,
         p.stats.ignored,
         rejected,
-        p.stats.throttled
+        p.stats.throttled,
+        p.stats.muted
     )?;
     for (reason, n) in &p.stats.rejected_by_reason {
         out!("  rejected {reason}: {n}")?;
