@@ -311,19 +311,16 @@ fn open(name: &str) -> std::io::Result<std::fs::File> {
 
 /// Moves the calling thread (only it) into the namespace of `ns`, an opened namespace file.
 fn enter(ns: &std::fs::File) -> std::io::Result<()> {
-    // SAFETY: setns(2) on a file descriptor this function borrows for the call; it changes
-    // the calling thread's network namespace and nothing of Rust's memory.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    enter_in_child(ns.as_raw_fd())
 }
 
-/// Moves the calling process, in a forked child before `exec`, into the namespace of the
-/// descriptor `fd`. Only setns(2): async-signal-safe, as `pre_exec` requires.
+/// Moves the calling thread into the namespace of the descriptor `fd`: a forked child before
+/// `exec` (its one thread), or [`enter`]'s. Only setns(2): async-signal-safe, as `pre_exec`
+/// requires.
 pub fn enter_in_child(fd: std::os::fd::RawFd) -> std::io::Result<()> {
-    // SAFETY: as in `enter`; the caller keeps the descriptor open until the child has
-    // exec'd (it is the parent's, inherited by the fork).
+    // SAFETY: setns(2) on a descriptor the caller keeps open for the call (a child's is the
+    // parent's, inherited by the fork, open until it has exec'd); it changes the calling
+    // thread's network namespace and nothing of Rust's memory.
     if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error());
     }

@@ -210,8 +210,8 @@ impl Spawn<'_> {
         let ns_fd = self.netns.map(|(_, f)| f.as_raw_fd());
         // SAFETY: the closure runs in the forked child before exec, where only
         // async-signal-safe calls are allowed: setns(2), prctl(2) and getppid(2) are plain
-        // system calls that allocate nothing and take no lock. The parent-death signal is sent when the
-        // thread that forked exits: the thread polling the testnet's future (the runtime's
+        // system calls that allocate nothing and take no lock. The parent-death signal is sent
+        // when the thread that forked exits: the thread polling the testnet's future (the runtime's
         // `block_on` thread or a worker), which lives as long as the runtime; the testnet never
         // starts a child from a blocking-pool thread, which could retire early. If the testnet
         // died between fork and prctl, the child's parent is another process already: it
