@@ -179,14 +179,17 @@ fn graph(s: &Scenario) -> String {
     )
 }
 
-fn shadow_yaml(s: &Scenario, binary: &Path, params: &Path) -> String {
+/// Every path in it is absolute: Shadow reads a relative graph path from the directory it runs
+/// in, not the file's, so a run started from anywhere else would not find it.
+fn shadow_yaml(s: &Scenario, binary: &Path, params: &Path, graph: &Path) -> String {
     let end = s.warmup_s + u64::from(s.messages) * s.interval_s + s.tail_s;
     let mut y = format!(
         "# Written by shadowgen (agentnet-sim); docs/SIMULATION.md, \"Past one machine\".\n\
          general:\n  stop_time: {} s\n  model_unblocked_syscall_latency: true\n\
          experimental:\n  socket_recv_buffer: 7500000\n  socket_send_buffer: 7500000\n\
-         network:\n  graph:\n    type: gml\n    file:\n      path: graph.gml\nhosts:\n",
-        end + 60
+         network:\n  graph:\n    type: gml\n    file:\n      path: {}\nhosts:\n",
+        end + 60,
+        graph.display()
     );
     for i in 0..s.nodes {
         y.push_str(&format!(
@@ -314,6 +317,7 @@ fn generate(scenario: &Path, out: &Path) -> Result<String, String> {
     }
     std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     let params = absolute(&out.join("params.json")).map_err(|e| e.to_string())?;
+    let graph_path = absolute(&out.join("graph.gml")).map_err(|e| e.to_string())?;
     let binary = absolute(&s.binary).map_err(|e| e.to_string())?;
     let write = |name: &str, body: &[u8]| {
         std::fs::write(out.join(name), body).map_err(|e| format!("writing {name}: {e}"))
@@ -323,7 +327,10 @@ fn generate(scenario: &Path, out: &Path) -> Result<String, String> {
         &serde_json::to_vec(&script(&s)).map_err(|e| e.to_string())?,
     )?;
     write("graph.gml", graph(&s).as_bytes())?;
-    write("shadow.yaml", shadow_yaml(&s, &binary, &params).as_bytes())?;
+    write(
+        "shadow.yaml",
+        shadow_yaml(&s, &binary, &params, &graph_path).as_bytes(),
+    )?;
     Ok(format!(
         "wrote {}/{{params.json,graph.gml,shadow.yaml}}: {} nodes, {} messages of {} bytes, {} ms links\n\
          run:  shadow --progress true -d {}/shadow.data {}/shadow.yaml\n\
@@ -547,8 +554,14 @@ mod tests {
             .filter(|i| i["instruction"]["type"] == "publish")
             .count();
         assert_eq!(publishes, 20);
-        let y = shadow_yaml(&s, Path::new("/bin/agentnet"), Path::new("/x/params.json"));
+        let y = shadow_yaml(
+            &s,
+            Path::new("/bin/agentnet"),
+            Path::new("/x/params.json"),
+            Path::new("/x/graph.gml"),
+        );
         assert_eq!(y.matches("    - path: /bin/agentnet").count(), 300);
+        assert!(y.contains("      path: /x/graph.gml\n"), "{y}");
         assert!(y.contains("  node299:\n"));
         assert!(graph(&s).contains("latency \"100 ms\""));
     }
