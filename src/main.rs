@@ -2,6 +2,8 @@
 
 /// mimalloc instead of the system allocator: serving A2A, glibc's `malloc`/`free` took a sixth
 /// of the node's CPU (perf, `docs/BENCHMARKS.md`).
+/// (Not with the `system-alloc` feature: heaptrack sees only what goes through malloc.)
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
