@@ -62,6 +62,11 @@ struct Args {
         conflicts_with = "run_local"
     )]
     run_netns: Option<u16>,
+    /// Also write `shadow-floor.yaml`: the same hosts, links and script, each host running
+    /// BIN with `--params` alone. BIN is libp2p's own gossipsub-interop node (rust-libp2p,
+    /// no validation, built from a copy of libp2p/test-plans): the floor of the run.
+    #[arg(long, value_name = "BIN", requires = "scenario", conflicts_with_all = ["run_local", "run_netns"])]
+    floor: Option<PathBuf>,
 }
 
 /// Where a local run's nodes are.
@@ -191,9 +196,27 @@ fn graph(s: &Scenario) -> String {
     )
 }
 
+/// What every host runs.
+struct Host<'a> {
+    binary: &'a Path,
+    params: &'a Path,
+    /// libp2p's gossipsub-interop node rather than `agentnet sim-node`.
+    floor: bool,
+}
+
+impl Host<'_> {
+    fn args(&self) -> String {
+        if self.floor {
+            format!("--params {}", self.params.display())
+        } else {
+            format!("sim-node --params {} --store store", self.params.display())
+        }
+    }
+}
+
 /// Every path in it is absolute: Shadow reads a relative graph path from the directory it runs
 /// in, not the file's, so a run started from anywhere else would not find it.
-fn shadow_yaml(s: &Scenario, binary: &Path, params: &Path, graph: &Path) -> String {
+fn shadow_yaml(s: &Scenario, host: &Host<'_>, graph: &Path) -> String {
     let end = s.warmup_s + u64::from(s.messages) * s.interval_s + s.tail_s;
     let mut y = format!(
         "# Written by shadowgen (agentnet-sim); docs/SIMULATION.md, \"Past one machine\".\n\
@@ -210,9 +233,9 @@ fn shadow_yaml(s: &Scenario, binary: &Path, params: &Path, graph: &Path) -> Stri
         .join(", ");
     for i in 0..s.nodes {
         y.push_str(&format!(
-            "  node{i}:\n    network_node_id: 0\n    processes:\n    - path: {bin}\n      args: sim-node --params {params} --store store\n      environment: {{ {env} }}\n      expected_final_state: {{ exited: 0 }}\n",
-            bin = binary.display(),
-            params = params.display()
+            "  node{i}:\n    network_node_id: 0\n    processes:\n    - path: {bin}\n      args: {args}\n      environment: {{ {env} }}\n      expected_final_state: {{ exited: 0 }}\n",
+            bin = host.binary.display(),
+            args = host.args()
         ));
     }
     y
@@ -327,7 +350,7 @@ fn run_local(s: &Scenario, out: &Path, port: u16, place: Place<'_>) -> Result<Pa
     Ok(run)
 }
 
-fn generate(scenario: &Path, out: &Path) -> Result<String, String> {
+fn generate(scenario: &Path, out: &Path, floor: Option<&Path>) -> Result<String, String> {
     let s = read_scenario(scenario)?;
     if !(2..=100_000).contains(&s.nodes) || s.dials == 0 || s.interval_s == 0 {
         return Err("nodes must be 2 to 100 000, dials and interval_s at least 1".into());
@@ -344,14 +367,44 @@ fn generate(scenario: &Path, out: &Path) -> Result<String, String> {
         &serde_json::to_vec(&script(&s)).map_err(|e| e.to_string())?,
     )?;
     write("graph.gml", graph(&s).as_bytes())?;
+    let host = Host {
+        binary: &binary,
+        params: &params,
+        floor: false,
+    };
     write(
         "shadow.yaml",
-        shadow_yaml(&s, &binary, &params, &graph_path).as_bytes(),
+        shadow_yaml(&s, &host, &graph_path).as_bytes(),
     )?;
+    let mut floor_hint = String::new();
+    if let Some(bin) = floor {
+        let bin = absolute(bin).map_err(|e| e.to_string())?;
+        if !bin.is_file() {
+            return Err(format!(
+                "--floor {}: no such file (build libp2p/test-plans' gossipsub-interop/rust-libp2p \
+                 node first: docs/SIMULATION.md, \"The floor under Shadow\")",
+                bin.display()
+            ));
+        }
+        let host = Host {
+            binary: &bin,
+            params: &params,
+            floor: true,
+        };
+        write(
+            "shadow-floor.yaml",
+            shadow_yaml(&s, &host, &graph_path).as_bytes(),
+        )?;
+        floor_hint = format!(
+            "\nfloor: shadow --progress true -d {o}/floor.data {o}/shadow-floor.yaml\n\
+             then:  shadowgen --analyze {o}/floor.data",
+            o = out.display()
+        );
+    }
     Ok(format!(
         "wrote {}/{{params.json,graph.gml,shadow.yaml}}: {} nodes, {} messages of {} bytes, {} ms links\n\
          run:  shadow --progress true -d {}/shadow.data {}/shadow.yaml\n\
-         then: shadowgen --analyze {}/shadow.data",
+         then: shadowgen --analyze {}/shadow.data{}",
         out.display(),
         s.nodes,
         s.messages,
@@ -359,7 +412,8 @@ fn generate(scenario: &Path, out: &Path) -> Result<String, String> {
         s.latency_ms,
         out.display(),
         out.display(),
-        out.display()
+        out.display(),
+        floor_hint
     ))
 }
 
@@ -426,7 +480,34 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-/// Per message: reach (receivers over nodes - 1) and delay percentiles, milliseconds.
+/// Milliseconds from `from` to each time, sorted.
+fn delays(times: &[i64], from: i64) -> Vec<f64> {
+    let mut d: Vec<f64> = times.iter().map(|t| (t - from) as f64 / 1000.0).collect();
+    d.sort_by(f64::total_cmp);
+    d
+}
+
+/// Mean, p50, p95, p99 and largest of sorted delays (null where there are none).
+fn spread(sorted: &[f64]) -> Value {
+    let mean = if sorted.is_empty() {
+        f64::NAN
+    } else {
+        sorted.iter().sum::<f64>() / sorted.len() as f64
+    };
+    json!({
+        "mean_ms": mean,
+        "p50_ms": percentile(sorted, 0.5),
+        "p95_ms": percentile(sorted, 0.95),
+        "p99_ms": percentile(sorted, 0.99),
+        "max_ms": sorted.last().copied().unwrap_or(f64::NAN),
+    })
+}
+
+/// Per message: reach (receivers over nodes - 1) and delay percentiles, milliseconds, from its
+/// `Published` line and from its first delivery (the harness's own measure,
+/// `analyze_message_deliveries.py`: its nodes print no `Published` line to standard output, so
+/// for them only the second is known). Over all messages: the same over every delivery, and
+/// the time each message took to reach every node that got it.
 fn analyze(dir: &Path) -> Result<Value, String> {
     let mut files = Vec::new();
     stdout_files(dir, &mut files, 0);
@@ -445,53 +526,109 @@ fn analyze(dir: &Path) -> Result<Value, String> {
     let mut ids: HashSet<String> = HashSet::new();
     for l in &logs {
         ids.extend(l.published.keys().cloned());
+        ids.extend(l.received.keys().cloned());
     }
     let mut ids: Vec<String> = ids.into_iter().collect();
-    ids.sort_by_key(|i| i.parse::<u64>().unwrap_or(u64::MAX));
-    let mut rows = Vec::new();
+    ids.sort_by_key(|i| (i.parse::<u64>().unwrap_or(u64::MAX), i.clone()));
+    let (mut rows, mut all_pub, mut all_first) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut last_pub, mut last_first) = (Vec::new(), Vec::new());
     for id in &ids {
-        let Some(at) = logs.iter().find_map(|l| l.published.get(id)).copied() else {
+        let at = logs.iter().find_map(|l| l.published.get(id)).copied();
+        let times: Vec<i64> = logs
+            .iter()
+            .filter_map(|l| l.received.get(id))
+            .copied()
+            .collect();
+        let Some(first) = times.iter().min().copied() else {
+            rows.push(json!({"id": id, "reach": 0.0}));
             continue;
         };
-        let mut delays: Vec<f64> = logs
-            .iter()
-            .filter_map(|l| l.received.get(id).map(|t| (t - at) as f64 / 1000.0))
-            .collect();
-        delays.sort_by(f64::total_cmp);
+        let from_pub = at.map(|at| delays(&times, at)).unwrap_or_default();
+        let from_first = delays(&times, first);
+        if let Some(&m) = from_pub.last() {
+            last_pub.push(m);
+        }
+        last_first.push(from_first.last().copied().unwrap_or(0.0));
+        all_pub.extend_from_slice(&from_pub);
+        all_first.extend_from_slice(&from_first);
         rows.push(json!({
             "id": id,
-            "reach": delays.len() as f64 / (nodes.saturating_sub(1).max(1)) as f64,
-            "p50_ms": percentile(&delays, 0.5),
-            "p95_ms": percentile(&delays, 0.95),
-            "max_ms": delays.last().copied().unwrap_or(f64::NAN),
+            "reach": times.len() as f64 / (nodes.saturating_sub(1).max(1)) as f64,
+            "p50_ms": percentile(&from_pub, 0.5),
+            "p95_ms": percentile(&from_pub, 0.95),
+            "max_ms": from_pub.last().copied().unwrap_or(f64::NAN),
+            "first_to_p50_ms": percentile(&from_first, 0.5),
+            "first_to_last_ms": from_first.last().copied().unwrap_or(f64::NAN),
         }));
+    }
+    for v in [&mut all_pub, &mut all_first, &mut last_pub, &mut last_first] {
+        v.sort_by(f64::total_cmp);
     }
     let dups: u64 = logs.iter().map(|l| l.duplicates).sum();
     let accepted: usize = logs.iter().map(|l| l.received.len()).sum();
+    let possible = ids.len() * nodes.saturating_sub(1);
     Ok(json!({
         "nodes": nodes,
         "messages": rows,
+        "deliveries": accepted,
+        "reach": if possible == 0 { 0.0 } else { accepted as f64 / possible as f64 },
+        "from_published": spread(&all_pub),
+        "from_first_delivery": spread(&all_first),
+        "last_delivery_from_published": {"p50_ms": percentile(&last_pub, 0.5), "p95_ms": percentile(&last_pub, 0.95)},
+        "last_delivery_from_first": {"p50_ms": percentile(&last_first, 0.5), "p95_ms": percentile(&last_first, 0.95)},
         "duplicates_per_delivery": if accepted == 0 { 0.0 } else { dups as f64 / accepted as f64 },
     }))
 }
 
+fn ms(v: &Value) -> String {
+    v.as_f64().map_or("-".into(), |x| format!("{x:.0}"))
+}
+
 fn table(v: &Value) -> String {
     let mut s = format!(
-        "{} nodes\n{:>6} {:>7} {:>9} {:>9} {:>9}\n",
-        v["nodes"], "id", "reach", "p50 ms", "p95 ms", "max ms"
+        "{} nodes\n{:>6} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
+        v["nodes"], "id", "reach", "p50 ms", "p95 ms", "max ms", "first→last"
     );
     for m in v["messages"].as_array().into_iter().flatten() {
         s.push_str(&format!(
-            "{:>6} {:>6.1}% {:>9.0} {:>9.0} {:>9.0}\n",
+            "{:>6} {:>6.1}% {:>9} {:>9} {:>9} {:>12}\n",
             m["id"].as_str().unwrap_or("?"),
             m["reach"].as_f64().unwrap_or(0.0) * 100.0,
-            m["p50_ms"].as_f64().unwrap_or(f64::NAN),
-            m["p95_ms"].as_f64().unwrap_or(f64::NAN),
-            m["max_ms"].as_f64().unwrap_or(f64::NAN)
+            ms(&m["p50_ms"]),
+            ms(&m["p95_ms"]),
+            ms(&m["max_ms"]),
+            ms(&m["first_to_last_ms"])
+        ));
+    }
+    for (name, key, last) in [
+        (
+            "from publication",
+            "from_published",
+            "last_delivery_from_published",
+        ),
+        (
+            "from first delivery",
+            "from_first_delivery",
+            "last_delivery_from_first",
+        ),
+    ] {
+        let d = &v[key];
+        s.push_str(&format!(
+            "every delivery {name}: mean {} p50 {} p95 {} p99 {} max {} ms; \
+             the last of each message: p50 {} p95 {} ms\n",
+            ms(&d["mean_ms"]),
+            ms(&d["p50_ms"]),
+            ms(&d["p95_ms"]),
+            ms(&d["p99_ms"]),
+            ms(&d["max_ms"]),
+            ms(&v[last]["p50_ms"]),
+            ms(&v[last]["p95_ms"])
         ));
     }
     s.push_str(&format!(
-        "duplicates per delivery: {:.2}",
+        "reach {:.1}% ({} deliveries); duplicates per delivery: {:.2}",
+        v["reach"].as_f64().unwrap_or(0.0) * 100.0,
+        v["deliveries"],
         v["duplicates_per_delivery"].as_f64().unwrap_or(0.0)
     ));
     s
@@ -502,7 +639,7 @@ fn main() -> ExitCode {
     let show = |v: Value| if a.json { v.to_string() } else { table(&v) };
     let r = match (&a.analyze, &a.scenario, &a.out) {
         (Some(dir), _, _) => analyze(dir).map(show),
-        (None, Some(sc), Some(out)) => generate(sc, out).and_then(|msg| {
+        (None, Some(sc), Some(out)) => generate(sc, out, a.floor.as_deref()).and_then(|msg| {
             let Some(port) = a.run_local.or(a.run_netns) else {
                 return Ok(msg);
             };
@@ -571,11 +708,23 @@ mod tests {
             .filter(|i| i["instruction"]["type"] == "publish")
             .count();
         assert_eq!(publishes, 20);
-        let y = shadow_yaml(
-            &s,
-            Path::new("/bin/agentnet"),
-            Path::new("/x/params.json"),
-            Path::new("/x/graph.gml"),
+        let host = |binary: &'static str, floor| Host {
+            binary: Path::new(binary),
+            params: Path::new("/x/params.json"),
+            floor,
+        };
+        let y = shadow_yaml(&s, &host("/bin/agentnet", false), Path::new("/x/graph.gml"));
+        assert_eq!(
+            y.matches("      args: sim-node --params /x/params.json --store store\n")
+                .count(),
+            300
+        );
+        let f = shadow_yaml(&s, &host("/bin/floor", true), Path::new("/x/graph.gml"));
+        assert_eq!(
+            f.matches("    - path: /bin/floor\n      args: --params /x/params.json\n")
+                .count(),
+            300,
+            "{f}"
         );
         assert_eq!(y.matches("    - path: /bin/agentnet").count(), 300);
         assert!(y.contains("      path: /x/graph.gml\n"), "{y}");
@@ -592,13 +741,38 @@ mod tests {
     }
 
     #[test]
+    fn a_floor_binary_that_is_not_there_is_refused_with_where_to_get_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sc = dir.path().join("s.toml");
+        std::fs::write(&sc, "nodes = 3\nbinary = \"/bin/true\"\n").unwrap();
+        let out = dir.path().join("out");
+        let e = generate(&sc, &out, Some(Path::new("/nonexistent/floor"))).unwrap_err();
+        assert!(
+            e.contains("/nonexistent/floor") && e.contains("test-plans"),
+            "{e}"
+        );
+        assert!(!out.join("shadow-floor.yaml").exists());
+        let msg = generate(&sc, &out, Some(Path::new("/bin/true"))).unwrap();
+        let f = std::fs::read_to_string(out.join("shadow-floor.yaml")).unwrap();
+        assert_eq!(
+            f.matches("    - path: /bin/true\n      args: --params ")
+                .count(),
+            3,
+            "{f}"
+        );
+        assert!(msg.contains("shadow-floor.yaml"), "{msg}");
+    }
+
+    #[test]
     fn the_analysis_reads_reach_and_delays_from_the_lines() {
         let dir = tempfile::tempdir().unwrap();
         let w = |n: &str, body: &str| std::fs::write(dir.path().join(n), body).unwrap();
         w("node0.stdout", "{\"msg\":\"PeerID\",\"time\":\"2000-01-01T00:00:00Z\",\"id\":\"x\"}\n{\"msg\":\"Published\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.000000Z\"}\n");
-        w("node1.stdout", "{\"msg\":\"Received Message\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.100000Z\"}\nnot json\n");
+        w("node1.stdout", "{\"msg\":\"Received Message\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.100000Z\"}\nnot json\n{\"msg\":\"Received Message\",\"id\":\"2\",\"time\":\"2000-01-01T00:02:00Z\"}\n");
         w("node2.stdout", "{\"msg\":\"Received Message\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.300000Z\"}\n{\"msg\":\"Received Message\",\"id\":\"1\",\"time\":\"2000-01-01T00:01:00.400000Z\"}\n");
-        w("node3.stdout", "");
+        // Message 2 as the harness's own nodes print it: no `Published` line anywhere, and a
+        // time in nanoseconds.
+        w("node3.stdout", "{\"msg\":\"Received Message\",\"id\":\"2\",\"time\":\"2000-01-01T00:02:00.250000001Z\"}\n");
         let v = analyze(dir.path()).unwrap();
         assert_eq!(v["nodes"], 4);
         let m = &v["messages"][0];
@@ -608,8 +782,39 @@ mod tests {
         );
         assert!((m["max_ms"].as_f64().unwrap() - 300.0).abs() < 1e-6, "{v}");
         assert!(
-            (v["duplicates_per_delivery"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+            (m["first_to_last_ms"].as_f64().unwrap() - 200.0).abs() < 1e-6,
             "{v}"
         );
+        let m = &v["messages"][1];
+        assert_eq!(m["id"], "2");
+        assert!(m["max_ms"].is_null(), "no publication time: {v}");
+        assert!(
+            (m["first_to_last_ms"].as_f64().unwrap() - 250.0).abs() < 1e-6,
+            "{v}"
+        );
+        // Over everything: 4 of 6 possible deliveries; from publication only message 1's.
+        assert_eq!(v["deliveries"], 4);
+        assert!(
+            (v["reach"].as_f64().unwrap() - 4.0 / 6.0).abs() < 1e-9,
+            "{v}"
+        );
+        assert!(
+            (v["from_published"]["mean_ms"].as_f64().unwrap() - 200.0).abs() < 1e-6,
+            "{v}"
+        );
+        assert!(
+            (v["from_first_delivery"]["max_ms"].as_f64().unwrap() - 250.0).abs() < 1e-6,
+            "{v}"
+        );
+        assert!(
+            (v["last_delivery_from_first"]["p95_ms"].as_f64().unwrap() - 250.0).abs() < 1e-6,
+            "{v}"
+        );
+        assert!(
+            (v["duplicates_per_delivery"].as_f64().unwrap() - 0.25).abs() < 1e-9,
+            "{v}"
+        );
+        let t = table(&v);
+        assert!(t.contains("reach 66.7% (4 deliveries)"), "{t}");
     }
 }
