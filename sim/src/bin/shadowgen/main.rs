@@ -29,6 +29,10 @@ use serde_json::{json, Value};
 
 use agentnet_node::cli::netns;
 
+// The figures of `simulate --out`, drawn the same way (one module, two binaries).
+#[path = "../../plot.rs"]
+mod plot;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "shadowgen",
@@ -44,6 +48,13 @@ struct Args {
     /// Analyze a finished run's data directory instead.
     #[arg(long, conflicts_with_all = ["scenario", "out"])]
     analyze: Option<PathBuf>,
+    /// With `--analyze`: the floor's run of the same scenario (`shadow-floor.yaml`'s data
+    /// directory), analyzed beside it, with the ratios of the two.
+    #[arg(long, value_name = "DIR", requires = "analyze")]
+    against: Option<PathBuf>,
+    /// With `--analyze`: write the figures (reach_cdf.svg, last_delivery.svg) into DIR.
+    #[arg(long, value_name = "DIR", requires = "analyze")]
+    plots: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -567,9 +578,24 @@ fn analyze(dir: &Path) -> Result<Value, String> {
     let dups: u64 = logs.iter().map(|l| l.duplicates).sum();
     let accepted: usize = logs.iter().map(|l| l.received.len()).sum();
     let possible = ids.len() * nodes.saturating_sub(1);
+    let cdf = |d: &[f64]| -> Vec<(f64, f64)> {
+        // At most ~500 points: every k-th delivery, and the last.
+        let k = (d.len() / 500).max(1);
+        let mut p: Vec<(f64, f64)> = d
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % k == 0 || *i + 1 == d.len())
+            .map(|(i, &x)| (x, (i + 1) as f64 / d.len() as f64))
+            .collect();
+        p.insert(0, (0.0, 0.0));
+        p
+    };
     Ok(json!({
         "nodes": nodes,
         "messages": rows,
+        "cdf_from_first_delivery": cdf(&all_first),
+        "cdf_from_published": cdf(&all_pub),
+        "cdf_last_from_first": cdf(&last_first),
         "deliveries": accepted,
         "reach": if possible == 0 { 0.0 } else { accepted as f64 / possible as f64 },
         "from_published": spread(&all_pub),
@@ -634,11 +660,138 @@ fn table(v: &Value) -> String {
     s
 }
 
+/// The run beside its floor: each figure of `from_first_delivery` and of the last delivery,
+/// and the run's over the floor's.
+fn compare(run: &Value, floor: &Value) -> Value {
+    let mut rows = Vec::new();
+    for (what, key, q) in [
+        ("every delivery, mean", "from_first_delivery", "mean_ms"),
+        ("every delivery, p50", "from_first_delivery", "p50_ms"),
+        ("every delivery, p95", "from_first_delivery", "p95_ms"),
+        ("every delivery, max", "from_first_delivery", "max_ms"),
+        (
+            "last of each message, p50",
+            "last_delivery_from_first",
+            "p50_ms",
+        ),
+        (
+            "last of each message, p95",
+            "last_delivery_from_first",
+            "p95_ms",
+        ),
+    ] {
+        let (a, b) = (run[key][q].as_f64(), floor[key][q].as_f64());
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => json!(a / b),
+            _ => Value::Null,
+        };
+        rows.push(json!({"figure": what, "run_ms": a, "floor_ms": b, "ratio": ratio}));
+    }
+    json!({"from_first_delivery": rows, "reach": {"run": run["reach"], "floor": floor["reach"]}})
+}
+
+fn comparison_table(c: &Value) -> String {
+    let mut s = format!(
+        "\nbeside the floor (from each message's first delivery)\n{:<28} {:>9} {:>9} {:>7}\n",
+        "", "run ms", "floor ms", "ratio"
+    );
+    for r in c["from_first_delivery"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "{:<28} {:>9} {:>9} {:>7}\n",
+            r["figure"].as_str().unwrap_or(""),
+            ms(&r["run_ms"]),
+            ms(&r["floor_ms"]),
+            r["ratio"]
+                .as_f64()
+                .map_or("-".into(), |x| format!("{x:.2}"))
+        ));
+    }
+    s.push_str(&format!(
+        "reach: run {:.1}%, floor {:.1}%",
+        c["reach"]["run"].as_f64().unwrap_or(0.0) * 100.0,
+        c["reach"]["floor"].as_f64().unwrap_or(0.0) * 100.0
+    ));
+    s
+}
+
+fn points(v: &Value) -> Vec<(f64, f64)> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?)))
+        .collect()
+}
+
+/// reach_cdf.svg (every delivery, from each message's first) and last_delivery.svg (the CDF of
+/// each message's last delivery), the floor's line beside the run's when there is one.
+fn plots(dir: &Path, run: &Value, floor: Option<&Value>) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    for (file, key, title, y) in [
+        (
+            "reach_cdf.svg",
+            "cdf_from_first_delivery",
+            "Deliveries over time, from each message's first delivery",
+            "share of deliveries",
+        ),
+        (
+            "last_delivery.svg",
+            "cdf_last_from_first",
+            "Time for a message to reach every node that got it",
+            "share of messages",
+        ),
+    ] {
+        let mut series = vec![plot::Series {
+            label: format!("agentnet sim-node ({} nodes)", run["nodes"]),
+            points: points(&run[key]),
+        }];
+        if let Some(f) = floor {
+            series.push(plot::Series {
+                label: format!(
+                    "floor: libp2p's gossipsub-interop node ({} nodes)",
+                    f["nodes"]
+                ),
+                points: points(&f[key]),
+            });
+        }
+        plot::lines(
+            &dir.join(file),
+            title,
+            "ms since the first delivery",
+            y,
+            &series,
+        )?;
+    }
+    Ok(())
+}
+
+/// `--analyze DIR [--against FLOOR] [--plots OUT]`.
+fn analyze_runs(dir: &Path, against: Option<&Path>, out: Option<&Path>) -> Result<Value, String> {
+    let run = analyze(dir)?;
+    let floor = against.map(analyze).transpose()?;
+    if let Some(out) = out {
+        plots(out, &run, floor.as_ref())?;
+    }
+    let mut v = run;
+    if let Some(f) = floor {
+        v["comparison"] = compare(&v, &f);
+        v["floor"] = f;
+    }
+    Ok(v)
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
-    let show = |v: Value| if a.json { v.to_string() } else { table(&v) };
+    let show = |v: Value| {
+        if a.json {
+            v.to_string()
+        } else if v["comparison"].is_object() {
+            format!("{}\n{}", table(&v), comparison_table(&v["comparison"]))
+        } else {
+            table(&v)
+        }
+    };
     let r = match (&a.analyze, &a.scenario, &a.out) {
-        (Some(dir), _, _) => analyze(dir).map(show),
+        (Some(dir), _, _) => analyze_runs(dir, a.against.as_deref(), a.plots.as_deref()).map(show),
         (None, Some(sc), Some(out)) => generate(sc, out, a.floor.as_deref()).and_then(|msg| {
             let Some(port) = a.run_local.or(a.run_netns) else {
                 return Ok(msg);
@@ -761,6 +914,60 @@ mod tests {
             "{f}"
         );
         assert!(msg.contains("shadow-floor.yaml"), "{msg}");
+    }
+
+    #[test]
+    fn a_run_beside_its_floor_gives_ratios_and_figures() {
+        let line = |id: u32, t: &str| {
+            format!("{{\"msg\":\"Received Message\",\"id\":\"{id}\",\"time\":\"2000-01-01T00:01:{t}Z\"}}\n")
+        };
+        let (run, floor, figs) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        // The run: message 1 reaches its three receivers 0, 200 and 400 ms after the first.
+        for (i, t) in ["00.1", "00.3", "00.5"].iter().enumerate() {
+            std::fs::write(run.path().join(format!("node{i}.stdout")), line(1, t)).unwrap();
+        }
+        std::fs::write(run.path().join("node3.stdout"), "").unwrap();
+        // The floor: 0, 100, 200 ms.
+        for (i, t) in ["00.1", "00.2", "00.3"].iter().enumerate() {
+            std::fs::write(floor.path().join(format!("node{i}.stdout")), line(1, t)).unwrap();
+        }
+        std::fs::write(floor.path().join("node3.stdout"), "").unwrap();
+        let v = analyze_runs(run.path(), Some(floor.path()), Some(figs.path())).unwrap();
+        let rows = v["comparison"]["from_first_delivery"].as_array().unwrap();
+        let row = |name: &str| rows.iter().find(|r| r["figure"] == name).unwrap().clone();
+        assert!(
+            (row("every delivery, max")["ratio"].as_f64().unwrap() - 2.0).abs() < 1e-9,
+            "{v}"
+        );
+        assert!((row("every delivery, mean")["run_ms"].as_f64().unwrap() - 200.0).abs() < 1e-9);
+        assert!(
+            (row("last of each message, p95")["floor_ms"]
+                .as_f64()
+                .unwrap()
+                - 200.0)
+                .abs()
+                < 1e-9
+        );
+        let t = comparison_table(&v["comparison"]);
+        assert!(
+            t.contains("every delivery, max") && t.contains("2.00"),
+            "{t}"
+        );
+        for f in ["reach_cdf.svg", "last_delivery.svg"] {
+            let svg = std::fs::read_to_string(figs.path().join(f)).unwrap();
+            assert!(
+                svg.contains("floor: libp2p") && svg.contains("agentnet sim-node (4 nodes)"),
+                "{f}"
+            );
+        }
+        // No floor: no comparison, and the figures have the run's line alone.
+        let v = analyze_runs(run.path(), None, None).unwrap();
+        assert!(v.get("comparison").is_none(), "{v}");
+        assert!(analyze_runs(run.path(), Some(Path::new("/nonexistent")), None).is_err());
     }
 
     #[test]
