@@ -2,7 +2,7 @@
 //! tested here without Shadow: three processes on loopback addresses 127.0.0.1-3, one port,
 //! read a params.json, join in a line (node 2 dials only node 1), publish, and print the JSON
 //! lines the harness's analysis reads; node 0's message reaches node 2 through node 1, which
-//! validated it before forwarding. A params file that does not read is refused with the reason.
+//! validated it (its store's files in memory, as under Shadow) before forwarding. A params file that does not read is refused with the reason.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +29,13 @@ fn spawn(dir: &std::path::Path, params: &std::path::Path, id: u32, port: u16) ->
             "--dial",
             &format!("/ip4/127.0.0.{{n1}}/tcp/{port}"),
         ])
+        // The middle node, which validates, stores and forwards, keeps its store's files in
+        // memory, as under Shadow (`shadowgen` gives every host `--store-in-memory`).
+        .args(if id == 1 {
+            &["--store-in-memory"][..]
+        } else {
+            &[]
+        })
         .env("AGENTNET_LOG", "info")
         .stdin(Stdio::null())
         .stdout(out)

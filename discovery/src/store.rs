@@ -134,8 +134,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, LogLevel,
-    Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Env,
+    LogLevel, Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
@@ -188,6 +188,8 @@ pub struct Memory {
     cache: Cache,
     /// Shared memtable budget; `None`: the store's own, [`TOTAL_WRITE_BUFFER_BYTES`].
     buffers: Option<WriteBufferManager>,
+    /// RocksDB's in-memory file system (see [`Memory::files_in_memory`]); `None`: the disk.
+    env: Option<Env>,
 }
 
 impl Default for Memory {
@@ -195,6 +197,7 @@ impl Default for Memory {
         Memory {
             cache: Cache::new_lru_cache(BLOCK_CACHE_BYTES),
             buffers: None,
+            env: None,
         }
     }
 }
@@ -214,7 +217,25 @@ impl Memory {
                 memtable_bytes,
                 false,
             )),
+            env: None,
         }
+    }
+
+    /// Stores opened with the result keep their files in RocksDB's in-memory file system
+    /// (its `MemEnv`): the same database, write-ahead log, flushes and compactions, but no file
+    /// on disk (the store's directory is made, and stays empty) and no file descriptor, and
+    /// nothing left when the process exits. For simulations
+    /// only: under Shadow one process holds every simulated node's open files under one limit,
+    /// and a store on disk holds 15 (its lock, info log, manifest, write-ahead log, and a
+    /// handle on its directory per column family), so 1 000 nodes would need 15 000
+    /// (docs/SIMULATION.md). A node that must keep what it accepted never uses this.
+    pub fn files_in_memory(mut self) -> Result<Self, StoreError> {
+        let env = Env::mem_env().map_err(|source| StoreError::Db {
+            context: "making RocksDB's in-memory file system".into(),
+            source,
+        })?;
+        self.env = Some(env);
+        Ok(self)
     }
 }
 
@@ -222,6 +243,7 @@ impl std::fmt::Debug for Memory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Memory")
             .field("shared_buffers", &self.buffers.is_some())
+            .field("files_in_memory", &self.env.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -496,12 +518,16 @@ impl Store {
                 ));
             }
         }
+        // Made with files in memory too: rust-rocksdb makes it on disk in any case (empty).
         std::fs::create_dir_all(path).map_err(|source| StoreError::CreateDir {
             path: path.to_owned(),
             source,
         })?;
         let cache = &memory.cache;
         let mut opts = cf_options(cache);
+        if let Some(env) = &memory.env {
+            opts.set_env(env);
+        }
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         match &memory.buffers {

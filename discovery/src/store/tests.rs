@@ -1220,3 +1220,36 @@ fn shared_stores_are_opened_lean_and_a_nodes_own_store_keeps_its_rolling_log() {
         .lines()
         .any(|l| l.trim() == "info_log_level=WARN_LEVEL"));
 }
+
+#[test]
+fn a_store_with_its_files_in_memory_works_and_leaves_nothing_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let memory = Memory::default().files_in_memory().unwrap();
+    let store = Store::open_shared(&path, test_limits(), &memory).unwrap();
+    assert_eq!(
+        store
+            .put(&advert("did:key:m", 5, 100, 1000, &["a"]))
+            .unwrap(),
+        PutOutcome::Inserted
+    );
+    // A replay is refused as on disk: the sequence numbers are kept there too.
+    assert_ne!(
+        store
+            .put(&advert("did:key:m", 5, 100, 1000, &["a"]))
+            .unwrap(),
+        PutOutcome::Inserted
+    );
+    assert_eq!(store.get("did:key:m", 500).unwrap().unwrap().seq, 5);
+    assert_eq!(store.len().unwrap(), 1);
+    drop(store);
+    // rust-rocksdb makes the directory on disk; nothing is written in it.
+    assert_eq!(
+        std::fs::read_dir(&path).unwrap().count(),
+        0,
+        "no file on disk"
+    );
+    // Reopened in the same file system (the same Memory), what was accepted is still there.
+    let store = Store::open_shared(&path, test_limits(), &memory).unwrap();
+    assert_eq!(store.get("did:key:m", 500).unwrap().unwrap().seq, 5);
+}

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use agentnet_did::{card, Resolver, SecretKey};
 use agentnet_discovery::advert::{self, Draft, Limits, Validator};
 use agentnet_discovery::net::{self, Config, TransportKind};
-use agentnet_discovery::store::Store;
+use agentnet_discovery::store::{Memory, Store};
 use serde::Deserialize;
 
 use super::*;
@@ -68,8 +68,14 @@ pub(super) struct SimNodeArgs {
     #[arg(long, default_value = "127.0.0.1")]
     ip_base: std::net::Ipv4Addr,
     /// The RocksDB store's directory; default: a temporary directory, removed at exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "store_in_memory")]
     store: Option<PathBuf>,
+    /// Keep the store's files in RocksDB's in-memory file system instead: the same database,
+    /// but no file on disk and no file descriptor. Under Shadow one process holds every
+    /// node's open files under one limit, and a store on disk holds 15 of them
+    /// (docs/SIMULATION.md, "Shadow on a machine like this one").
+    #[arg(long)]
+    store_in_memory: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -283,7 +289,13 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
             tmp.path().to_owned()
         }
     };
-    let store = Store::open(&store_dir.join("store"))?;
+    let store = if a.store_in_memory {
+        // rust-rocksdb makes the (empty) directory on disk even so: a temporary one.
+        let memory = Memory::default().files_in_memory()?;
+        Store::open_shared(&store_dir.join("store"), Default::default(), &memory)?
+    } else {
+        Store::open(&store_dir.join("store"))?
+    };
     let validator = Validator::new(Resolver::new(Default::default())?, Limits::default());
     let listen: libp2p::Multiaddr = format!(
         "/{}/{}/tcp/{}",

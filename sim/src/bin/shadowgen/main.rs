@@ -220,7 +220,12 @@ impl Host<'_> {
         if self.floor {
             format!("--params {}", self.params.display())
         } else {
-            format!("sim-node --params {} --store store", self.params.display())
+            // The store's files in memory: Shadow holds every node's open files in its one
+            // process, under one limit, and a store on disk holds 15 (docs/SIMULATION.md).
+            format!(
+                "sim-node --params {} --store-in-memory",
+                self.params.display()
+            )
         }
     }
 }
@@ -868,7 +873,7 @@ mod tests {
         };
         let y = shadow_yaml(&s, &host("/bin/agentnet", false), Path::new("/x/graph.gml"));
         assert_eq!(
-            y.matches("      args: sim-node --params /x/params.json --store store\n")
+            y.matches("      args: sim-node --params /x/params.json --store-in-memory\n")
                 .count(),
             300
         );
