@@ -584,15 +584,17 @@ fn analyze(dir: &Path) -> Result<Value, String> {
     let accepted: usize = logs.iter().map(|l| l.received.len()).sum();
     let possible = ids.len() * nodes.saturating_sub(1);
     let cdf = |d: &[f64]| -> Vec<(f64, f64)> {
-        // At most ~500 points: every k-th delivery, and the last.
+        // A step at every k-th value and the last (at most ~500 steps): the share stays
+        // where it was until the next value, so a line through the points draws the CDF.
         let k = (d.len() / 500).max(1);
-        let mut p: Vec<(f64, f64)> = d
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % k == 0 || *i + 1 == d.len())
-            .map(|(i, &x)| (x, (i + 1) as f64 / d.len() as f64))
-            .collect();
-        p.insert(0, (0.0, 0.0));
+        let mut p = vec![(0.0, 0.0)];
+        for (i, &x) in d.iter().enumerate() {
+            if i % k == 0 || i + 1 == d.len() {
+                let below = p.last().map_or(0.0, |l| l.1);
+                p.push((x, below));
+                p.push((x, (i + 1) as f64 / d.len() as f64));
+            }
+        }
         p
     };
     Ok(json!({
@@ -956,6 +958,12 @@ mod tests {
                 - 200.0)
                 .abs()
                 < 1e-9
+        );
+        // The CDF is drawn in steps: nothing before the message's last delivery, all at it.
+        assert_eq!(
+            points(&v["cdf_last_from_first"]),
+            [(0.0, 0.0), (400.0, 0.0), (400.0, 1.0)],
+            "{v}"
         );
         let t = comparison_table(&v["comparison"]);
         assert!(
