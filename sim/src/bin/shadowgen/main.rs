@@ -6,6 +6,10 @@
 //! cargo run -p agentnet-sim --bin shadowgen -- --scenario sim/scenarios/shadow-1000.toml --out DIR
 //! shadow --progress true -d DIR/shadow.data DIR/shadow.yaml
 //! cargo run -p agentnet-sim --bin shadowgen -- --analyze DIR/shadow.data
+//! # the floor: the same run by libp2p's own gossipsub-interop node, then both compared
+//! cargo run -p agentnet-sim --bin shadowgen -- --scenario S.toml --out DIR --floor BIN
+//! shadow -d DIR/floor.data DIR/shadow-floor.yaml
+//! cargo run -p agentnet-sim --bin shadowgen -- --analyze DIR/shadow.data --against DIR/floor.data --plots OUT
 //! ```
 //!
 //! The scenario (TOML, every key optional) sets the nodes, the mesh each dials (seeded), the
