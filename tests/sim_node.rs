@@ -2,7 +2,8 @@
 //! tested here without Shadow: three processes on loopback addresses 127.0.0.1-3, one port,
 //! read a params.json, join in a line (node 2 dials only node 1), publish, and print the JSON
 //! lines the harness's analysis reads; node 0's message reaches node 2 through node 1, which
-//! validated it (its store's files in memory, as under Shadow) before forwarding. A params file that does not read is refused with the reason.
+//! validated it (its store's files in memory, as under Shadow) before forwarding. A params
+//! file that does not read is refused with the reason.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -224,11 +224,11 @@ impl Memory {
     /// Stores opened with the result keep their files in RocksDB's in-memory file system
     /// (its `MemEnv`): the same database, write-ahead log, flushes and compactions, but no file
     /// on disk (the store's directory is made, and stays empty) and no file descriptor, and
-    /// nothing left when the process exits. For simulations
-    /// only: under Shadow one process holds every simulated node's open files under one limit,
-    /// and a store on disk holds 15 (its lock, info log, manifest, write-ahead log, and a
-    /// handle on its directory per column family), so 1 000 nodes would need 15 000
-    /// (docs/SIMULATION.md). A node that must keep what it accepted never uses this.
+    /// nothing left when the process exits. For simulations only: under Shadow one process
+    /// holds every simulated node's open files under one limit, and a store on disk holds 15
+    /// (its lock, info log, manifest, write-ahead log, and a handle on its directory per
+    /// column family), so 1 000 nodes would need 15 000 (docs/SIMULATION.md). A node that must
+    /// keep what it accepted never uses this.
     pub fn files_in_memory(mut self) -> Result<Self, StoreError> {
         let env = Env::mem_env().map_err(|source| StoreError::Db {
             context: "making RocksDB's in-memory file system".into(),
