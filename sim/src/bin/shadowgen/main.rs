@@ -479,18 +479,48 @@ fn read_log(text: &str) -> NodeLog {
     log
 }
 
-fn stdout_files(dir: &Path, out: &mut Vec<PathBuf>, depth: u32) {
+/// Most `*.stdout` files an analysis reads: the most nodes a scenario may have.
+const MAX_NODE_LOGS: usize = 100_000;
+/// Largest `*.stdout` file an analysis reads. A node prints a line per message it accepted
+/// (~80 bytes): a 1 000-node run's files are ~2 KB each.
+const MAX_NODE_LOG_BYTES: u64 = 64 << 20;
+
+/// The `*.stdout` files under `dir` (three levels down at most, as Shadow lays them out).
+fn stdout_files(dir: &Path, out: &mut Vec<PathBuf>, depth: u32) -> Result<(), String> {
     let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
+        return Ok(());
     };
     for e in rd.flatten() {
         let p = e.path();
         if p.is_dir() && depth < 3 {
-            stdout_files(&p, out, depth + 1);
+            stdout_files(&p, out, depth + 1)?;
         } else if p.extension().is_some_and(|x| x == "stdout") {
+            if out.len() == MAX_NODE_LOGS {
+                return Err(format!(
+                    "more than {MAX_NODE_LOGS} *.stdout files under {}: give one run's data directory",
+                    dir.display()
+                ));
+            }
             out.push(p);
         }
     }
+    Ok(())
+}
+
+/// One node's lines, read whole within [`MAX_NODE_LOG_BYTES`].
+fn read_node_log(f: &Path) -> Result<NodeLog, String> {
+    let err = |e: std::io::Error| format!("reading {}: {e}", f.display());
+    let len = std::fs::metadata(f).map_err(err)?.len();
+    if len > MAX_NODE_LOG_BYTES {
+        return Err(format!(
+            "{}: {len} bytes, more than a node's output can be ({MAX_NODE_LOG_BYTES}): \
+             is this a run's data directory?",
+            f.display()
+        ));
+    }
+    std::fs::read_to_string(f)
+        .map(|t| read_log(&t))
+        .map_err(err)
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -530,18 +560,14 @@ fn spread(sorted: &[f64]) -> Value {
 /// the time each message took to reach every node that got it.
 fn analyze(dir: &Path) -> Result<Value, String> {
     let mut files = Vec::new();
-    stdout_files(dir, &mut files, 0);
+    stdout_files(dir, &mut files, 0)?;
     if files.is_empty() {
         return Err(format!("no *.stdout file under {}", dir.display()));
     }
-    let logs: Vec<NodeLog> = files
+    let logs = files
         .iter()
-        .map(|f| {
-            std::fs::read_to_string(f)
-                .map(|t| read_log(&t))
-                .unwrap_or_default()
-        })
-        .collect();
+        .map(|f| read_node_log(f))
+        .collect::<Result<Vec<NodeLog>, String>>()?;
     let nodes = logs.len();
     let mut ids: HashSet<String> = HashSet::new();
     for l in &logs {
@@ -925,6 +951,24 @@ mod tests {
             "{f}"
         );
         assert!(msg.contains("shadow-floor.yaml"), "{msg}");
+    }
+
+    #[test]
+    fn an_output_too_large_or_unreadable_is_refused_by_name_not_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("node0.stdout"), "").unwrap();
+        // Past the bound (sparse: nothing is written).
+        let big = dir.path().join("node1.stdout");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_NODE_LOG_BYTES + 1)
+            .unwrap();
+        let e = analyze(dir.path()).unwrap_err();
+        assert!(e.contains("node1.stdout") && e.contains("bytes"), "{e}");
+        // Not text: an error naming the file, not a node counted with nothing received.
+        std::fs::write(&big, [0xff, 0xfe, 0x00]).unwrap();
+        let e = analyze(dir.path()).unwrap_err();
+        assert!(e.contains("node1.stdout"), "{e}");
     }
 
     #[test]
