@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine as _;
-use ed25519_dalek::{Signer as _, Verifier as _};
+use ed25519_dalek::Signer as _;
+// ES256 keys verify through p256, whose `signature` crate is an older major than ed25519-dalek's.
+use p256::ecdsa::signature::Verifier as _;
 use serde::{Deserialize, Serialize};
 
 /// Multicodec prefix of an Ed25519 public key (0xed as an unsigned varint).
@@ -100,7 +102,10 @@ impl std::fmt::Debug for SecretKey {
 impl SecretKey {
     /// A fresh key from the operating system's random source.
     pub fn generate() -> Self {
-        Self(ed25519_dalek::SigningKey::generate(&mut rand_core::OsRng))
+        // ed25519-dalek 3 takes rand_core 0.10's generators; the seed comes from the same source.
+        let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, seed.as_mut());
+        Self(ed25519_dalek::SigningKey::from_bytes(&seed))
     }
 
     /// The key with this 32-byte seed (deterministic; tests and test vectors).
