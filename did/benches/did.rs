@@ -42,6 +42,13 @@ fn benches(c: &mut Criterion) {
     c.bench_function("baseline/ed25519_verify_strict", |b| {
         b.iter(|| pk.verify_strict(black_box(&msg), black_box(&sig)).unwrap())
     });
+    // The same verification by ed25519-dalek 2 (libp2p's, on curve25519-dalek 4), whose fastest
+    // backend on stable Rust is AVX2: what the IFMA backend of 5 (.cargo/config.toml) saves.
+    let pk2 = ed25519_dalek_2::VerifyingKey::from_bytes(pk.as_bytes()).unwrap();
+    let sig2 = ed25519_dalek_2::Signature::from_bytes(&key.sign(&msg));
+    c.bench_function("baseline/ed25519_verify_strict_dalek2_avx2", |b| {
+        b.iter(|| pk2.verify_strict(black_box(&msg), black_box(&sig2)).unwrap())
+    });
 
     // The batch lever (docs/PROTOCOL.md "Batch verification"): n signatures of 32 signers, per
     // batch; divide by n for the cost of one.
