@@ -47,7 +47,10 @@ fn benches(c: &mut Criterion) {
     let pk2 = ed25519_dalek_2::VerifyingKey::from_bytes(pk.as_bytes()).unwrap();
     let sig2 = ed25519_dalek_2::Signature::from_bytes(&key.sign(&msg));
     c.bench_function("baseline/ed25519_verify_strict_dalek2_avx2", |b| {
-        b.iter(|| pk2.verify_strict(black_box(&msg), black_box(&sig2)).unwrap())
+        b.iter(|| {
+            pk2.verify_strict(black_box(&msg), black_box(&sig2))
+                .unwrap()
+        })
     });
 
     // The batch lever (docs/PROTOCOL.md "Batch verification"): n signatures of 32 signers, per
