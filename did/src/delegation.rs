@@ -28,7 +28,8 @@
 //! Bounds: [`MAX_LINKS`] links, [`MAX_LINK_BYTES`] per link, [`MAX_LIST`] entries in each list
 //! of a capability.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
@@ -303,6 +304,8 @@ pub struct Link {
     pub method: DidUrl,
     /// `sha256:<hex>` of the link's RFC 8785 bytes, proof included.
     pub digest: String,
+    /// Those bytes (the chain's digest is built from them).
+    bytes: Vec<u8>,
 }
 
 /// `sha256:<hex>` of `v`'s RFC 8785 bytes.
@@ -336,8 +339,8 @@ pub fn now() -> i64 {
 }
 
 impl Link {
-    /// The link `v` at index `i`, and its RFC 8785 bytes.
-    fn parse(v: &Value, i: usize) -> Result<(Link, Vec<u8>), ChainError> {
+    /// The link `v` at index `i`.
+    fn parse(v: &Value, i: usize) -> Result<Link, ChainError> {
         let bytes = crate::jcs::canonicalize(v);
         if bytes.len() > MAX_LINK_BYTES {
             return Err(ChainError::at(i, format!("over {MAX_LINK_BYTES} bytes")));
@@ -414,20 +417,18 @@ impl Link {
             ));
         }
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-        Ok((
-            Link {
-                value: v.clone(),
-                issuer,
-                audience,
-                capability,
-                parent,
-                valid_from,
-                valid_until,
-                method,
-                digest,
-            },
+        Ok(Link {
+            value: v.clone(),
+            issuer,
+            audience,
+            capability,
+            parent,
+            valid_from,
+            valid_until,
+            method,
+            digest,
             bytes,
-        ))
+        })
     }
 
     fn names(&self) -> String {
@@ -435,10 +436,105 @@ impl Link {
     }
 }
 
+/// Links parsed before, for [`Chain::parse_with`]: the digest of a chain an agent sees on every
+/// request (RFC 8785 of each link, SHA-256) is computed once, not per request.
+///
+/// Keyed by the link's `proof.proofValue`, and a link is reused only for a credential equal to
+/// the one it was parsed from (what is parsed is a function of the JSON alone; times, the
+/// principal, the binding and the proof are still checked per request). Bounded in total:
+/// [`MEMO_LINKS`] links and [`MEMO_BYTES`] of their RFC 8785 bytes, oldest evicted first.
+/// Anyone may fill it with links of their own: that costs the others a parse, never a
+/// wrong answer.
+#[derive(Debug, Default)]
+pub struct Memo(Mutex<MemoInner>);
+
+#[derive(Debug, Default)]
+struct MemoInner {
+    by_proof: HashMap<String, Arc<Link>>,
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+/// Most links a [`Memo`] holds.
+pub const MEMO_LINKS: usize = 4096;
+/// Most RFC 8785 bytes of the links a [`Memo`] holds (their JSON in memory is a few times
+/// that).
+pub const MEMO_BYTES: usize = 4 << 20;
+
+fn proof_value(v: &Value) -> Option<&str> {
+    v.get("proof")?.get("proofValue")?.as_str()
+}
+
+impl Memo {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoInner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The link parsed from a credential equal to `v`, if held.
+    fn get(&self, v: &Value) -> Option<Arc<Link>> {
+        let key = proof_value(v)?;
+        let known = self.lock().by_proof.get(key).cloned()?;
+        (known.value == *v).then_some(known)
+    }
+
+    fn put(&self, link: &Arc<Link>) {
+        let Some(key) = proof_value(&link.value) else {
+            return;
+        };
+        let mut m = self.lock();
+        if let Some(old) = m.by_proof.insert(key.to_string(), link.clone()) {
+            // The same proof value on another credential: the newer replaces it in place.
+            m.bytes -= old.bytes.len();
+        } else {
+            m.order.push_back(key.to_string());
+        }
+        m.bytes += link.bytes.len();
+        while m.order.len() > MEMO_LINKS || m.bytes > MEMO_BYTES {
+            let Some(old) = m.order.pop_front() else {
+                break;
+            };
+            if let Some(l) = m.by_proof.remove(&old) {
+                m.bytes -= l.bytes.len();
+            }
+        }
+    }
+
+    /// Links held.
+    pub fn len(&self) -> usize {
+        self.lock().by_proof.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `sha256:<hex>` of `chain`'s RFC 8785 bytes (what [`digest`] gives), from the bytes
+    /// held for its links when all are held.
+    pub fn digest(&self, chain: &Value) -> String {
+        let Some(arr) = chain.as_array().filter(|a| !a.is_empty()) else {
+            return digest(chain);
+        };
+        let mut whole = Sha256::new();
+        whole.update(b"[");
+        for (i, v) in arr.iter().enumerate() {
+            let Some(link) = self.get(v) else {
+                return digest(chain);
+            };
+            if i > 0 {
+                whole.update(b",");
+            }
+            whole.update(&link.bytes);
+        }
+        whole.update(b"]");
+        format!("sha256:{}", hex::encode(whole.finalize()))
+    }
+}
+
 /// A parsed chain: shape, bounds, links and attenuation checked; proofs not yet verified.
 #[derive(Debug, Clone)]
 pub struct Chain {
-    links: Vec<Link>,
+    links: Vec<Arc<Link>>,
     digest: String,
 }
 
@@ -469,6 +565,12 @@ pub struct Request<'a> {
 impl Chain {
     /// Parse `v` (the JSON array) and check every link's shape, its parent and its attenuation.
     pub fn parse(v: &Value) -> Result<Chain, ChainError> {
+        Chain::parse_with(v, None)
+    }
+
+    /// [`Chain::parse`], taking from `memo` the links parsed before (and putting there the
+    /// others): a link seen again costs a comparison, not its RFC 8785 bytes and digest.
+    pub fn parse_with(v: &Value, memo: Option<&Memo>) -> Result<Chain, ChainError> {
         let arr = v.as_array().ok_or_else(|| {
             ChainError::whole(format!("{METADATA_MEMBER} must be a JSON array of links"))
         })?;
@@ -481,17 +583,26 @@ impl Chain {
                 arr.len()
             )));
         }
-        let mut links: Vec<Link> = Vec::with_capacity(arr.len());
+        let mut links: Vec<Arc<Link>> = Vec::with_capacity(arr.len());
         // RFC 8785 writes an array as `[`, its members' bytes joined by `,`, then `]`: the
         // chain's digest from the links' bytes, without canonicalizing it all again.
         let mut whole = Sha256::new();
         whole.update(b"[");
         for (i, v) in arr.iter().enumerate() {
-            let (link, bytes) = Link::parse(v, i)?;
+            let link = match memo.and_then(|m| m.get(v)) {
+                Some(known) => known,
+                None => {
+                    let link = Arc::new(Link::parse(v, i)?);
+                    if let Some(m) = memo {
+                        m.put(&link);
+                    }
+                    link
+                }
+            };
             if i > 0 {
                 whole.update(b",");
             }
-            whole.update(&bytes);
+            whole.update(&link.bytes);
             if link.valid_until < link.valid_from {
                 return Err(ChainError::at(i, "validUntil is before validFrom"));
             }
@@ -541,7 +652,7 @@ impl Chain {
     }
 
     /// The links, root first.
-    pub fn links(&self) -> &[Link] {
+    pub fn links(&self) -> &[Arc<Link>] {
         &self.links
     }
 
@@ -911,6 +1022,81 @@ mod tests {
     fn the_chain_digest_is_that_of_its_rfc_8785_bytes() {
         let (chain, _) = two_links();
         assert_eq!(Chain::parse(&chain).unwrap().digest(), digest(&chain));
+    }
+
+    /// A link seen again is taken from the memo: the same chain, the same digests; a link
+    /// that keeps another's proof value but says something else is parsed as what it says.
+    #[test]
+    fn the_memo_gives_what_a_parse_gives_and_no_more() {
+        let (chain, [_p, a, b]) = two_links();
+        let g_ok = |c: &Value, doc: &Document| Chain::parse(c).unwrap().verify_link(1, doc).is_ok();
+        let memo = Memo::default();
+        let plain = Chain::parse(&chain).unwrap();
+        let first = Chain::parse_with(&chain, Some(&memo)).unwrap();
+        assert_eq!(memo.len(), 2);
+        let again = Chain::parse_with(&chain, Some(&memo)).unwrap();
+        for c in [&first, &again] {
+            assert_eq!(c.digest(), plain.digest());
+            assert_eq!(c.digest(), digest(&chain));
+            let ds = |c: &Chain| {
+                c.links()
+                    .iter()
+                    .map(|l| l.digest.clone())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(ds(c), ds(&plain));
+        }
+        assert!(Arc::ptr_eq(&first.links()[1], &again.links()[1]), "reused");
+        assert_eq!(memo.digest(&chain), digest(&chain));
+
+        // The second link widened (ops send → send, cancel), its proof value kept: the memo
+        // must not answer for it. Its proof fails, and its digest is its own.
+        let mut forged = chain.clone();
+        forged[1]["credentialSubject"]["capability"]["ops"] = json!(["send", "cancel"]);
+        assert_eq!(memo.digest(&forged), digest(&forged));
+        assert_ne!(memo.digest(&forged), digest(&chain));
+        // Wider than its parent? No: the root grants cancel-less "send, get"; refused.
+        let err = Chain::parse_with(&forged, Some(&memo)).unwrap_err();
+        assert_eq!(err.link, Some(1), "{err}");
+        // A narrower forgery parses, as itself, and its proof does not verify.
+        let mut narrowed = chain.clone();
+        narrowed[1]["credentialSubject"]["capability"]["depth"] = json!(0);
+        let n = Chain::parse_with(&narrowed, Some(&memo)).unwrap();
+        assert_eq!(n.links()[1].capability.depth, 0);
+        assert_eq!(n.digest(), digest(&narrowed));
+        assert!(n.verify_link(1, &a.2).is_err());
+        assert!(g_ok(&chain, &a.2));
+        // And the memo still answers for the genuine link.
+        let g = Chain::parse_with(&chain, Some(&memo)).unwrap();
+        assert_eq!(g.links()[1].capability.depth, 1);
+        let _ = b;
+    }
+
+    /// Filling the memo with links of one's own evicts the oldest: it stays within its bounds.
+    #[test]
+    fn the_memo_is_bounded_in_links_and_bytes() {
+        let memo = Memo::default();
+        let p = who(1);
+        let mut first = None;
+        for i in 0..(MEMO_LINKS + 50) {
+            let c = Capability {
+                ops: vec!["send".into()],
+                skills: Some(vec![format!("s{i}")]),
+                depth: 0,
+                ..Default::default()
+            };
+            let chain = issue(&p.0, &p.1, &grant(p.1.did(), &c), None).unwrap();
+            Chain::parse_with(&chain, Some(&memo)).unwrap();
+            first.get_or_insert(chain);
+        }
+        assert_eq!(memo.len(), MEMO_LINKS);
+        assert!(memo.lock().bytes <= MEMO_BYTES);
+        let held: usize = memo.lock().by_proof.values().map(|l| l.bytes.len()).sum();
+        assert_eq!(held, memo.lock().bytes);
+        // The first is gone; its digest is still right, computed afresh.
+        let first = first.unwrap();
+        assert!(memo.get(&first[0]).is_none());
+        assert_eq!(memo.digest(&first), digest(&first));
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub struct Authority {
     resolver: Resolver,
     budgets: std::sync::Arc<Mutex<Budgets>>,
     verified: std::sync::Arc<Mutex<Verified>>,
+    memo: std::sync::Arc<delegation::Memo>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -109,12 +110,14 @@ impl std::fmt::Debug for Authority {
     }
 }
 
-/// What the agents of one node share: the resolver, the fetch budgets, the verified links.
+/// What the agents of one node share: the resolver, the fetch budgets, the verified links,
+/// the links parsed before ([`delegation::Memo`], which the receipts' chain digests read too).
 #[derive(Clone)]
 pub struct Shared {
     resolver: Resolver,
     budgets: std::sync::Arc<Mutex<Budgets>>,
     verified: std::sync::Arc<Mutex<Verified>>,
+    memo: std::sync::Arc<delegation::Memo>,
 }
 
 impl Shared {
@@ -124,7 +127,13 @@ impl Shared {
             resolver,
             budgets: Default::default(),
             verified: Default::default(),
+            memo: Default::default(),
         }
+    }
+
+    /// The links parsed before.
+    pub fn memo(&self) -> &std::sync::Arc<delegation::Memo> {
+        &self.memo
     }
 
     /// The resolver.
@@ -147,6 +156,7 @@ impl Shared {
             resolver: self.resolver.clone(),
             budgets: self.budgets.clone(),
             verified: self.verified.clone(),
+            memo: self.memo.clone(),
         }
     }
 }
@@ -180,7 +190,7 @@ impl Authority {
                 self.refuse("a delegation binds to a DID: sign the request as the chain's holder")
             );
         };
-        let parsed = Chain::parse(chain).map_err(|e| self.refuse(e))?;
+        let parsed = Chain::parse_with(chain, Some(&self.memo)).map_err(|e| self.refuse(e))?;
         let req = Request {
             principals: (!self.principals.is_empty()).then_some(self.principals.as_slice()),
             caller,

@@ -322,7 +322,9 @@ pub fn build(
             source,
         })?;
         let subs = Arc::new(receipts::SubReceipts::default());
-        let sealer = Arc::new(receipts::Sealer::new(&key, subs.clone()));
+        let sealer = Arc::new(
+            receipts::Sealer::new(&key, subs.clone()).with_chains(authority.memo().clone()),
+        );
         let handler: Arc<dyn Handler> = match a.kind {
             Kind::Echo => Arc::new(samples::Echo),
             Kind::Tck => Arc::new(samples::Tck),

@@ -56,6 +56,7 @@ pub struct Sealer {
     did: String,
     kid: DidUrl,
     subs: std::sync::Arc<SubReceipts>,
+    chains: Option<std::sync::Arc<agentnet_did::delegation::Memo>>,
 }
 
 impl Sealer {
@@ -68,7 +69,15 @@ impl Sealer {
             kid: did.with_fragment(did.method_specific_id()),
             did: did.to_string(),
             subs,
+            chains: None,
         }
+    }
+
+    /// Digest delegation chains from the links the agents' gates parsed (`memo`): the same
+    /// digest, without the chain's RFC 8785 bytes written again for every receipt.
+    pub fn with_chains(mut self, memo: std::sync::Arc<agentnet_did::delegation::Memo>) -> Self {
+        self.chains = Some(memo);
+        self
     }
 
     /// Stamp `created`, gather the sub-receipts, and sign the receipt of a terminal task
@@ -133,19 +142,28 @@ impl Sealer {
             .status
             .timestamp
             .and_then(|t| serde_json::to_value(t).ok());
+        let chain = task
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(agentnet_did::delegation::METADATA_MEMBER))
+            .filter(|c| !c.is_null());
+        let memo = self.chains.as_deref();
         let facts = receipt::Facts {
             task_id: &task.id,
             context_id: &task.context_id,
             messages: messages.iter(),
             artifacts: artifacts.iter(),
-            delegation: task
-                .metadata
-                .as_ref()
-                .and_then(|m| m.get(agentnet_did::delegation::METADATA_MEMBER)),
+            // With the memo, the chain's digest is put in below.
+            delegation: chain.filter(|_| memo.is_none()),
             state: &state,
             ended: ended.as_ref().and_then(Value::as_str),
         };
-        let r = Receipt::of(facts, &self.did, caller, &created, subs);
+        let mut r = Receipt::of(facts, &self.did, caller, &created, subs);
+        if let (Some(memo), Some(chain)) = (memo, chain) {
+            // The receipt names digests as bare hex; the chain's carries its algorithm.
+            let d = memo.digest(chain);
+            r.delegation = Some(d.strip_prefix("sha256:").unwrap_or(&d).to_string());
+        }
         let jws = receipt::sign(&r, &self.key, &self.kid);
         task.metadata
             .get_or_insert_with(Default::default)
@@ -272,6 +290,68 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!((got.messages.len(), got.artifacts.len()), (2, 2));
         assert!(got.delegation.is_some());
+    }
+
+    /// With the gate's memo, the receipt names the chain by the digest a verifier computes
+    /// from the task (RFC 8785 of `Task.metadata.actorChain`), for a chain the memo holds and
+    /// for one that only looks like it (a link changed, its proof value kept).
+    #[test]
+    fn the_chain_digest_from_the_memo_is_the_chain_s_own() {
+        use agentnet_did::delegation::{self, Capability, Chain, Grant, Memo};
+        let key = SecretKey::from_seed(&[4; 32]);
+        let memo = std::sync::Arc::new(Memo::default());
+        let s = Sealer::new(&key, Default::default()).with_chains(memo.clone());
+        let p = SecretKey::from_seed(&[8; 32]);
+        let (pd, ad) = (p.did_key(), SecretKey::from_seed(&[9; 32]).did_key());
+        let cap = Capability {
+            ops: vec!["send".into()],
+            depth: 0,
+            ..Default::default()
+        };
+        let now = delegation::now();
+        let grant = Grant {
+            audience: &ad,
+            capability: &cap,
+            valid_from: now,
+            valid_until: now + 60,
+        };
+        let chain = delegation::issue(&p, &pd.with_fragment(pd.method_specific_id()), &grant, None)
+            .unwrap();
+        Chain::parse_with(&chain, Some(&memo)).unwrap();
+        assert_eq!(memo.len(), 1);
+        let mut altered = chain.clone();
+        altered[0]["validUntil"] = serde_json::json!(delegation::rfc3339(now + 6000));
+        let did = key.did_key().to_string();
+        for c in [&chain, &altered] {
+            let mut t = Task {
+                id: "t7".into(),
+                context_id: "c7".into(),
+                status: TaskStatus {
+                    state: TaskState::Completed,
+                    message: None,
+                    timestamp: Some(chrono::Utc::now()),
+                },
+                artifacts: None,
+                history: None,
+                metadata: Some(HashMap::from([(
+                    delegation::METADATA_MEMBER.to_string(),
+                    c.clone(),
+                )])),
+            };
+            s.seal(Some("did:key:zCaller"), &mut t);
+            let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let expect = receipt::Expected {
+                task_id: "t7",
+                agent: &did,
+                caller: Some("did:key:zCaller"),
+            };
+            let pk = agentnet_did::PublicKey::Ed25519(key.public());
+            let got = receipt::verify_with_key(&jws, &pk, &expect).unwrap();
+            assert_eq!(got.delegation, Some(receipt::digest_json(c)));
+        }
     }
 
     #[test]
