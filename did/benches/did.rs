@@ -201,6 +201,22 @@ fn benches(c: &mut Criterion) {
             parsed.check(&req).unwrap()
         })
     });
+    // The same with the links parsed before (node/src/authority.rs parses with a memo).
+    let memo = delegation::Memo::default();
+    Chain::parse_with(&chain, Some(&memo)).unwrap();
+    c.bench_function("delegation/check_3_links_memo", |b| {
+        b.iter(|| {
+            let parsed = Chain::parse_with(black_box(&chain), Some(&memo)).unwrap();
+            parsed.check(&req).unwrap()
+        })
+    });
+    // What a receipt pays to name the chain: its RFC 8785 bytes hashed, or the memo's.
+    c.bench_function("delegation/chain_digest", |b| {
+        b.iter(|| delegation::digest(black_box(&chain)))
+    });
+    c.bench_function("delegation/chain_digest_memo", |b| {
+        b.iter(|| memo.digest(black_box(&chain)))
+    });
     c.bench_function("delegation/verify_3_links", |b| {
         b.iter(|| {
             rt.block_on(delegation::verify(black_box(&chain), &req, &resolver))
