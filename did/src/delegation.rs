@@ -308,6 +308,21 @@ pub struct Link {
     bytes: Vec<u8>,
 }
 
+/// `sha256:<hex>` of a chain's RFC 8785 bytes from its links' bytes: RFC 8785 writes an array
+/// as `[`, its members' bytes joined by `,`, then `]`.
+fn chain_digest<'a>(links: impl Iterator<Item = &'a Link>) -> String {
+    let mut whole = Sha256::new();
+    whole.update(b"[");
+    for (i, l) in links.enumerate() {
+        if i > 0 {
+            whole.update(b",");
+        }
+        whole.update(&l.bytes);
+    }
+    whole.update(b"]");
+    format!("sha256:{}", hex::encode(whole.finalize()))
+}
+
 /// `sha256:<hex>` of `v`'s RFC 8785 bytes.
 pub fn digest(v: &Value) -> String {
     format!(
@@ -512,22 +527,14 @@ impl Memo {
     /// `sha256:<hex>` of `chain`'s RFC 8785 bytes (what [`digest`] gives), from the bytes
     /// held for its links when all are held.
     pub fn digest(&self, chain: &Value) -> String {
-        let Some(arr) = chain.as_array().filter(|a| !a.is_empty()) else {
-            return digest(chain);
-        };
-        let mut whole = Sha256::new();
-        whole.update(b"[");
-        for (i, v) in arr.iter().enumerate() {
-            let Some(link) = self.get(v) else {
-                return digest(chain);
-            };
-            if i > 0 {
-                whole.update(b",");
-            }
-            whole.update(&link.bytes);
+        let held: Option<Vec<Arc<Link>>> = chain
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .and_then(|a| a.iter().map(|v| self.get(v)).collect());
+        match held {
+            Some(links) => chain_digest(links.iter().map(|l| &**l)),
+            None => digest(chain),
         }
-        whole.update(b"]");
-        format!("sha256:{}", hex::encode(whole.finalize()))
     }
 }
 
@@ -584,10 +591,6 @@ impl Chain {
             )));
         }
         let mut links: Vec<Arc<Link>> = Vec::with_capacity(arr.len());
-        // RFC 8785 writes an array as `[`, its members' bytes joined by `,`, then `]`: the
-        // chain's digest from the links' bytes, without canonicalizing it all again.
-        let mut whole = Sha256::new();
-        whole.update(b"[");
         for (i, v) in arr.iter().enumerate() {
             let link = match memo.and_then(|m| m.get(v)) {
                 Some(known) => known,
@@ -599,10 +602,6 @@ impl Chain {
                     link
                 }
             };
-            if i > 0 {
-                whole.update(b",");
-            }
-            whole.update(&link.bytes);
             if link.valid_until < link.valid_from {
                 return Err(ChainError::at(i, "validUntil is before validFrom"));
             }
@@ -644,11 +643,9 @@ impl Chain {
             }
             links.push(link);
         }
-        whole.update(b"]");
-        Ok(Chain {
-            links,
-            digest: format!("sha256:{}", hex::encode(whole.finalize())),
-        })
+        // The chain's digest from the links' bytes, without canonicalizing it all again.
+        let digest = chain_digest(links.iter().map(|l| &**l));
+        Ok(Chain { links, digest })
     }
 
     /// The links, root first.
@@ -1028,8 +1025,7 @@ mod tests {
     /// that keeps another's proof value but says something else is parsed as what it says.
     #[test]
     fn the_memo_gives_what_a_parse_gives_and_no_more() {
-        let (chain, [_p, a, b]) = two_links();
-        let g_ok = |c: &Value, doc: &Document| Chain::parse(c).unwrap().verify_link(1, doc).is_ok();
+        let (chain, [_p, a, _b]) = two_links();
         let memo = Memo::default();
         let plain = Chain::parse(&chain).unwrap();
         let first = Chain::parse_with(&chain, Some(&memo)).unwrap();
@@ -1065,11 +1061,10 @@ mod tests {
         assert_eq!(n.links()[1].capability.depth, 0);
         assert_eq!(n.digest(), digest(&narrowed));
         assert!(n.verify_link(1, &a.2).is_err());
-        assert!(g_ok(&chain, &a.2));
+        assert!(Chain::parse(&chain).unwrap().verify_link(1, &a.2).is_ok());
         // And the memo still answers for the genuine link.
         let g = Chain::parse_with(&chain, Some(&memo)).unwrap();
         assert_eq!(g.links()[1].capability.depth, 1);
-        let _ = b;
     }
 
     /// Filling the memo with links of one's own evicts the oldest: it stays within its bounds.

@@ -56,7 +56,7 @@ pub struct Sealer {
     did: String,
     kid: DidUrl,
     subs: std::sync::Arc<SubReceipts>,
-    chains: Option<std::sync::Arc<agentnet_did::delegation::Memo>>,
+    chains: std::sync::Arc<agentnet_did::delegation::Memo>,
 }
 
 impl Sealer {
@@ -69,14 +69,14 @@ impl Sealer {
             kid: did.with_fragment(did.method_specific_id()),
             did: did.to_string(),
             subs,
-            chains: None,
+            chains: Default::default(),
         }
     }
 
     /// Digest delegation chains from the links the agents' gates parsed (`memo`): the same
     /// digest, without the chain's RFC 8785 bytes written again for every receipt.
     pub fn with_chains(mut self, memo: std::sync::Arc<agentnet_did::delegation::Memo>) -> Self {
-        self.chains = Some(memo);
+        self.chains = memo;
         self
     }
 
@@ -147,21 +147,20 @@ impl Sealer {
             .as_ref()
             .and_then(|m| m.get(agentnet_did::delegation::METADATA_MEMBER))
             .filter(|c| !c.is_null());
-        let memo = self.chains.as_deref();
         let facts = receipt::Facts {
             task_id: &task.id,
             context_id: &task.context_id,
             messages: messages.iter(),
             artifacts: artifacts.iter(),
-            // With the memo, the chain's digest is put in below.
-            delegation: chain.filter(|_| memo.is_none()),
+            // The chain's digest is put in below, from the memo.
+            delegation: None,
             state: &state,
             ended: ended.as_ref().and_then(Value::as_str),
         };
         let mut r = Receipt::of(facts, &self.did, caller, &created, subs);
-        if let (Some(memo), Some(chain)) = (memo, chain) {
+        if let Some(chain) = chain {
             // The receipt names digests as bare hex; the chain's carries its algorithm.
-            let d = memo.digest(chain);
+            let d = self.chains.digest(chain);
             r.delegation = Some(d.strip_prefix("sha256:").unwrap_or(&d).to_string());
         }
         let jws = receipt::sign(&r, &self.key, &self.kid);
@@ -229,6 +228,21 @@ mod tests {
         assert_eq!(r.state, "TASK_STATE_FAILED");
     }
 
+    /// The receipt `t` carries, verified as signed by `key` for `did:key:zCaller`.
+    fn sealed_for_caller(key: &SecretKey, t: &Task) -> Receipt {
+        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
+            .as_str()
+            .expect("the task carries a receipt");
+        let did = key.did_key().to_string();
+        let expect = receipt::Expected {
+            task_id: &t.id,
+            agent: &did,
+            caller: Some("did:key:zCaller"),
+        };
+        let pk = agentnet_did::PublicKey::Ed25519(key.public());
+        receipt::verify_with_key(jws, &pk, &expect).unwrap()
+    }
+
     /// The sealer reads the typed task in place; what it signs is what the receipt of the
     /// same task as JSON says (`Receipt::for_task`, the definition the verifiers follow).
     #[test]
@@ -269,18 +283,8 @@ mod tests {
             )])),
         };
         s.seal(Some("did:key:zCaller"), &mut t);
-        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let got = sealed_for_caller(&key, &t);
         let did = key.did_key().to_string();
-        let expect = receipt::Expected {
-            task_id: "t9",
-            agent: &did,
-            caller: Some("did:key:zCaller"),
-        };
-        let pk = agentnet_did::PublicKey::Ed25519(key.public());
-        let got = receipt::verify_with_key(&jws, &pk, &expect).unwrap();
         let created = t.metadata.as_ref().unwrap()[CREATED_KEY]
             .as_str()
             .unwrap()
@@ -321,7 +325,6 @@ mod tests {
         assert_eq!(memo.len(), 1);
         let mut altered = chain.clone();
         altered[0]["validUntil"] = serde_json::json!(delegation::rfc3339(now + 6000));
-        let did = key.did_key().to_string();
         for c in [&chain, &altered] {
             let mut t = Task {
                 id: "t7".into(),
@@ -339,17 +342,7 @@ mod tests {
                 )])),
             };
             s.seal(Some("did:key:zCaller"), &mut t);
-            let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
-                .as_str()
-                .unwrap()
-                .to_string();
-            let expect = receipt::Expected {
-                task_id: "t7",
-                agent: &did,
-                caller: Some("did:key:zCaller"),
-            };
-            let pk = agentnet_did::PublicKey::Ed25519(key.public());
-            let got = receipt::verify_with_key(&jws, &pk, &expect).unwrap();
+            let got = sealed_for_caller(&key, &t);
             assert_eq!(got.delegation, Some(receipt::digest_json(c)));
         }
     }
