@@ -241,6 +241,18 @@ require_delegation_from = ["{}"]
     let sent = history.iter().find(|m| m["role"] == "ROLE_USER").unwrap();
     assert_eq!(sent["parts"][0]["text"], "hello");
     assert!(sent.get("metadata").is_none(), "{history:?}");
+    // Read back from the node's store (which keeps a chain once, apart from its tasks), the
+    // task still holds it, and GetTask is checked against it.
+    let id = answer.1["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let again = send(&url, &caller, "again", Some(&ok)).await;
+    assert_eq!(completed_text(&again), "again");
+    let got = rpc(&url, &caller, "GetTask", json!({"id": id})).await;
+    assert_eq!(got.0, 200, "{:?}", got.1);
+    assert_eq!(got.1["result"]["metadata"]["actorChain"], ok, "{:?}", got.1);
+    assert_eq!(got.1["result"]["artifacts"][0]["parts"][0]["text"], "hello");
 
     // A two-link chain through a middle agent: served.
     let root = grant(

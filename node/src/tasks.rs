@@ -12,11 +12,13 @@
 //!
 //! | CF | key | value |
 //! |---|---|---|
-//! | `a2a_tasks` | `A ‖ O ‖ id` | the task as JSON (history and artifacts included) |
+//! | `a2a_tasks` | `A ‖ O ‖ id` | the task as JSON (history and artifacts included); or, for a task holding a delegation chain, `0x00 ‖ D ‖` the JSON without `metadata.actorChain` |
+//! | `a2a_tasks` | `h ‖ D` | the chain whose SHA-256 (of these bytes) is `D`, as JSON |
 //! | `a2a_index` | `i ‖ A ‖ O ‖ (u64::MAX − t) ‖ id` | state name ‖ `0x00` ‖ context id: the list index, newest first |
 //! | `a2a_index` | `e ‖ t ‖ A ‖ O ‖ id` | empty: tasks not running, oldest first, for the retention sweep |
 //! | `a2a_index` | `l ‖ A ‖ O ‖ id` | empty: tasks `SUBMITTED` or `WORKING`, for the restart |
-//! | `a2a_index` | `b ‖ A ‖ O ‖ id` | the task's accounting: bytes charged ‖ `t` ‖ running (u8) ‖ source key |
+//! | `a2a_index` | `b ‖ A ‖ O ‖ id` | the task's accounting: bytes charged ‖ `t` ‖ flags (u8: running 1, holds a chain 2) ‖ `D` if it holds one ‖ source key |
+//! | `a2a_index` | `h ‖ D` | how many tasks hold the chain `D` (u64 BE) |
 //! | `a2a_index` | `c ‖ A ‖ O` | tasks ‖ bytes of this owner at this agent (u64 BE each) |
 //! | `a2a_index` | `s ‖ source key` | tasks ‖ bytes created from this network block, at every agent |
 //! | `a2a_index` | `C` | tasks ‖ bytes in all |
@@ -25,6 +27,17 @@
 //!
 //! Counters written before byte accounting hold the count alone (8 bytes), read as 0 bytes;
 //! such tasks are charged from their next update on, to no source.
+//!
+//! # Chains kept once
+//!
+//! A task admitted under a delegation chain holds it in `metadata.actorChain` (a few KB: the
+//! load of one caller presents the same chain on every message). Its record holds the chain's
+//! digest `D` instead, and the chain is kept once under `h ‖ D`, counted by the tasks that hold
+//! it (`h ‖ D` in the index, moved in the same batch as their accounting entries); the last
+//! task to go takes it with it. A read puts the chain back: the task reads as it was written.
+//! Each task is still charged the chain's bytes, as if it held them, so the bounds are what
+//! they were. A record that names a chain the store does not hold is unreadable (quarantined).
+//! Records written whole (before this layout, or holding no chain) read as they are.
 //!
 //! Keys start with the agent and the owner, so another owner's lookup misses by construction
 //! (A2A's "another DID gets 404"). Every change of a task is one atomic batch that moves its
@@ -76,7 +89,9 @@ use std::time::Duration;
 use agentnet_a2a::auth::{Caller, Owner, Source};
 use agentnet_a2a::store::{Cursor, ListQuery, StoreError, TaskPage, TaskStore};
 use agentnet_a2a::types::{Message, Part, Role, Task, TaskState, TaskStatus};
+use agentnet_did::delegation::METADATA_MEMBER as CHAIN_MEMBER;
 use agentnet_discovery::store::{Family, FamilyOp, Store, StoreError as DbError};
+use sha2::Digest as _;
 
 /// The task records.
 pub const CF_TASKS: &str = "a2a_tasks";
@@ -250,32 +265,156 @@ impl Usage {
 }
 
 /// A task's accounting entry (`b ‖ A ‖ O ‖ id`): what it is charged, where its index entries
-/// are, and the source charged.
+/// are, the chain it holds, and the source charged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Acct {
     size: u64,
     t: u64,
     running: bool,
+    chain: Option<ChainDigest>,
     source: Vec<u8>,
 }
 
+const RUNNING: u8 = 1;
+const HOLDS_CHAIN: u8 = 2;
+
 impl Acct {
     fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(17 + self.source.len());
+        let mut v = Vec::with_capacity(49 + self.source.len());
         v.extend_from_slice(&self.size.to_be_bytes());
         v.extend_from_slice(&self.t.to_be_bytes());
-        v.push(self.running as u8);
+        let flags = if self.running { RUNNING } else { 0 }
+            | if self.chain.is_some() { HOLDS_CHAIN } else { 0 };
+        v.push(flags);
+        if let Some(d) = &self.chain {
+            v.extend_from_slice(d);
+        }
         v.extend_from_slice(&self.source);
         v
     }
 
     fn decode(v: &[u8]) -> Option<Acct> {
+        let flags = *v.get(16)?;
+        let (chain, rest) = if flags & HOLDS_CHAIN != 0 {
+            (Some(v.get(17..49)?.try_into().ok()?), &v[49..])
+        } else {
+            (None, &v[17..])
+        };
         Some(Acct {
             size: u64::from_be_bytes(v.get(..8)?.try_into().ok()?),
             t: u64::from_be_bytes(v.get(8..16)?.try_into().ok()?),
-            running: *v.get(16)? != 0,
-            source: v[17..].to_vec(),
+            running: flags & RUNNING != 0,
+            chain,
+            source: rest.to_vec(),
         })
+    }
+}
+
+/// The SHA-256 of a chain's JSON as the store keeps it.
+type ChainDigest = [u8; 32];
+
+/// The first byte of a record that holds its chain's digest (then 32 bytes) rather than the
+/// chain: a JSON record starts with `{`.
+const APART: u8 = 0;
+
+fn chain_key(d: &ChainDigest) -> Vec<u8> {
+    [&b"h"[..], d].concat()
+}
+
+/// A task as its record is written: the record's bytes, and the chain kept apart (its digest
+/// and JSON) when the task holds one.
+struct Record {
+    bytes: Vec<u8>,
+    chain: Option<(ChainDigest, Vec<u8>)>,
+}
+
+impl Record {
+    /// `task`'s record. A chain is a JSON array (what the delegation gate admits); any other
+    /// value under the member stays in the record.
+    fn of(task: &Task) -> Result<Record, serde_json::Error> {
+        let chain = task
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(CHAIN_MEMBER))
+            .filter(|c| c.is_array());
+        let Some(chain) = chain else {
+            return Ok(Record {
+                bytes: serde_json::to_vec(task)?,
+                chain: None,
+            });
+        };
+        let json = serde_json::to_vec(chain)?;
+        let digest: ChainDigest = sha2::Sha256::digest(&json).into();
+        let mut bytes = Vec::with_capacity(33 + 1024);
+        bytes.push(APART);
+        bytes.extend_from_slice(&digest);
+        serde_json::to_writer(&mut bytes, &WithoutChain(task))?;
+        Ok(Record {
+            bytes,
+            chain: Some((digest, json)),
+        })
+    }
+
+    /// The JSON of the record `raw` and the digest of the chain it holds apart, if it does.
+    fn split(raw: &[u8]) -> (Option<ChainDigest>, &[u8]) {
+        match raw.split_first() {
+            Some((&APART, rest)) if rest.len() >= 32 => {
+                let (d, json) = rest.split_at(32);
+                (d.try_into().ok(), json)
+            }
+            _ => (None, raw),
+        }
+    }
+
+    /// How deep the task of the record `bytes` (its chain `chain`) nests once read back: the
+    /// record's JSON, or the chain two levels down (`metadata`, the member).
+    fn depth(bytes: &[u8], chain: Option<&(ChainDigest, Vec<u8>)>) -> usize {
+        let (_, json) = Record::split(bytes);
+        let own = agentnet_a2a::store::json_depth(json);
+        match chain {
+            Some((_, c)) => own.max(2 + agentnet_a2a::store::json_depth(c)),
+            None => own,
+        }
+    }
+}
+
+/// A task serialized as [`Task`] serializes, without `metadata.actorChain` (and without
+/// `metadata` when that was its only member).
+struct WithoutChain<'a>(&'a Task);
+
+impl serde::Serialize for WithoutChain<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        // Every field named: a field added to `Task` fails to compile here rather than be
+        // dropped from the records.
+        let Task {
+            id,
+            context_id,
+            status,
+            artifacts,
+            history,
+            metadata,
+        } = self.0;
+        let rest: Option<std::collections::BTreeMap<&String, &serde_json::Value>> =
+            metadata.as_ref().map(|m| {
+                m.iter()
+                    .filter(|(k, _)| k.as_str() != CHAIN_MEMBER)
+                    .collect()
+            });
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", id)?;
+        m.serialize_entry("contextId", context_id)?;
+        m.serialize_entry("status", status)?;
+        if let Some(a) = artifacts {
+            m.serialize_entry("artifacts", a)?;
+        }
+        if let Some(h) = history {
+            m.serialize_entry("history", h)?;
+        }
+        if let Some(rest) = rest.filter(|r| !r.is_empty()) {
+            m.serialize_entry("metadata", &rest)?;
+        }
+        m.end()
     }
 }
 
@@ -524,10 +663,10 @@ impl TaskDb {
         id: &str,
         bytes: Vec<u8>,
     ) -> Result<Option<(Task, usize)>, StoreError> {
-        match serde_json::from_slice::<Task>(&bytes) {
+        match self.parse_record(&bytes, None)? {
             Ok(t) => Ok(Some((t, bytes.len()))),
-            Err(e) => {
-                self.quarantine(scope, id, &bytes, &e.to_string())?;
+            Err(reason) => {
+                self.quarantine(scope, id, &bytes, &reason)?;
                 Ok(None)
             }
         }
@@ -543,13 +682,48 @@ impl TaskDb {
         raw: Vec<u8>,
         q: &ListQuery,
     ) -> Result<Option<Task>, StoreError> {
-        match trimmed(&raw, q) {
+        match self.parse_record(&raw, Some(q))? {
             Ok(t) => Ok(Some(t)),
-            Err(e) => {
-                self.quarantine(scope, id, &raw, &e.to_string())?;
+            Err(reason) => {
+                self.quarantine(scope, id, &raw, &reason)?;
                 Ok(None)
             }
         }
+    }
+
+    /// The task of the record `raw` (cut as `page` says, for a page), its chain put back if
+    /// it is kept apart. `Ok(Err(reason))`: the record is unreadable.
+    fn parse_record(
+        &self,
+        raw: &[u8],
+        page: Option<&ListQuery>,
+    ) -> Result<Result<Task, String>, StoreError> {
+        let (digest, json) = Record::split(raw);
+        let task = match page {
+            Some(q) => trimmed(json, q),
+            None => serde_json::from_slice::<Task>(json),
+        };
+        let mut task = match task {
+            Ok(t) => t,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let Some(d) = digest else {
+            return Ok(Ok(task));
+        };
+        let Some(chain) = self.tasks.get(&chain_key(&d)).map_err(backend)? else {
+            return Ok(Err(format!(
+                "the delegation chain {} it holds is not in the store",
+                d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            )));
+        };
+        let chain: serde_json::Value = match serde_json::from_slice(&chain) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(format!("its delegation chain does not parse: {e}"))),
+        };
+        task.metadata
+            .get_or_insert_with(Default::default)
+            .insert(CHAIN_MEMBER.to_string(), chain);
+        Ok(Ok(task))
     }
 
     fn load(&self, scope: &Scope, id: &str) -> Result<Option<Task>, StoreError> {
@@ -607,7 +781,8 @@ impl TaskDb {
             ops.push(FamilyOp::Delete(scope.list_key(t, id)));
             ops.push(FamilyOp::Delete(scope.expiry_key(t, id)));
         }
-        let total = self.uncharge(scope, acct.as_ref(), &mut ops)?;
+        let mut records = vec![FamilyOp::Delete(key)];
+        let total = self.uncharge(scope, acct.as_ref(), &mut records, &mut ops)?;
         // The quarantine's counter: found ever, then (as bytes) the bytes held; records held
         // are counted by a bounded scan of the `q` range.
         let q = Usage::decode(self.index.get(QUARANTINE_KEY).map_err(backend)?);
@@ -626,7 +801,7 @@ impl TaskDb {
             q = q.add(0, raw.len() as i64);
         }
         ops.push(FamilyOp::Put(QUARANTINE_KEY.to_vec(), q.encode()));
-        self.write(FamilyOp::Delete(key), ops)?;
+        self.write(records, ops)?;
         self.total.store(total.tasks, Ordering::Relaxed);
         self.bytes.store(total.bytes, Ordering::Relaxed);
         self.quarantined.store(q.tasks, Ordering::Relaxed);
@@ -646,8 +821,10 @@ impl TaskDb {
         &self,
         scope: &Scope,
         acct: Option<&Acct>,
+        records: &mut Vec<FamilyOp>,
         ops: &mut Vec<FamilyOp>,
     ) -> Result<Usage, StoreError> {
+        self.hold(acct.and_then(|a| a.chain.as_ref()), None, records, ops)?;
         let delta = -(acct.map_or(0, |a| a.size).min(i64::MAX as u64) as i64);
         let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
         ops.push(mine.add(-1, delta).op(scope.count_key()));
@@ -665,10 +842,55 @@ impl TaskDb {
         Ok(total)
     }
 
-    /// One atomic batch: the record op and the index ops.
-    fn write(&self, record: FamilyOp, index: Vec<FamilyOp>) -> Result<(), StoreError> {
+    /// The ops that move one task's hold from the chain `old` to the chain `new` (digest and
+    /// JSON; either may be none): each one's count, the chain written as its first holder
+    /// comes and deleted as its last goes. Called under the counts lock.
+    fn hold(
+        &self,
+        old: Option<&ChainDigest>,
+        new: Option<(ChainDigest, Vec<u8>)>,
+        records: &mut Vec<FamilyOp>,
+        index: &mut Vec<FamilyOp>,
+    ) -> Result<(), StoreError> {
+        if old == new.as_ref().map(|(d, _)| d) {
+            return Ok(());
+        }
+        let held = |k: &[u8]| -> Result<u64, StoreError> {
+            Ok(self
+                .index
+                .get(k)
+                .map_err(backend)?
+                .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_be_bytes)
+                .unwrap_or(0))
+        };
+        if let Some((d, json)) = new {
+            let k = chain_key(&d);
+            let n = held(&k)?;
+            if n == 0 {
+                records.push(FamilyOp::Put(k.clone(), json));
+            }
+            index.push(FamilyOp::Put(k, (n + 1).to_be_bytes().to_vec()));
+        }
+        if let Some(d) = old {
+            let k = chain_key(d);
+            match held(&k)? {
+                0 | 1 => {
+                    records.push(FamilyOp::Delete(k.clone()));
+                    index.push(FamilyOp::Delete(k));
+                }
+                n => index.push(FamilyOp::Put(k, (n - 1).to_be_bytes().to_vec())),
+            }
+        }
+        Ok(())
+    }
+
+    /// One atomic batch: the ops on the records and on the index.
+    fn write(&self, records: Vec<FamilyOp>, index: Vec<FamilyOp>) -> Result<(), StoreError> {
         Family::write_all(
-            std::iter::once((&self.tasks, record))
+            records
+                .into_iter()
+                .map(|op| (&self.tasks, op))
                 .chain(index.into_iter().map(|op| (&self.index, op))),
         )
         .map_err(backend)
@@ -767,11 +989,11 @@ impl TaskDb {
     /// Write `task` as `how` says, moving its index entries and its charges in one batch.
     fn write_task(&self, scope: &Scope, task: &Task, how: Write<'_>) -> Result<(), StoreError> {
         let id = task.id.as_str();
-        let json = serde_json::to_vec(task)
-            .map_err(|e| StoreError::Backend(format!("serializing task: {e}")))?;
+        let Record { bytes: json, chain } =
+            Record::of(task).map_err(|e| StoreError::Backend(format!("serializing task: {e}")))?;
         // What is written must read back (serde_json stops at 128 levels): a deeper record
         // would fail every later read of it.
-        let depth = agentnet_a2a::store::json_depth(&json);
+        let depth = Record::depth(&json, chain.as_ref());
         if depth > agentnet_a2a::store::MAX_RECORD_DEPTH {
             return Err(StoreError::Backend(format!(
                 "task {id} nests JSON {depth} levels deep (at most {})",
@@ -779,7 +1001,9 @@ impl TaskDb {
             )));
         }
         let key = scope.task_key(id);
-        let size = (json.len() + key.len()) as u64 + ENTRY_OVERHEAD;
+        // Charged the chain's bytes as if it held them (see "Chains kept once").
+        let chain_len = chain.as_ref().map_or(0, |(_, c)| c.len());
+        let size = (json.len() + key.len() + chain_len) as u64 + ENTRY_OVERHEAD;
         // Read before the lock: a statvfs at most once a second, never under the lock.
         let free = self.store.free_disk_bytes();
         let _g = self.counts.lock().unwrap_or_else(|p| p.into_inner());
@@ -840,10 +1064,19 @@ impl TaskDb {
         } else {
             ops.push(FamilyOp::Put(scope.expiry_key(t, id), Vec::new()));
         }
+        let mut records = Vec::with_capacity(3);
+        let digest = chain.as_ref().map(|(d, _)| *d);
+        self.hold(
+            old_acct.as_ref().and_then(|a| a.chain.as_ref()),
+            chain,
+            &mut records,
+            &mut ops,
+        )?;
         let acct = Acct {
             size,
             t,
             running,
+            chain: digest,
             source,
         };
         ops.push(FamilyOp::Put(acct_key, acct.encode()));
@@ -858,7 +1091,8 @@ impl TaskDb {
         }
         .add(n, growth);
         ops.push(FamilyOp::Put(TOTAL_KEY.to_vec(), total.encode()));
-        self.write(FamilyOp::Put(key, json), ops)?;
+        records.push(FamilyOp::Put(key, json));
+        self.write(records, ops)?;
         self.total.store(total.tasks, Ordering::Relaxed);
         self.bytes.store(total.bytes, Ordering::Relaxed);
         Ok(())
@@ -977,8 +1211,9 @@ impl TaskDb {
                             .and_then(|v| Acct::decode(&v));
                         ops.push(FamilyOp::Delete(scope.list_key(t, &id)));
                         ops.push(FamilyOp::Delete(scope.acct_key(&id)));
-                        let total = self.uncharge(&scope, acct.as_ref(), &mut ops)?;
-                        self.write(FamilyOp::Delete(scope.task_key(&id)), ops)?;
+                        let mut records = vec![FamilyOp::Delete(scope.task_key(&id))];
+                        let total = self.uncharge(&scope, acct.as_ref(), &mut records, &mut ops)?;
+                        self.write(records, ops)?;
                         self.total.store(total.tasks, Ordering::Relaxed);
                         self.bytes.store(total.bytes, Ordering::Relaxed);
                         deleted += 1;
@@ -1614,6 +1849,225 @@ mod tests {
             },
         )
         .unwrap()
+    }
+
+    /// A chain of `n` links, each with `tag` in it (a few hundred bytes a link).
+    fn chain(tag: &str, n: usize) -> serde_json::Value {
+        (0..n)
+            .map(|i| {
+                serde_json::json!({
+                    "issuer": format!("did:key:z{tag}{i}"),
+                    "credentialSubject": {"id": format!("did:key:z{tag}{}", i + 1)},
+                    "proof": {"proofValue": format!("z{}{tag}{i}", "5".repeat(80))},
+                })
+            })
+            .collect()
+    }
+
+    fn with_chain(mut t: Task, c: &serde_json::Value, also: Option<(&str, i64)>) -> Task {
+        let mut m = std::collections::HashMap::new();
+        m.insert(CHAIN_MEMBER.to_string(), c.clone());
+        if let Some((k, v)) = also {
+            m.insert(k.to_string(), serde_json::json!(v));
+        }
+        t.metadata = Some(m);
+        t
+    }
+
+    /// The chains the store keeps: digest → (tasks holding it, its JSON).
+    fn chains(db: &TaskDb) -> std::collections::BTreeMap<Vec<u8>, (u64, Vec<u8>)> {
+        let mut out = std::collections::BTreeMap::new();
+        db.index
+            .scan(b"h", b"i", 100, |k, v| {
+                let n = u64::from_be_bytes(v.try_into().unwrap());
+                out.insert(k[1..].to_vec(), (n, Vec::new()));
+                true
+            })
+            .unwrap();
+        db.tasks
+            .scan(b"h", b"i", 100, |k, v| {
+                out.entry(k[1..].to_vec()).or_insert((0, Vec::new())).1 = v.to_vec();
+                true
+            })
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_chain_is_kept_once_read_back_whole_and_goes_with_its_last_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let alice = Owner::Caller("did:key:alice".into());
+        let bob = Owner::Caller("did:key:bob".into());
+        let one = chain("one", 3);
+        let two = chain("two", 2);
+        let now = chrono::Utc::now();
+        let at = |secs_ago: i64| (now - chrono::Duration::seconds(secs_ago)).timestamp_micros();
+        let written = vec![
+            (
+                alice.clone(),
+                with_chain(task("a1", at(500), TaskState::Completed), &one, None),
+            ),
+            (
+                alice.clone(),
+                with_chain(
+                    task("a2", at(400), TaskState::Completed),
+                    &one,
+                    Some(("x", 1)),
+                ),
+            ),
+            (
+                bob.clone(),
+                with_chain(task("b1", at(300), TaskState::Completed), &one, None),
+            ),
+            (
+                bob.clone(),
+                with_chain(task("b2", at(200), TaskState::Completed), &two, None),
+            ),
+            (bob.clone(), task("b3", at(100), TaskState::Completed)),
+        ];
+        {
+            let (s, db) = open(
+                dir.path(),
+                Retention {
+                    keep: Duration::from_secs(60),
+                    ..Default::default()
+                },
+            );
+            let a = db.agent("echo");
+            for (o, t) in &written {
+                a.put(o, t).unwrap();
+            }
+            // Each chain once, counted by its holders; the records hold its digest, not it.
+            let kept = chains(&db);
+            assert_eq!(kept.len(), 2);
+            let counts: Vec<u64> = kept.values().map(|(n, _)| *n).collect();
+            assert_eq!(counts.iter().sum::<u64>(), 4);
+            assert!(counts.contains(&3) && counts.contains(&1));
+            for (o, t) in &written {
+                let raw = db
+                    .tasks
+                    .get(&a.scope(o).unwrap().task_key(&t.id))
+                    .unwrap()
+                    .unwrap();
+                let proof = "5".repeat(80);
+                assert!(!String::from_utf8_lossy(&raw).contains(&proof), "{}", t.id);
+                // Charged as if it held the chain: at least the task's whole JSON.
+                let acct = db
+                    .index
+                    .get(&a.scope(o).unwrap().acct_key(&t.id))
+                    .unwrap()
+                    .unwrap();
+                let whole = serde_json::to_vec(t).unwrap().len() as u64;
+                assert!(Acct::decode(&acct).unwrap().size >= whole, "{}", t.id);
+            }
+            s.flush().unwrap();
+        }
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                keep: Duration::from_secs(60),
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        // Read back whole after a reopen, by get and by a page.
+        for (o, t) in &written {
+            assert_eq!(&a.get(o, &t.id).unwrap().unwrap(), t);
+        }
+        let listed = a
+            .list(
+                &bob,
+                &ListQuery {
+                    page_size: 10,
+                    history_length: Some(0),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let want: Vec<&Task> = written[2..].iter().rev().map(|(_, t)| t).collect();
+        assert_eq!(listed.tasks.iter().collect::<Vec<_>>(), want);
+        // An update that keeps the chain keeps its count; one that drops it lets it go.
+        let mut b2 = written[3].1.clone();
+        b2.status.state = TaskState::Failed;
+        a.replace(&bob, &written[3].1.status, &b2).unwrap();
+        assert_eq!(chains(&db).len(), 2);
+        let mut bare = b2.clone();
+        bare.metadata = None;
+        a.replace(&bob, &b2.status, &bare).unwrap();
+        assert_eq!(
+            chains(&db).len(),
+            1,
+            "the second chain went with its one holder"
+        );
+        assert_eq!(a.get(&bob, "b2").unwrap().unwrap(), bare);
+        // The sweep takes the holders of the first one by one: it stays while one is left.
+        assert_eq!(
+            db.sweep(now - chrono::Duration::seconds(330), 100).unwrap(),
+            2
+        );
+        let kept = chains(&db);
+        assert_eq!(kept.len(), 1);
+        let (n, json) = kept.values().next().unwrap();
+        assert_eq!(*n, 1);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(json).unwrap(),
+            one
+        );
+        assert_eq!(&a.get(&bob, "b1").unwrap().unwrap(), &written[2].1);
+        assert_eq!(db.sweep(now, 100).unwrap(), 3);
+        assert!(
+            chains(&db).is_empty(),
+            "nothing left of it: {:?}",
+            chains(&db)
+        );
+        assert_eq!((db.len(), db.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_record_whose_chain_is_missing_is_quarantined_and_a_whole_one_reads_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(dir.path(), Retention::default());
+        let a = db.agent("echo");
+        let o = Owner::Caller("did:key:o".into());
+        let c = chain("lost", 2);
+        a.put(
+            &o,
+            &with_chain(task("t", 10, TaskState::Completed), &c, None),
+        )
+        .unwrap();
+        let digest = chains(&db).keys().next().unwrap().clone();
+        db.tasks
+            .write(vec![FamilyOp::Delete([&b"h"[..], &digest].concat())])
+            .unwrap();
+        assert!(a.get(&o, "t").unwrap().is_none());
+        assert_eq!(db.quarantined(), 1);
+        assert!(chains(&db).is_empty(), "its count went with it");
+        assert_eq!((db.len(), db.bytes()), (0, 0));
+        // A record written whole (before chains were kept apart) reads as it is, and is kept
+        // apart from its next write on.
+        let old = with_chain(task("old", 20, TaskState::Working), &c, None);
+        a.put(&o, &task("old", 20, TaskState::Working)).unwrap();
+        db.tasks
+            .write(vec![FamilyOp::Put(
+                a.scope(&o).unwrap().task_key("old"),
+                serde_json::to_vec(&old).unwrap(),
+            )])
+            .unwrap();
+        assert_eq!(a.get(&o, "old").unwrap().unwrap(), old);
+        let mut done = old.clone();
+        done.status.state = TaskState::Completed;
+        a.replace(&o, &old.status, &done).unwrap();
+        assert_eq!(a.get(&o, "old").unwrap().unwrap(), done);
+        assert_eq!(chains(&db).len(), 1);
+        // A member that is not an array is not a chain: it stays in the record.
+        let odd = {
+            let mut t = task("odd", 30, TaskState::Completed);
+            t.metadata = Some([(CHAIN_MEMBER.to_string(), serde_json::json!("x"))].into());
+            t
+        };
+        a.put(&o, &odd).unwrap();
+        assert_eq!(a.get(&o, "odd").unwrap().unwrap(), odd);
+        assert_eq!(chains(&db).len(), 1);
     }
 
     #[test]
