@@ -1925,14 +1925,12 @@ mod tests {
             ),
             (bob.clone(), task("b3", at(100), TaskState::Completed)),
         ];
+        let minute = Retention {
+            keep: Duration::from_secs(60),
+            ..Default::default()
+        };
         {
-            let (s, db) = open(
-                dir.path(),
-                Retention {
-                    keep: Duration::from_secs(60),
-                    ..Default::default()
-                },
-            );
+            let (s, db) = open(dir.path(), minute);
             let a = db.agent("echo");
             for (o, t) in &written {
                 a.put(o, t).unwrap();
@@ -1962,13 +1960,7 @@ mod tests {
             }
             s.flush().unwrap();
         }
-        let (_s, db) = open(
-            dir.path(),
-            Retention {
-                keep: Duration::from_secs(60),
-                ..Default::default()
-            },
-        );
+        let (_s, db) = open(dir.path(), minute);
         let a = db.agent("echo");
         // Read back whole after a reopen, by get and by a page.
         for (o, t) in &written {
@@ -2068,7 +2060,21 @@ mod tests {
         a.put(&o, &odd).unwrap();
         assert_eq!(a.get(&o, "odd").unwrap().unwrap(), odd);
         assert_eq!(chains(&db).len(), 1);
+        // Kept apart, a chain still counts in the task's depth: a task that would not read
+        // back whole is refused, and nothing of it is kept.
+        let mut nested = serde_json::Value::Null;
+        for _ in 0..CHAIN_TOO_DEEP {
+            nested = serde_json::Value::Array(vec![nested]);
+        }
+        let too_deep = with_chain(task("deep", 40, TaskState::Completed), &nested, None);
+        assert!(matches!(a.put(&o, &too_deep), Err(StoreError::Backend(_))));
+        assert!(a.get(&o, "deep").unwrap().is_none());
+        assert_eq!(chains(&db).len(), 1);
     }
+
+    /// A chain nested this deep puts its task, two levels (`metadata`, the member) further, past
+    /// [`agentnet_a2a::store::MAX_RECORD_DEPTH`].
+    const CHAIN_TOO_DEEP: usize = agentnet_a2a::store::MAX_RECORD_DEPTH - 1;
 
     #[test]
     fn unreadable_records_are_quarantined_not_fatal() {
