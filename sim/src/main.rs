@@ -842,6 +842,9 @@ fn rss_sampler(
     samples
 }
 
+/// Nodes starting at once during setup.
+const STARTS_IN_FLIGHT: usize = 8;
+
 async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let load_start = loadavg();
     let started = Instant::now();
@@ -883,10 +886,22 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         honest: Vec::new(),
         alive: Vec::new(),
     };
-    for i in 0..n + kinds.len() {
-        let key = SecretKey::from_seed(&seed32(&mut rng));
-        let node = start_node(&key, dir, i as u64 + 1, i < n, args, links_of(i), &shutdown).await?;
-        net.push(Arc::new(node), i < n);
+    // Keys drawn in order first (the same keys, topology and publishers as one at a time),
+    // then the nodes started STARTS_IN_FLIGHT at a time: a start is a store opened on a
+    // blocking thread and a swarm built, and one at a time left the second core idle.
+    let keys: Vec<SecretKey> = (0..n + kinds.len())
+        .map(|_| SecretKey::from_seed(&seed32(&mut rng)))
+        .collect();
+    let mut starts = futures::stream::iter(keys.iter().enumerate())
+        .map(|(i, key)| {
+            let links = links_of(i);
+            let shutdown = &shutdown;
+            async move { start_node(key, dir, i as u64 + 1, i < n, args, links, shutdown).await }
+        })
+        .buffered(STARTS_IN_FLIGHT);
+    while let Some(node) = starts.next().await {
+        let i = net.nodes.len();
+        net.push(Arc::new(node?), i < n);
         if (i + 1) % 250 == 0 {
             eprintln!(
                 "simulate: {} nodes started at {:.1} s",
@@ -895,6 +910,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
             );
         }
     }
+    drop(starts);
     eprintln!(
         "simulate: {} nodes started in {:.1} s; dialing",
         net.nodes.len(),
