@@ -18,7 +18,7 @@
 //! | `a2a_index` | `e ‖ t ‖ A ‖ O ‖ id` | empty: tasks not running, oldest first, for the retention sweep |
 //! | `a2a_index` | `l ‖ A ‖ O ‖ id` | empty: tasks `SUBMITTED` or `WORKING`, for the restart |
 //! | `a2a_index` | `b ‖ A ‖ O ‖ id` | the task's accounting: bytes charged ‖ `t` ‖ flags (u8: running 1, holds a chain 2) ‖ `D` if it holds one ‖ source key |
-//! | `a2a_index` | `h ‖ D` | how many tasks hold the chain `D` (u64 BE) |
+//! | `a2a_index` | `h ‖ D` | tasks holding the chain `D` ‖ 0 (u64 BE each, a counter like `c`) |
 //! | `a2a_index` | `c ‖ A ‖ O` | tasks ‖ bytes of this owner at this agent (u64 BE each) |
 //! | `a2a_index` | `s ‖ source key` | tasks ‖ bytes created from this network block, at every agent |
 //! | `a2a_index` | `C` | tasks ‖ bytes in all |
@@ -366,12 +366,12 @@ impl Record {
         }
     }
 
-    /// How deep the task of the record `bytes` (its chain `chain`) nests once read back: the
-    /// record's JSON, or the chain two levels down (`metadata`, the member).
-    fn depth(bytes: &[u8], chain: Option<&(ChainDigest, Vec<u8>)>) -> usize {
-        let (_, json) = Record::split(bytes);
+    /// How deep the task nests once read back: the record's JSON, or the chain two levels
+    /// down (`metadata`, the member).
+    fn depth(&self) -> usize {
+        let (_, json) = Record::split(&self.bytes);
         let own = agentnet_a2a::store::json_depth(json);
-        match chain {
+        match &self.chain {
             Some((_, c)) => own.max(2 + agentnet_a2a::store::json_depth(c)),
             None => own,
         }
@@ -855,32 +855,25 @@ impl TaskDb {
         if old == new.as_ref().map(|(d, _)| d) {
             return Ok(());
         }
-        let held = |k: &[u8]| -> Result<u64, StoreError> {
-            Ok(self
-                .index
-                .get(k)
-                .map_err(backend)?
-                .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-                .map(u64::from_be_bytes)
-                .unwrap_or(0))
+        // The holders are a counter like the others (`Usage`, its bytes unused): deleted at 0.
+        let holders = |k: &[u8]| -> Result<Usage, StoreError> {
+            Ok(Usage::decode(self.index.get(k).map_err(backend)?))
         };
         if let Some((d, json)) = new {
             let k = chain_key(&d);
-            let n = held(&k)?;
-            if n == 0 {
+            let n = holders(&k)?;
+            if n.tasks == 0 {
                 records.push(FamilyOp::Put(k.clone(), json));
             }
-            index.push(FamilyOp::Put(k, (n + 1).to_be_bytes().to_vec()));
+            index.push(n.add(1, 0).op(k));
         }
         if let Some(d) = old {
             let k = chain_key(d);
-            match held(&k)? {
-                0 | 1 => {
-                    records.push(FamilyOp::Delete(k.clone()));
-                    index.push(FamilyOp::Delete(k));
-                }
-                n => index.push(FamilyOp::Put(k, (n - 1).to_be_bytes().to_vec())),
+            let n = holders(&k)?.add(-1, 0);
+            if n.tasks == 0 {
+                records.push(FamilyOp::Delete(k.clone()));
             }
+            index.push(n.op(k));
         }
         Ok(())
     }
@@ -989,17 +982,18 @@ impl TaskDb {
     /// Write `task` as `how` says, moving its index entries and its charges in one batch.
     fn write_task(&self, scope: &Scope, task: &Task, how: Write<'_>) -> Result<(), StoreError> {
         let id = task.id.as_str();
-        let Record { bytes: json, chain } =
+        let record =
             Record::of(task).map_err(|e| StoreError::Backend(format!("serializing task: {e}")))?;
         // What is written must read back (serde_json stops at 128 levels): a deeper record
         // would fail every later read of it.
-        let depth = Record::depth(&json, chain.as_ref());
+        let depth = record.depth();
         if depth > agentnet_a2a::store::MAX_RECORD_DEPTH {
             return Err(StoreError::Backend(format!(
                 "task {id} nests JSON {depth} levels deep (at most {})",
                 agentnet_a2a::store::MAX_RECORD_DEPTH
             )));
         }
+        let Record { bytes: json, chain } = record;
         let key = scope.task_key(id);
         // Charged the chain's bytes as if it held them (see "Chains kept once").
         let chain_len = chain.as_ref().map_or(0, |(_, c)| c.len());
@@ -1879,7 +1873,7 @@ mod tests {
         let mut out = std::collections::BTreeMap::new();
         db.index
             .scan(b"h", b"i", 100, |k, v| {
-                let n = u64::from_be_bytes(v.try_into().unwrap());
+                let n = Usage::decode(Some(v.to_vec())).tasks;
                 out.insert(k[1..].to_vec(), (n, Vec::new()));
                 true
             })
