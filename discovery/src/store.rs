@@ -172,6 +172,18 @@ const TOTAL_WRITE_BUFFER_BYTES: usize = 16 << 20;
 /// small writes.
 const ARENA_BLOCK_BYTES: usize = 64 << 10;
 
+/// What to give a shared memtable budget ([`Memory::shared`]) per store that shares it.
+///
+/// RocksDB charges a memtable's arena blocks to the budget as they are allocated, and every
+/// column family written to holds at least one ([`ARENA_BLOCK_BYTES`]): a store that has taken a
+/// few adverts is charged up to ten blocks, 640 KiB, while it holds a few KiB. Below that per
+/// store, once most stores have been written the budget is always full and every write flushes a
+/// memtable: a table file and a new write-ahead log each time, the flush thread busy, and at
+/// 1 000 stores in one process the file descriptors ran out after 12 advertisements
+/// (docs/BENCHMARKS.md, "Memtables flushed without end"). The budget counts blocks allocated,
+/// not memory touched: a larger one costs no resident memory until it is written.
+pub const SHARED_MEMTABLE_BYTES_PER_STORE: usize = 1 << 20;
+
 /// The memory RocksDB may use for one store or for several: a block cache (data, index and
 /// filter blocks) and a budget for all memtables. [`Memory::default`] is one store's own: 8 MiB
 /// of cache, 16 MiB of memtables. Stores opened with one [`Memory`] (the simulator's hundreds of

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use agentnet_did::{card, Did, DidUrl, Resolver, SecretKey};
 use agentnet_discovery::advert::{self, Draft, Limits, Validator};
 use agentnet_discovery::net::{self, Client, Config, TransportKind};
-use agentnet_discovery::store::{Memory, Store};
+use agentnet_discovery::store::{self, Memory, Store};
 use clap::Parser;
 use futures::StreamExt;
 use libp2p::multiaddr::Protocol;
@@ -109,10 +109,12 @@ struct Args {
     #[arg(long = "store-cache-mb", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..=65_536))]
     store_cache_mb: u64,
-    /// The shared memtable budget of the stores, MiB (1 to 65536).
-    #[arg(long = "store-memtable-mb", default_value_t = 256,
+    /// The shared memtable budget of the stores, MiB (1 to 65536) (default: 1 MiB per store,
+    /// at least 256; less makes the stores flush at every write, see
+    /// `store::SHARED_MEMTABLE_BYTES_PER_STORE`).
+    #[arg(long = "store-memtable-mb",
           value_parser = clap::value_parser!(u64).range(1..=65_536))]
-    store_memtable_mb: u64,
+    store_memtable_mb: Option<u64>,
     #[arg(skip)]
     store_memory: Option<Memory>,
     /// After the advertisements, this many discover queries (the DHT and the fetch protocol),
@@ -311,9 +313,14 @@ impl Args {
         }
         self.mesh = self.mesh.clamp(2, 64);
         if !self.own_store_memory {
+            let memtable_mb = self.store_memtable_mb.unwrap_or_else(|| {
+                let stores = nodes as usize + self.adversary_kinds().len() + attackers;
+                ((stores * store::SHARED_MEMTABLE_BYTES_PER_STORE) >> 20).max(256) as u64
+            });
+            self.store_memtable_mb = Some(memtable_mb);
             self.store_memory = Some(Memory::shared(
                 (self.store_cache_mb as usize) << 20,
-                (self.store_memtable_mb as usize) << 20,
+                (memtable_mb as usize) << 20,
             ));
         }
         let defaults = Config::default();

@@ -1221,6 +1221,44 @@ fn shared_stores_are_opened_lean_and_a_nodes_own_store_keeps_its_rolling_log() {
         .any(|l| l.trim() == "info_log_level=WARN_LEVEL"));
 }
 
+/// Stores sharing a budget of [`SHARED_MEMTABLE_BYTES_PER_STORE`] each take their adverts
+/// without a flush: every store keeps its one write-ahead log and writes no table file. (With a
+/// quarter of that per store, this test sees the memtables switched and flushed.)
+#[test]
+fn stores_sharing_a_budget_sized_per_store_take_their_adverts_without_flushing() {
+    const STORES: usize = 24;
+    let memory = Memory::shared(1 << 20, STORES * SHARED_MEMTABLE_BYTES_PER_STORE);
+    let dir = tempfile::tempdir().unwrap();
+    let stores: Vec<Store> = (0..STORES)
+        .map(|i| {
+            Store::open_shared(&dir.path().join(i.to_string()), test_limits(), &memory).unwrap()
+        })
+        .collect();
+    // Every store written, each advert to every column family a gossiped advert touches.
+    for round in 0..20u64 {
+        for (i, store) in stores.iter().enumerate() {
+            let did = format!("did:key:s{i}r{round}");
+            let tags = [format!("t{round}"), format!("u{i}")];
+            let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+            store
+                .put(&advert(&did, 1, 100, 4_000_000_000, &tags))
+                .unwrap();
+        }
+    }
+    // A memtable switch makes its new write-ahead log before the write returns; a flush that
+    // follows writes a table file on a background thread: give it time to show.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for i in 0..STORES {
+        let names: Vec<String> = std::fs::read_dir(dir.path().join(i.to_string()))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let wals = names.iter().filter(|n| n.ends_with(".log")).count();
+        let tables = names.iter().filter(|n| n.ends_with(".sst")).count();
+        assert_eq!((wals, tables), (1, 0), "store {i}: {names:?}");
+    }
+}
+
 #[test]
 fn a_store_with_its_files_in_memory_works_and_leaves_nothing_on_disk() {
     let dir = tempfile::tempdir().unwrap();
