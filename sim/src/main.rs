@@ -117,6 +117,9 @@ struct Args {
     store_memtable_mb: Option<u64>,
     #[arg(skip)]
     store_memory: Option<Memory>,
+    /// Stores the run opens at once: the nodes', the adversaries' and the eclipse attackers'.
+    #[arg(skip)]
+    stores: usize,
     /// After the advertisements, this many discover queries (the DHT and the fetch protocol),
     /// each from a running node that gossip did not bring an advertisement to (a partition, a
     /// join after it), for the tag only that advertisement has (`advert-<k>`).
@@ -312,9 +315,10 @@ impl Args {
             return Err("at most 5000 nodes in one process".into());
         }
         self.mesh = self.mesh.clamp(2, 64);
+        let stores = nodes as usize + self.adversary_kinds().len() + attackers;
+        self.stores = stores;
         if !self.own_store_memory {
             let memtable_mb = self.store_memtable_mb.unwrap_or_else(|| {
-                let stores = nodes as usize + self.adversary_kinds().len() + attackers;
                 ((stores * store::SHARED_MEMTABLE_BYTES_PER_STORE) >> 20).max(256) as u64
             });
             self.store_memtable_mb = Some(memtable_mb);
@@ -1951,6 +1955,41 @@ fn print_text(r: &Value) {
     );
 }
 
+/// Files one node's store holds open: RocksDB keeps its lock, info log, manifest and
+/// write-ahead log open, and a handle on the store's directory per column family (15, counted
+/// in a run), and a flush adds a table file for a while.
+const OPEN_FILES_PER_STORE: u64 = 16;
+/// Open files the rest of the process may need (the runtime, the output, the figures).
+const OPEN_FILES_SPARE: u64 = 256;
+
+/// Raises the process's soft limit on open files as far as the run needs and the hard limit
+/// allows, and refuses a run that would still run out: at ~1 250 nodes under a limit of 20 000
+/// the stores would fail to open, or to flush, part way through.
+fn ensure_open_files(stores: u64) -> Result<(), String> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let need = stores * OPEN_FILES_PER_STORE + OPEN_FILES_SPARE;
+    let mut limit = getrlimit(Resource::Nofile);
+    let enough = |l: Option<u64>| l.is_none_or(|l| l >= need);
+    if enough(limit.current) {
+        return Ok(());
+    }
+    let hard = limit.maximum;
+    limit.current = Some(hard.map_or(need, |h| h.min(need)));
+    let raised = setrlimit(Resource::Nofile, limit).is_ok();
+    let now = getrlimit(Resource::Nofile).current;
+    if raised && enough(now) {
+        return Ok(());
+    }
+    let show = |l: Option<u64>| l.map_or("unlimited".to_string(), |l| l.to_string());
+    Err(format!(
+        "{stores} stores need about {need} open files ({OPEN_FILES_PER_STORE} each), and this \
+         process may open {} (hard limit {}): run fewer nodes, or raise the hard limit \
+         (`ulimit -Hn {need}` as root, or LimitNOFILE= for a service) and run again",
+        show(now),
+        show(hard),
+    ))
+}
+
 fn main() -> ExitCode {
     let args = match Args::load() {
         Ok(a) => a,
@@ -1966,6 +2005,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = ensure_open_files(args.stores as u64) {
+        eprintln!("simulate: {e}");
+        return ExitCode::from(2);
+    }
     let limit = args
         .max_rss_mb
         .unwrap_or_else(|| proc_mib("/proc/meminfo", "MemAvailable:").map_or(8192, |m| m / 2));

@@ -160,6 +160,57 @@ fn flags_out_of_range_are_refused_not_clamped() {
     }
 }
 
+/// `simulate` under a limit on open files, set by the shell as a user would (`ulimit`).
+fn simulate_under(ulimit: &str, args: &[&str]) -> std::process::Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!("ulimit {ulimit} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_simulate"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Every store holds ~15 files open. A run that would run out of them part way through is
+/// refused before any node starts, saying what to do; one that fits under the hard limit raises
+/// the soft one itself and runs (without that, the 20 stores below fail to open).
+#[test]
+fn a_run_past_the_open_file_limit_is_refused_up_front_and_one_under_it_raises_the_limit() {
+    let run = simulate_under("-n 300", &["--nodes", "50", "--adverts", "1"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("50 stores need about 1056 open files")
+            && stderr.contains("may open 300 (hard limit 300)")
+            && stderr.contains("ulimit -Hn 1056"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("nodes started"),
+        "refused before starting: {stderr}"
+    );
+
+    let run = simulate_under(
+        "-Sn 200",
+        &[
+            "--nodes",
+            "20",
+            "--adverts",
+            "1",
+            "--warmup-ms",
+            "1000",
+            "--idle-ms",
+            "500",
+            "--json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let out: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(out["delivery_pct"], 100.0, "{out}");
+    assert_eq!(out["publish_errors"], 0, "{out}");
+}
+
 #[test]
 fn the_floor_is_a_bare_gossipsub_network_over_the_same_links() {
     let run = simulate()
