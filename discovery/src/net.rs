@@ -58,6 +58,7 @@ pub use bootstrap::{BootstrapState, BootstrapStatus};
 use bootstrap::{Bootstraps, Outcome};
 pub use config::{Config, TransportKind};
 pub use links::{Link, LinkModel, Links};
+pub use swarm::GOSSIP_QUEUE_LEN;
 
 /// gossipsub's mesh bounds for degree `d`, as the node sets them: D_low = D - D/4, D_high = 2D,
 /// D_out = D/2. `simulate`'s bare-gossipsub floor uses the same, so the two stay comparable.

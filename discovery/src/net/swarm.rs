@@ -16,8 +16,9 @@ pub(super) struct Behaviour {
 
 pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// gossipsub's per-connection send queue, in messages (see `build_behaviour`).
-const GOSSIP_QUEUE_LEN: usize = 256;
+/// gossipsub's per-connection send queue, in messages (see `build_behaviour`); the simulator's
+/// bare gossipsub floor uses it too.
+pub const GOSSIP_QUEUE_LEN: usize = 256;
 
 pub(super) fn build_behaviour(
     key: &libp2p::identity::Keypair,
