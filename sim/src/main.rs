@@ -186,6 +186,10 @@ struct Args {
     /// Connection manager high watermark.
     #[arg(long = "conn-high", default_value_t = Config::default().conn_high)]
     conn_high: usize,
+    /// How long a new connection is kept from the connection manager's trim, in ms (default:
+    /// net::Config's, 10 000).
+    #[arg(long = "conn-grace-ms", value_parser = millis)]
+    conn_grace: Option<Duration>,
     /// gossipsub mesh degree.
     #[arg(long, default_value_t = Config::default().gossip_mesh, value_parser = clap::value_parser!(usize))]
     mesh: usize,
@@ -469,6 +473,7 @@ async fn start_node(
         provide_delay: args.provide_delay(),
         conn_low: args.conn_low,
         conn_high: args.conn_high,
+        conn_grace: args.conn_grace.unwrap_or(Config::default().conn_grace),
         gossip_mesh: args.mesh,
         kad_bootstrap_interval: match args.kad_bootstrap_s {
             None => Config::default().kad_bootstrap_interval,
@@ -1551,6 +1556,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "gap_ms": ms(args.gap),
         "provide_delay_ms": ms(args.provide_delay()),
         "conn_watermarks": [args.conn_low, args.conn_high],
+        "conn_grace_ms": args.conn_grace.unwrap_or(Config::default().conn_grace).as_millis() as u64,
         "mesh": args.mesh,
         "store_memory": if args.own_store_memory { json!("own") } else {
             json!({"shared_cache_mb": args.store_cache_mb, "shared_memtable_mb": args.store_memtable_mb})
