@@ -146,6 +146,8 @@ fn flags_out_of_range_are_refused_not_clamped() {
         ("--store-memtable-mb", "100000"),
         ("--kad-k", "0"),
         ("--kad-k", "65"),
+        ("--conn-grace-ms", "soon"),
+        ("--conn-grace-ms", "1.5"),
     ] {
         let run = simulate()
             .args(["--nodes", "2", flag, value])
