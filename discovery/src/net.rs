@@ -242,6 +242,12 @@ pub struct Stats {
     pub bootstraps_cut: Counter,
     /// Lookups of our own id on joining the DHT (the routing table got its first peer).
     pub joins: Counter,
+    /// Kademlia requests sent by those join lookups (each to a peer, dialed if not connected).
+    pub kad_requests_join: Counter,
+    /// Kademlia requests sent by the automatic bootstraps before they were cut short.
+    pub kad_requests_cut: Counter,
+    /// Kademlia requests sent by every other query (our bootstraps, announcements, lookups).
+    pub kad_requests_other: Counter,
     /// Gossip ignored because the resolution pool or the sender's share of it was full.
     pub resolutions_refused: Counter,
     /// Inbound fetch requests answered.
@@ -323,6 +329,21 @@ impl Stats {
                 "kad_joins",
                 "Lookups of our own id on joining the DHT",
                 &self.joins,
+            ),
+            (
+                "kad_requests_join",
+                "Kademlia requests sent by the lookups of our own id on joining",
+                &self.kad_requests_join,
+            ),
+            (
+                "kad_requests_cut",
+                "Kademlia requests sent by automatic bootstraps before they were cut short",
+                &self.kad_requests_cut,
+            ),
+            (
+                "kad_requests_other",
+                "Kademlia requests sent by every other query",
+                &self.kad_requests_other,
             ),
             (
                 "validation_micros",
@@ -889,6 +910,8 @@ struct Node {
     own_bootstraps: HashSet<QueryId>,
     /// Automatic bootstraps cut short, until their last step (each is counted once).
     cut_bootstraps: HashSet<QueryId>,
+    /// Our join lookups in flight (`Node::add_kad_address`), whose requests are counted apart.
+    joining: HashSet<QueryId>,
     /// The bootstrap addresses and their redials.
     bootstraps: Bootstraps,
     /// Our listeners, closed first at teardown.
@@ -976,6 +999,7 @@ pub async fn spawn(
         peer_addrs: HashMap::new(),
         own_bootstraps: HashSet::new(),
         cut_bootstraps: HashSet::new(),
+        joining: HashSet::new(),
         bootstraps: Bootstraps::new(&cfg.bootstrap, Instant::now(), unix_now()),
         bootstraps_started: false,
         listeners: Vec::new(),
@@ -1498,7 +1522,10 @@ impl Node {
             // node and made most of a network's setup storm (docs/BENCHMARKS.md).
             if was_empty {
                 let me = *self.swarm.local_peer_id();
-                self.swarm.behaviour_mut().kad.get_closest_peers(me);
+                // As many as the configured k (libp2p's `get_closest_peers` always looks for 20).
+                let k = std::num::NonZeroUsize::new(self.cfg.kad_k).unwrap_or(kad::K_VALUE);
+                let id = self.swarm.behaviour_mut().kad.get_n_closest_peers(me, k);
+                self.joining.insert(id);
                 self.stats.joins.inc();
             }
         }
@@ -1879,8 +1906,21 @@ impl Node {
                 id,
                 result,
                 step,
+                stats,
                 ..
             })) => {
+                // Each step of a multi-step query (a bootstrap's buckets) counts its own.
+                let requests = u64::from(stats.num_requests());
+                if self.joining.contains(&id) {
+                    self.stats.kad_requests_join.inc_by(requests);
+                    if step.last {
+                        self.joining.remove(&id);
+                    }
+                } else if self.cut_bootstraps.contains(&id) {
+                    self.stats.kad_requests_cut.inc_by(requests);
+                } else {
+                    self.stats.kad_requests_other.inc_by(requests);
+                }
                 if step.last && self.providing.remove(&id) {
                     if let QueryResult::StartProviding(Err(e)) = &result {
                         tracing::debug!(error = ?e, "announcing a tag in the DHT");

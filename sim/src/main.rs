@@ -1288,6 +1288,11 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
     let bootstraps = stat_sum(&honest, |s| &s.bootstraps);
     let bootstraps_cut = stat_sum(&honest, |s| &s.bootstraps_cut);
     let joins = stat_sum(&honest, |s| &s.joins);
+    let kad_requests = json!({
+        "join": stat_sum(&honest, |s| &s.kad_requests_join),
+        "cut_bootstraps": stat_sum(&honest, |s| &s.kad_requests_cut),
+        "other": stat_sum(&honest, |s| &s.kad_requests_other),
+    });
 
     // Stop the adversaries, let in-flight validations finish, then check the honest stores.
     stop_junk.cancel();
@@ -1611,7 +1616,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "bytes_in_per_node_per_advert": bytes_per_node_per_advert,
         "bytes_in_total": bytes_in,
         "bytes_out_total": bytes_out,
-        "connections": {"opened": opened, "dials": dials, "trimmed": trimmed, "kad_bootstraps": bootstraps, "kad_bootstraps_cut": bootstraps_cut, "kad_joins": joins,
+        "connections": {"opened": opened, "dials": dials, "trimmed": trimmed, "kad_bootstraps": bootstraps, "kad_bootstraps_cut": bootstraps_cut, "kad_joins": joins, "kad_requests": kad_requests,
             "idle_window_s": idle_window.as_secs_f64(),
             "setup_and_warmup": idle_start.json(n, setup + warmup),
             "idle": idle_conns.json(n, idle_window),

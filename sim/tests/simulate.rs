@@ -37,6 +37,12 @@ fn a_scenario_runs_and_writes_its_results_and_figures() {
     assert_eq!(printed["nodes"], saved["nodes"]);
     let r = saved;
     assert_eq!(r["nodes"], 12);
+    // Every node joined the DHT with a lookup, and each lookup sent its requests (counted apart
+    // from the automatic bootstraps cut short and the other queries).
+    let c = &r["connections"];
+    let joins = c["kad_joins"].as_u64().unwrap();
+    assert!(joins >= 12, "{c}");
+    assert!(c["kad_requests"]["join"].as_u64().unwrap() >= joins, "{c}");
 
     // Links: uniform 100 ± 20 ms one way, so no node but the publisher (its own acceptance is
     // the first, sorted delay) accepts anything sooner than 80 ms after it was published (a

@@ -94,8 +94,10 @@ pub struct Config {
     pub kad_bootstrap_interval: Option<Duration>,
     /// Kademlia's k (its replication factor): how many closest peers a lookup looks for, and so
     /// about how many it contacts, and how many store each provider record. libp2p's default,
-    /// 20. A lookup contacts about k peers or more; measured at 300 nodes, k = 8 did not make
-    /// the setup's connection storm smaller (docs/BENCHMARKS.md, "Setup").
+    /// 20. A lookup contacts about k peers or more. The join's lookup of our own id looks for k
+    /// too (libp2p's `get_closest_peers` looks for 20 whatever k is); its automatic bootstraps,
+    /// cut short, still do. Measured at 1 000 nodes: k = 8 halved the setup's dials and took it
+    /// from 82 s to 54 s (docs/BENCHMARKS.md, "Twenty-fifth session").
     pub kad_k: usize,
     /// Refuse new connections (both directions) while the process's resident memory is above
     /// this many bytes; connections already open stay. The last line of the connection bounds,
