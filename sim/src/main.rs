@@ -117,7 +117,9 @@ struct Args {
     store_memtable_mb: Option<u64>,
     #[arg(skip)]
     store_memory: Option<Memory>,
-    /// Stores the run opens at once: the nodes', the adversaries' and the eclipse attackers'.
+    /// Stores the run opens at the start: the honest nodes' and the junk adversaries' (the
+    /// eclipse attackers are bare gossipsub swarms, with none; churn's joiners take the place
+    /// of those that left, within the spare files of `ensure_open_files`).
     #[arg(skip)]
     stores: usize,
     /// After the advertisements, this many discover queries (the DHT and the fetch protocol),
@@ -319,7 +321,7 @@ impl Args {
             return Err("at most 5000 nodes in one process".into());
         }
         self.mesh = self.mesh.clamp(2, 64);
-        let stores = nodes as usize + self.adversary_kinds().len() + attackers;
+        let stores = nodes as usize + self.adversary_kinds().len();
         self.stores = stores;
         if !self.own_store_memory {
             let memtable_mb = self.store_memtable_mb.unwrap_or_else(|| {
@@ -335,6 +337,7 @@ impl Args {
         let heartbeat = self.heartbeat.unwrap_or(defaults.heartbeat);
         self.heartbeat = Some(heartbeat.max(Duration::from_millis(10)));
         self.provide_delay = Some(self.provide_delay.unwrap_or(defaults.provide_delay));
+        self.conn_grace = Some(self.conn_grace.unwrap_or(defaults.conn_grace));
         self.deadline = self.deadline.max(Duration::from_millis(1));
         self.dials = self.dials.clamp(1, nodes as usize - 1);
         let settle = Duration::from_secs(90);
@@ -353,6 +356,10 @@ impl Args {
 
     fn provide_delay(&self) -> Duration {
         self.provide_delay.unwrap_or_default()
+    }
+
+    fn conn_grace(&self) -> Duration {
+        self.conn_grace.unwrap_or_default()
     }
 }
 
@@ -473,7 +480,7 @@ async fn start_node(
         provide_delay: args.provide_delay(),
         conn_low: args.conn_low,
         conn_high: args.conn_high,
-        conn_grace: args.conn_grace.unwrap_or(Config::default().conn_grace),
+        conn_grace: args.conn_grace(),
         gossip_mesh: args.mesh,
         kad_bootstrap_interval: match args.kad_bootstrap_s {
             None => Config::default().kad_bootstrap_interval,
@@ -1561,7 +1568,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "gap_ms": ms(args.gap),
         "provide_delay_ms": ms(args.provide_delay()),
         "conn_watermarks": [args.conn_low, args.conn_high],
-        "conn_grace_ms": args.conn_grace.unwrap_or(Config::default().conn_grace).as_millis() as u64,
+        "conn_grace_ms": ms(args.conn_grace()),
         "mesh": args.mesh,
         "store_memory": if args.own_store_memory { json!("own") } else {
             json!({"shared_cache_mb": args.store_cache_mb, "shared_memtable_mb": args.store_memtable_mb})
