@@ -1542,7 +1542,7 @@ impl Node {
         }
     }
 
-    /// Cuts short the bootstraps Kademlia starts by itself. libp2p-kad 0.48 starts one half a
+    /// Cuts short the bootstraps Kademlia starts by itself. libp2p-kad (0.48, 0.49) starts one half a
     /// second after any peer enters a routing table of fewer than 20, and again after it ends
     /// if peers entered meanwhile (so twice per node joining, and on every new peer in a network
     /// of fewer than 20), each a lookup per bucket that dials tens of peers; it has no public

@@ -244,7 +244,7 @@ async fn twenty_nodes_gossip_late_joiner_uses_the_dht_and_updates_replace() {
     shutdown.cancel();
 }
 
-/// Kademlia (libp2p-kad 0.48) bootstraps by itself whenever a peer enters a routing table of
+/// Kademlia (libp2p-kad 0.48, 0.49) bootstraps by itself whenever a peer enters a routing table of
 /// fewer than 20, which in a network this small is every new peer, and each bootstrap is a
 /// lookup per bucket. A node joins with one lookup of its own id and cuts Kademlia's bootstraps
 /// short; through that lookup a joining node still meets peers it never dialed.

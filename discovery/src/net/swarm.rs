@@ -41,14 +41,14 @@ pub(super) fn build_behaviour(
         // duplicates included, before validation; for our 2 KiB advertisements that was more
         // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
         .idontwant_message_size_threshold(usize::MAX)
-        // Per-connection send queue. gossipsub's default (5000) is an `async_channel::bounded`
-        // of 2500 non-priority slots allocated in full when the connection opens (hundreds of
-        // KiB per connection, idle or not) and able to hold up to 5000 messages of up to
-        // `max_transmit_size` for a peer that reads slowly. Advertisements are a low-rate topic:
-        // 256 leaves room for a burst (a node publishing 100 agents at once; 128 made a burst
-        // of 80 fail with AllQueuesFull) and bounds what one peer can make us buffer (128 slots
-        // allocated; a full queue drops copies for that peer only, which gossip repairs through
-        // IHAVE/IWANT). Measured: 100 nodes in `simulate` peak at 1.8 GB instead of 6.7 GB.
+        // Per-connection send queue for publishes, forwards, IHAVE and IWANT (gossipsub 0.50 keeps
+        // subscriptions unbounded and control messages under its own bound of 20 000, and every
+        // queue grows as it fills: an idle connection holds none of it; 0.49's `async_channel`
+        // allocated its slots whole when the connection opened, ~21 KiB each). gossipsub's
+        // default (5000) lets one peer that reads slowly make us buffer 5000 messages of up to
+        // `max_transmit_size`. Advertisements are a low-rate topic: 256 leaves room for a burst
+        // (a node publishing 100 agents at once) and bounds what one peer can make us buffer; a
+        // full queue drops copies for that peer only, which gossip repairs through IHAVE/IWANT.
         .connection_handler_queue_len(GOSSIP_QUEUE_LEN);
     let gossip_cfg = super::mesh_degree(gossip_cfg, d)
         .build()
