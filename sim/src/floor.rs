@@ -39,6 +39,8 @@ pub struct Plan<'a> {
     pub gap: Duration,
     pub deadline: Duration,
     pub seed: u64,
+    /// IDONTWANT as the node's (`net::Config::gossip_idontwant`).
+    pub idontwant: bool,
 }
 
 enum Cmd {
@@ -120,7 +122,9 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
     let mut tasks = Vec::new();
     for i in 0..p.nodes {
         let mut builder = bare_config(p.mesh, p.heartbeat, p.bytes + 4096);
-        builder.idontwant_message_size_threshold(usize::MAX);
+        if !p.idontwant {
+            builder.idontwant_message_size_threshold(usize::MAX);
+        }
         let cfg = builder
             .build()
             .map_err(|e| format!("floor gossipsub config: {e}"))?;

@@ -195,6 +195,9 @@ struct Args {
     /// gossipsub mesh degree.
     #[arg(long, default_value_t = Config::default().gossip_mesh, value_parser = clap::value_parser!(usize))]
     mesh: usize,
+    /// gossipsub's IDONTWANT on, in the nodes and the floor alike (`net::Config::gossip_idontwant`).
+    #[arg(long)]
+    idontwant: bool,
     /// Junk messages per second per adversary.
     #[arg(long = "junk-rate", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     junk_rate: u32,
@@ -482,6 +485,7 @@ async fn start_node(
         conn_high: args.conn_high,
         conn_grace: args.conn_grace(),
         gossip_mesh: args.mesh,
+        gossip_idontwant: args.idontwant,
         kad_bootstrap_interval: match args.kad_bootstrap_s {
             None => Config::default().kad_bootstrap_interval,
             Some(0) => None,
@@ -1482,6 +1486,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
                 gap: args.gap.min(Duration::from_millis(500)),
                 deadline: args.deadline,
                 seed: args.seed,
+                idontwant: args.idontwant,
             },
             &floor_links,
         )

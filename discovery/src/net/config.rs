@@ -63,6 +63,9 @@ pub struct Config {
     /// it up (measured, docs/BENCHMARKS.md). Lost copies are repaired by gossip (IHAVE/IWANT)
     /// at the next heartbeat, and by the DHT.
     pub gossip_mesh: usize,
+    /// gossipsub 1.2's IDONTWANT: on the first copy of an advertisement, before validating it,
+    /// tell the mesh peers not to send theirs. Off by default (see `swarm::build_behaviour`).
+    pub gossip_idontwant: bool,
     /// How often expired advertisements are swept from the store.
     pub sweep_interval: Duration,
     /// A connection nothing uses closes after this long. gossipsub keeps its mesh peers'
@@ -152,6 +155,7 @@ impl Default for Config {
             rate_window: Duration::from_secs(10),
             heartbeat: Duration::from_millis(700),
             gossip_mesh: 4,
+            gossip_idontwant: false,
             sweep_interval: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(10),
             conn_high: 32,

@@ -40,7 +40,7 @@ pub(super) fn build_behaviour(
         // No IDONTWANT: gossipsub 1.2 sends one to every mesh peer for every copy received,
         // duplicates included, before validation; for our 2 KiB advertisements that was more
         // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
-        .idontwant_message_size_threshold(usize::MAX)
+        .idontwant_message_size_threshold(if cfg.gossip_idontwant { 1000 } else { usize::MAX })
         // Per-connection send queue for publishes, forwards, IHAVE and IWANT (gossipsub 0.50 keeps
         // subscriptions unbounded and control messages under its own bound of 20 000, and every
         // queue grows as it fills: an idle connection holds none of it; 0.49's `async_channel`
