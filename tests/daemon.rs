@@ -436,7 +436,9 @@ fn the_admin_api_authenticates_its_callers() {
             text.contains("gossipsub_topic_subscription_status"),
             "{text}"
         );
-        assert!(text.contains("libp2p_bandwidth"), "{text}");
+        // libp2p's bandwidth family is registered too, but prometheus-client (0.24 on, as the
+        // Go client) leaves a family with no sample out of the text, and this node has had no
+        // traffic; discovery's `network` test reads it back once gossip has flowed.
         // And the node's own counters, by name (operators' dashboards rely on them).
         for name in [
             "agentnet_adverts_accepted_total",

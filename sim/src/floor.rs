@@ -59,10 +59,10 @@ struct Seen {
 /// the node's send queue per connection. The caller adds what differs (validation, IDONTWANT)
 /// before `build`.
 ///
-/// The queue: gossipsub's default (5 000) allocates 2 500 slots, ~425 KiB, per connection when
-/// it opens; with it 1 000 floor nodes took 5 GB more than the node's, and a run with `--floor`
-/// passed the default memory guard (half of the memory available) on a 23 GB machine. Its
-/// length is room for a burst, not speed: the floor's messages go one at a time.
+/// The queue: the node's length, so that both drop a slow peer's copies at the same point
+/// (gossipsub 0.50's queues grow as they fill; 0.49's default of 5 000 allocated 2 500 slots,
+/// ~425 KiB, per connection when it opened, and 1 000 floor nodes took 5 GB more than the
+/// node's). Its length is room for a burst, not speed: the floor's messages go one at a time.
 pub fn bare_config(
     mesh: usize,
     heartbeat: Duration,

@@ -243,6 +243,7 @@ impl Args {
             adversaries,
             seed,
             mesh,
+            idontwant,
             junk_rate,
             queries
         );
@@ -1575,6 +1576,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "conn_watermarks": [args.conn_low, args.conn_high],
         "conn_grace_ms": ms(args.conn_grace()),
         "mesh": args.mesh,
+        "idontwant": args.idontwant,
         "store_memory": if args.own_store_memory { json!("own") } else {
             json!({"shared_cache_mb": args.store_cache_mb, "shared_memtable_mb": args.store_memtable_mb})
         },

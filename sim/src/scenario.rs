@@ -1,7 +1,7 @@
 //! Scenario files for `simulate --scenario FILE` and the link model they describe.
 //!
 //! A scenario is TOML. Its top-level keys are the flags' names with `_` for `-` (`nodes`,
-//! `dials`, `adverts`, `adversaries`, `seed`, `mesh`, `heartbeat_ms`, `warmup_ms`, `idle_ms`,
+//! `dials`, `adverts`, `adversaries`, `seed`, `mesh`, `idontwant`, `heartbeat_ms`, `warmup_ms`, `idle_ms`,
 //! `gap_ms`, `deadline_ms`, `junk_rate`, `queries`), and the tables `[links]`, `[churn]`,
 //! `[partition]` and the attacks `[replay]`, `[sybil]`, `[eclipse]` (see `attack.rs`). A flag given on the command line wins over the file. Unknown keys are refused,
 //! so a misspelt one never runs a different experiment than the file says.
@@ -24,6 +24,7 @@ pub struct Scenario {
     pub adversaries: Option<usize>,
     pub seed: Option<u64>,
     pub mesh: Option<usize>,
+    pub idontwant: Option<bool>,
     pub heartbeat_ms: Option<u64>,
     pub warmup_ms: Option<u64>,
     pub idle_ms: Option<u64>,
