@@ -515,11 +515,14 @@ pub struct Client {
 
 /// Traffic counters read from the node's libp2p metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Traffic {
     /// gossipsub messages received on the advertisement topic, duplicates included.
     pub gossip_received: u64,
     /// The same, duplicates removed.
     pub gossip_unique: u64,
+    /// gossipsub IDONTWANT control messages received (`Config::gossip_idontwant` on a peer).
+    pub idontwant_received: u64,
     /// Bytes received on all connections (all protocols, after encryption).
     pub bytes_in: u64,
     /// Bytes sent on all connections.
@@ -854,6 +857,7 @@ fn traffic_from_metrics(text: &str) -> Traffic {
                 t.gossip_received += value
             }
             "gossipsub_topic_msg_recv_counts_total" if on_topic => t.gossip_unique += value,
+            "gossipsub_idontwant_msgs_total" => t.idontwant_received += value,
             "libp2p_bandwidth_bytes_total" if labels.contains("direction=\"Inbound\"") => {
                 t.bytes_in += value
             }

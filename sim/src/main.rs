@@ -844,6 +844,7 @@ fn traffic_of(nodes: &[Arc<SimNode>], idx: &[usize]) -> net::Traffic {
         let x = nodes[i].client.traffic();
         t.gossip_received += x.gossip_received;
         t.gossip_unique += x.gossip_unique;
+        t.idontwant_received += x.idontwant_received;
         t.bytes_in += x.bytes_in;
         t.bytes_out += x.bytes_out;
     }
@@ -1150,6 +1151,9 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         let bytes_in = after.bytes_in.saturating_sub(before.bytes_in);
         total.gossip_received += copies;
         total.gossip_unique += unique;
+        total.idontwant_received += after
+            .idontwant_received
+            .saturating_sub(before.idontwant_received);
         total.bytes_in += bytes_in;
         total.bytes_out += after.bytes_out.saturating_sub(before.bytes_out);
         let spread = Spread {
@@ -1626,6 +1630,7 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "junk_forwarded_by_honest": forwarded_by_honest,
         "gossip_copies_received": copies,
         "gossip_unique_received": unique,
+        "gossip_idontwant_received": total.idontwant_received,
         "duplicate_ratio": duplicate_ratio,
         "bytes_in_per_node_per_advert": bytes_per_node_per_advert,
         "bytes_in_total": bytes_in,

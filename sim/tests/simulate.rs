@@ -314,3 +314,40 @@ fn attacks_leave_every_honest_node_reached() {
     assert!(r["validation_cpu_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["validation_us_per_message"].as_f64().unwrap() > 0.0);
 }
+
+/// `idontwant = true` in a scenario file turns gossipsub's IDONTWANT on in every node: their
+/// peers receive IDONTWANT messages (counted from gossipsub's metrics), where a run without it
+/// has none; both deliver everything.
+#[test]
+fn idontwant_from_a_scenario_file_reaches_the_nodes_gossip() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |idontwant: bool| {
+        let file = dir.path().join(format!("idontwant-{idontwant}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "nodes = 12\ndials = 3\nadverts = 4\ngap_ms = 300\nwarmup_ms = 3000\n\
+                 idle_ms = 0\nheartbeat_ms = 200\nidontwant = {idontwant}\n\
+                 [links]\nlatency_ms = 30\n"
+            ),
+        )
+        .unwrap();
+        let out = simulate()
+            .arg("--scenario")
+            .arg(&file)
+            .arg("--json")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let on = run(true);
+    assert_eq!(on["idontwant"], true, "{on}");
+    assert_eq!(on["delivery_pct"], 100.0, "{on}");
+    assert!(on["gossip_idontwant_received"].as_u64().unwrap() > 0, "{on}");
+    let off = run(false);
+    assert_eq!(off["idontwant"], false, "{off}");
+    assert_eq!(off["delivery_pct"], 100.0, "{off}");
+    assert_eq!(off["gossip_idontwant_received"], 0, "{off}");
+}

@@ -37,9 +37,11 @@ pub(super) fn build_behaviour(
         .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
         .max_transmit_size(crate::advert::Limits::default().max_bytes + 4096)
         .heartbeat_interval(cfg.heartbeat)
-        // No IDONTWANT: gossipsub 1.2 sends one to every mesh peer for every copy received,
-        // duplicates included, before validation; for our 2 KiB advertisements that was more
-        // messages than it saved (measured: 40 % more CPU, no fewer duplicates).
+        // No IDONTWANT by default (`Config::gossip_idontwant`). gossipsub 0.49 sent one to every
+        // mesh peer for every copy received, duplicates included (40 % more CPU, no fewer
+        // duplicates); 0.50 sends it on the first copy only, which halves the duplicates at
+        // 1 000 nodes but costs more CPU than the copies it saves, and reach is slower
+        // (docs/BENCHMARKS.md, twenty-sixth session).
         .idontwant_message_size_threshold(if cfg.gossip_idontwant { 1000 } else { usize::MAX })
         // Per-connection send queue for publishes, forwards, IHAVE and IWANT (gossipsub 0.50 keeps
         // subscriptions unbounded and control messages under its own bound of 20 000, and every
