@@ -345,7 +345,10 @@ fn idontwant_from_a_scenario_file_reaches_the_nodes_gossip() {
     let on = run(true);
     assert_eq!(on["idontwant"], true, "{on}");
     assert_eq!(on["delivery_pct"], 100.0, "{on}");
-    assert!(on["gossip_idontwant_received"].as_u64().unwrap() > 0, "{on}");
+    assert!(
+        on["gossip_idontwant_received"].as_u64().unwrap() > 0,
+        "{on}"
+    );
     let off = run(false);
     assert_eq!(off["idontwant"], false, "{off}");
     assert_eq!(off["delivery_pct"], 100.0, "{off}");

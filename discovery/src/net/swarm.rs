@@ -42,7 +42,13 @@ pub(super) fn build_behaviour(
         // duplicates); 0.50 sends it on the first copy only, which halves the duplicates at
         // 1 000 nodes but costs more CPU than the copies it saves, and reach is slower
         // (docs/BENCHMARKS.md, twenty-sixth session).
-        .idontwant_message_size_threshold(if cfg.gossip_idontwant { 1000 } else { usize::MAX })
+        .idontwant_message_size_threshold(if cfg.gossip_idontwant {
+            // gossipsub's own default: IDONTWANT only for messages above 1 000 bytes (an
+            // advertisement is ~2 KiB).
+            1000
+        } else {
+            usize::MAX
+        })
         // Per-connection send queue for publishes, forwards, IHAVE and IWANT (gossipsub 0.50 keeps
         // subscriptions unbounded and control messages under its own bound of 20 000, and every
         // queue grows as it fills: an idle connection holds none of it; 0.49's `async_channel`
