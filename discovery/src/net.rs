@@ -68,6 +68,13 @@ pub fn mesh_degree(b: &mut gossipsub::ConfigBuilder, d: usize) -> &mut gossipsub
         .mesh_n_high(2 * d)
         .mesh_outbound_min(d / 2)
 }
+
+/// gossipsub's IDONTWANT on or off, as the node sets it (`Config::gossip_idontwant`); the floor
+/// uses the same. On: gossipsub's own threshold, IDONTWANT only for messages above 1 000 bytes
+/// (an advertisement is ~2 KiB). Off: a threshold no message reaches.
+pub fn idontwant(b: &mut gossipsub::ConfigBuilder, on: bool) -> &mut gossipsub::ConfigBuilder {
+    b.idontwant_message_size_threshold(if on { 1000 } else { usize::MAX })
+}
 use pool::blocking;
 use swarm::{build_swarm, Behaviour, BehaviourEvent};
 

@@ -122,9 +122,7 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
     let mut tasks = Vec::new();
     for i in 0..p.nodes {
         let mut builder = bare_config(p.mesh, p.heartbeat, p.bytes + 4096);
-        if !p.idontwant {
-            builder.idontwant_message_size_threshold(usize::MAX);
-        }
+        agentnet_discovery::net::idontwant(&mut builder, p.idontwant);
         let cfg = builder
             .build()
             .map_err(|e| format!("floor gossipsub config: {e}"))?;

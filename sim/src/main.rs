@@ -325,11 +325,10 @@ impl Args {
             return Err("at most 5000 nodes in one process".into());
         }
         self.mesh = self.mesh.clamp(2, 64);
-        let stores = nodes as usize + self.adversary_kinds().len();
-        self.stores = stores;
+        self.stores = nodes as usize + self.adversary_kinds().len();
         if !self.own_store_memory {
             let memtable_mb = self.store_memtable_mb.unwrap_or_else(|| {
-                ((stores * store::SHARED_MEMTABLE_BYTES_PER_STORE) >> 20).max(256) as u64
+                ((self.stores * store::SHARED_MEMTABLE_BYTES_PER_STORE) >> 20).max(256) as u64
             });
             self.store_memtable_mb = Some(memtable_mb);
             self.store_memory = Some(Memory::shared(

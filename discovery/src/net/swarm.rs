@@ -37,18 +37,6 @@ pub(super) fn build_behaviour(
         .message_id_fn(|m: &gossipsub::Message| MessageId::new(&Sha256::digest(&m.data)))
         .max_transmit_size(crate::advert::Limits::default().max_bytes + 4096)
         .heartbeat_interval(cfg.heartbeat)
-        // No IDONTWANT by default (`Config::gossip_idontwant`). gossipsub 0.49 sent one to every
-        // mesh peer for every copy received, duplicates included (40 % more CPU, no fewer
-        // duplicates); 0.50 sends it on the first copy only, which halves the duplicates at
-        // 1 000 nodes but costs more CPU than the copies it saves, and reach is slower
-        // (docs/BENCHMARKS.md, twenty-sixth session).
-        .idontwant_message_size_threshold(if cfg.gossip_idontwant {
-            // gossipsub's own default: IDONTWANT only for messages above 1 000 bytes (an
-            // advertisement is ~2 KiB).
-            1000
-        } else {
-            usize::MAX
-        })
         // Per-connection send queue for publishes, forwards, IHAVE and IWANT (gossipsub 0.50 keeps
         // subscriptions unbounded and control messages under its own bound of 20 000, and every
         // queue grows as it fills: an idle connection holds none of it; 0.49's `async_channel`
@@ -58,6 +46,12 @@ pub(super) fn build_behaviour(
         // (a node publishing 100 agents at once) and bounds what one peer can make us buffer; a
         // full queue drops copies for that peer only, which gossip repairs through IHAVE/IWANT.
         .connection_handler_queue_len(GOSSIP_QUEUE_LEN);
+    // No IDONTWANT by default (`Config::gossip_idontwant`). gossipsub 0.49 sent one to every
+    // mesh peer for every copy received, duplicates included (40 % more CPU, no fewer
+    // duplicates); 0.50 sends it on the first copy only, which halves the duplicates at
+    // 1 000 nodes but costs more CPU than the copies it saves, and reach is slower
+    // (docs/BENCHMARKS.md, twenty-sixth session).
+    super::idontwant(gossip_cfg, cfg.gossip_idontwant);
     let gossip_cfg = super::mesh_degree(gossip_cfg, d)
         .build()
         .map_err(|e| format!("gossipsub config: {e}"))?;
