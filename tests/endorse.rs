@@ -133,10 +133,10 @@ fn an_endorsement_from_a_trusted_node_ranks_its_agent_first_and_strangers_count_
     let cfg = tmp.path().join("b.toml");
     std::fs::write(&cfg, format!("[trust]\nendorsers = [{a_did:?}]\n")).unwrap();
     let b = start(&b_dir, &["--config", p(&cfg), "--bootstrap", &addr(&a)]);
-    // Published in this order, a second apart: `other` is the fresher, shown first.
-    let agent = publish_agent(tmp.path(), &b_dir, "Agent");
-    std::thread::sleep(Duration::from_millis(1100));
+    // Published in this order, a second apart: `other` is known the longer, shown first.
     let other = publish_agent(tmp.path(), &b_dir, "Other");
+    std::thread::sleep(Duration::from_millis(1100));
+    let agent = publish_agent(tmp.path(), &b_dir, "Agent");
     let found = discover(&b_dir);
     assert_eq!(dids(&found), [other.clone(), agent.clone()], "{found:?}");
     assert!(
@@ -260,7 +260,7 @@ fn an_endorsement_from_a_trusted_node_ranks_its_agent_first_and_strangers_count_
     let on_a = discover(&a_dir);
     assert_eq!(on_a[0]["did"], agent.as_str(), "{on_a:?}");
 
-    // Revoked: back to self-asserted, freshness order again.
+    // Revoked: back to self-asserted, the longer known first again.
     let o = agentnet(&["endorse", &agent, "--revoke", "--data-dir", p(&a_dir)]);
     assert!(o.status.success(), "{}", stderr(&o));
     wait_for("B to see the revocation", || {
@@ -403,4 +403,114 @@ fn an_independent_jose_implementation_verifies_and_issues_endorsements() {
         (sub.as_str(), [SKILL.to_string()].as_slice())
     );
     assert!(theirs.covers(Some(SKILL)) && !theirs.covers(Some("books")));
+}
+
+/// `agentnet mcp` over stdio, as an MCP host runs it: `discover_agents` for `tags`, `limit`;
+/// the DIDs in the order it answered.
+fn mcp_discover(data: &Path, tags: &[&str], limit: usize) -> Vec<String> {
+    use std::io::{BufRead, Write};
+    let mut child = std::process::Command::new(BIN)
+        .args(["mcp", "--data-dir", p(data)])
+        .env_remove("AGENTNET_DATA_DIR")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "sybil-test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "discover_agents", "arguments": {"tags": tags, "limit": limit}}}),
+    ];
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut answer = Value::Null;
+    for line in out.lines() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["id"] == 2 {
+            answer = v;
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let agents = answer["result"]["structuredContent"]["agents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no agents in {answer}"));
+    agents
+        .iter()
+        .map(|a| a["did"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn discover_limit(data: &Path, limit: usize) -> Vec<Value> {
+    json_of(&[
+        "discover",
+        "--skill",
+        SKILL,
+        "--limit",
+        &limit.to_string(),
+        "--json",
+        "--data-dir",
+        p(data),
+    ])
+    .as_array()
+    .unwrap()
+    .clone()
+}
+
+/// Issue 43, 1: an attacker's node publishes forty agents under forty fresh did:keys, all
+/// fresher than an honest agent the victim knew before. The victim's `discover --limit 10` and
+/// MCP `discover_agents` still answer the honest agent first (known longer), and first with
+/// its level once the operator endorses it; with `min_level = "endorsed"` the answer is that
+/// agent, not empty. Before the fix the freshest ten were taken and then ranked: the forty
+/// filled every answer below `limit = 45`.
+#[test]
+fn forty_fresh_dids_push_no_known_or_endorsed_agent_out_of_discover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (v_dir, a_dir) = (tmp.path().join("victim"), tmp.path().join("attacker"));
+    let v = start(&v_dir, &[]);
+    let a = start(&a_dir, &["--bootstrap", &addr(&v)]);
+    let honest = publish_agent(tmp.path(), &v_dir, "Honest");
+    // A second later, so that every Sybil is newer to the victim by its own clock.
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut sybils = Vec::new();
+    for i in 0..40 {
+        sybils.push(publish_agent(tmp.path(), &a_dir, &format!("Sybil{i}")));
+    }
+    wait_for("the victim to hold all 41 agents", || {
+        (discover_limit(&v_dir, 50).len() == 41).then_some(())
+    });
+    let top = discover_limit(&v_dir, 10);
+    assert_eq!(top.len(), 10);
+    assert_eq!(top[0]["did"], honest.as_str(), "{:?}", dids(&top));
+    assert_eq!(mcp_discover(&v_dir, &[SKILL], 10)[0], honest);
+
+    // The operator endorses it: first, `endorsed`.
+    let o = agentnet(&["endorse", &honest, "--data-dir", p(&v_dir)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let top = discover_limit(&v_dir, 10);
+    assert_eq!(top[0]["did"], honest.as_str(), "{:?}", dids(&top));
+    assert_eq!(top[0]["level"], "endorsed", "{}", top[0]);
+    assert!(top[1..]
+        .iter()
+        .all(|f| sybils.iter().any(|s| f["did"] == s.as_str())));
+    assert_eq!(mcp_discover(&v_dir, &[SKILL], 10)[0], honest);
+
+    // A policy that takes only endorsed agents answers with it, not with nothing.
+    drop(v);
+    let cfg = tmp.path().join("strict.toml");
+    std::fs::write(&cfg, "[trust]\nmin_level = \"endorsed\"\n").unwrap();
+    let _v = start(&v_dir, &["--config", p(&cfg)]);
+    let top = discover_limit(&v_dir, 10);
+    assert_eq!(dids(&top), [honest.clone()], "{top:?}");
+    assert_eq!(mcp_discover(&v_dir, &[SKILL], 10), [honest]);
+    drop(a);
 }

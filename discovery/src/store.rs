@@ -145,6 +145,9 @@ use crate::tags::{MAX_TAGS, MAX_TAG_LEN};
 
 /// Most adverts one [`Store::find`] returns, whatever `limit` asks.
 pub const MAX_FIND_LIMIT: usize = 1000;
+/// Most index entries one [`Store::matches`] returns, whatever `cap` asks: the most a node
+/// ranks for one query (about 4 MiB of DIDs and times; past it the newest are ranked).
+pub const MAX_MATCHES: usize = 50_000;
 /// Most peers kept by [`Store::put_peer`]; the least recently seen are dropped.
 pub const MAX_PEERS: usize = 1000;
 /// Most addresses kept per peer; further ones are ignored.
@@ -400,6 +403,19 @@ pub enum PutOutcome {
 /// An advert as stored: the validated advertisement, read back.
 pub type StoredAdvert = Validated;
 
+/// A live advert as the tag index knows it ([`Store::matches`]): enough to rank it, without
+/// reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Match {
+    /// The agent's DID.
+    pub did: String,
+    /// When its advert was issued (the signer's claim), Unix seconds.
+    pub issued_at: u64,
+    /// When this node first stored an advert of the DID, Unix seconds by its own clock (0:
+    /// before the node recorded it). A DID minted now is never older than one already known.
+    pub first_seen: u64,
+}
+
 /// The RocksDB store. See the [module documentation](self).
 #[derive(Clone)]
 pub struct Store {
@@ -438,13 +454,18 @@ struct SeqEntry {
     /// Unix seconds from which no advert of the DID with seq <= `seq` can be valid; 0 when
     /// unknown (an 8-byte entry of layout 1, which a migration rewrites).
     prune_at: u64,
+    /// Unix seconds, by this node's clock, when the node first stored an advert of the DID
+    /// (kept while the seq is: across republications and restarts); 0 when the entry was
+    /// written before the node recorded it (a 16-byte entry), which ranks as the oldest.
+    first_seen: u64,
 }
 
 impl SeqEntry {
-    fn encode(&self) -> [u8; 16] {
-        let mut out = [0; 16];
+    fn encode(&self) -> [u8; 24] {
+        let mut out = [0; 24];
         out[..8].copy_from_slice(&self.seq.to_be_bytes());
-        out[8..].copy_from_slice(&self.prune_at.to_be_bytes());
+        out[8..16].copy_from_slice(&self.prune_at.to_be_bytes());
+        out[16..].copy_from_slice(&self.first_seen.to_be_bytes());
         out
     }
 
@@ -453,10 +474,17 @@ impl SeqEntry {
             8 => Some(SeqEntry {
                 seq: decode_u64(value)?,
                 prune_at: 0,
+                first_seen: 0,
             }),
             16 => Some(SeqEntry {
                 seq: decode_u64(&value[..8])?,
                 prune_at: decode_u64(&value[8..])?,
+                first_seen: 0,
+            }),
+            24 => Some(SeqEntry {
+                seq: decode_u64(&value[..8])?,
+                prune_at: decode_u64(&value[8..16])?,
+                first_seen: decode_u64(&value[16..])?,
             }),
             _ => None,
         }
@@ -810,6 +838,7 @@ impl Store {
             SeqEntry {
                 seq: v.seq,
                 prune_at,
+                first_seen: stored.map_or_else(unix_now, |s| s.first_seen),
             }
             .encode(),
         );
@@ -961,6 +990,126 @@ impl Store {
         }
         it.status().map_err(db_err)?;
         Ok(found)
+    }
+
+    /// Every live advert carrying all of `tags` (already normalized, at least one), as the
+    /// index alone knows it: no advert is read, so a query's whole answer can be ranked before
+    /// any card is (the node's `discover`). Newest `issued_at` first, at most `cap` (and
+    /// [`MAX_MATCHES`]); the second value says whether the cap cut the walk.
+    ///
+    /// The index's tag filter can let through an advert that lacks one of `tags` (rarely):
+    /// [`Store::get`] the ones kept and check their tags before showing them.
+    pub fn matches(
+        &self,
+        tags: &[String],
+        cap: usize,
+        now: u64,
+    ) -> Result<(Vec<Match>, bool), StoreError> {
+        if tags.is_empty() || tags.len() > MAX_TAGS {
+            return Err(invalid(
+                "tag query",
+                &tags.join(","),
+                "no tag, or more than MAX_TAGS tags",
+            ));
+        }
+        for tag in tags {
+            check_tag(tag)?;
+        }
+        let cap = cap.min(MAX_MATCHES);
+        let mut query: Vec<&str> = tags.iter().map(String::as_str).collect();
+        query.sort_unstable();
+        query.dedup();
+        let (tags_cf, seqs) = (self.cf(CF_TAGS)?, self.cf(CF_SEQS)?);
+        let db_err = |source| StoreError::Db {
+            context: format!("matching adverts tagged {}", query.join(",")),
+            source,
+        };
+        let mask = tag_filter(query.iter().copied());
+        let driver = query
+            .iter()
+            .copied()
+            .min_by_key(|tag| self.tag_count(tag))
+            .unwrap_or("");
+        let prefix = tag_prefix(driver);
+        let snapshot = self.inner.db.snapshot();
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(prefix_end(&prefix));
+        let mut it = snapshot.raw_iterator_cf_opt(tags_cf, ro);
+        it.seek(&prefix);
+        let mut found = Vec::new();
+        let mut cut = false;
+        while let Some((key, value)) = it.item() {
+            let entry = key
+                .strip_prefix(&prefix[..])
+                .filter(|suffix| suffix.len() > 8)
+                .ok_or("bad key")
+                .and_then(|suffix| {
+                    let did = std::str::from_utf8(&suffix[8..]).map_err(|_| "DID not UTF-8")?;
+                    let issued_at = !decode_u64(&suffix[..8]).ok_or("bad key")?;
+                    let (expires_at, has_all) = parse_index_value(value, &mask)?;
+                    Ok((did, issued_at, expires_at > now && has_all))
+                });
+            match entry {
+                Ok((did, issued_at, true)) => {
+                    if found.len() >= cap {
+                        cut = true;
+                        break;
+                    }
+                    found.push(Match {
+                        did: did.to_owned(),
+                        issued_at,
+                        first_seen: 0,
+                    });
+                }
+                Ok(_) => {}
+                Err(reason) => {
+                    warn!(error = %corrupt(CF_TAGS, key, reason), "skipping corrupt index entry")
+                }
+            }
+            it.next();
+        }
+        it.status().map_err(db_err)?;
+        drop(it);
+        // When each was first seen, from the seqs, in one batched read.
+        let seen = snapshot.multi_get_cf(found.iter().map(|m| (seqs, m.did.as_bytes())));
+        for (m, value) in found.iter_mut().zip(seen) {
+            match value {
+                Ok(Some(v)) => match SeqEntry::decode(&v) {
+                    Some(e) => m.first_seen = e.first_seen,
+                    None => {
+                        warn!(error = %corrupt(CF_SEQS, m.did.as_bytes(), "bad seq"), "ranking as oldest")
+                    }
+                },
+                Ok(None) => {}
+                Err(source) => return Err(db_err(source)),
+            }
+        }
+        Ok((found, cut))
+    }
+
+    /// `did` as [`Store::matches`] would list it for `tags` (normalized), read directly: for a
+    /// DID the caller must rank whether or not the walk reached it (one the operator trusts,
+    /// when more adverts match than [`MAX_MATCHES`]). `None` if it has no live advert carrying
+    /// every one of `tags`.
+    pub fn match_of(
+        &self,
+        did: &str,
+        tags: &[String],
+        now: u64,
+    ) -> Result<Option<Match>, StoreError> {
+        check_did(did)?;
+        let Some(record) = self.read_record(did)? else {
+            return Ok(None);
+        };
+        if record.expires_at <= now || !tags.iter().all(|t| record.tags.contains(t)) {
+            return Ok(None);
+        }
+        let first_seen = self.read_seq(did)?.map_or(0, |s| s.first_seen);
+        Ok(Some(Match {
+            did: did.to_owned(),
+            issued_at: record.issued_at,
+            first_seen,
+        }))
     }
 
     /// Delete adverts with `expires_at <= now` and their index entries, then the seqs whose
@@ -1963,8 +2112,10 @@ fn parse_index_value(
 
 /// The logical bytes of a DID's seqs entry and its seq_expiry entry.
 fn seq_footprint(did: &str) -> u64 {
+    // A seq entry of 24 bytes (an entry of 16 written before `first_seen`, released as 24:
+    // the total then reads at most 8 bytes per such entry low, once).
     let did = did.len() as u64;
-    (did + 16 + ENTRY_OVERHEAD) + (8 + did + ENTRY_OVERHEAD)
+    (did + 24 + ENTRY_OVERHEAD) + (8 + did + ENTRY_OVERHEAD)
 }
 
 /// `value + delta`, saturating at 0 and `u64::MAX`.

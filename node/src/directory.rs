@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use agentnet_discovery::advert::Advertisement;
 use agentnet_discovery::net;
-use agentnet_discovery::store::StoredAdvert;
+use agentnet_discovery::store::{Match, Store, StoredAdvert};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -254,6 +254,115 @@ pub trait Directory: Send + Sync {
     }
 }
 
+/// The endorsement that counts for `did` and `skills`, if one does; a store error is logged
+/// and counts as none (the agent is still shown, at its other level).
+pub(crate) fn vouch_of(
+    e: Option<&crate::endorsements::Endorsements>,
+    did: &str,
+    skills: &[String],
+    now: u64,
+) -> Option<crate::endorsements::Vouch> {
+    e?.vouch(did, skills, now)
+        .map_err(|error| tracing::warn!(%error, "reading endorsements"))
+        .ok()
+        .flatten()
+}
+
+/// `matches` (every match of a query, [`Store::matches`]) in the order a discovery shows
+/// them: the policy first (a denied agent, or one below `min_level`, is dropped whatever else
+/// it has), then by level, strongest first, then by how long this node has known the DID,
+/// oldest first (a DID minted now is never older than one already known, so fresh DIDs buy no
+/// place above it), then by DID, so that the order is the same on every call. The advert's
+/// freshness plays no part: republishing, or a signer's `issuedAt`, buys nothing.
+///
+/// [`Store::matches`]: agentnet_discovery::store::Store::matches
+pub fn rank(
+    matches: Vec<Match>,
+    policy: &crate::trust::Policy,
+    endorsements: Option<&crate::endorsements::Endorsements>,
+    tags: &[String],
+    now: u64,
+) -> Vec<(Match, crate::trust::Judged)> {
+    let mut ranked: Vec<_> = matches
+        .into_iter()
+        .filter_map(|m| {
+            let vouch = vouch_of(endorsements, &m.did, tags, now);
+            let judged = policy.judge_with(&m.did, vouch.as_ref()).ok()?;
+            Some((m, judged))
+        })
+        .collect();
+    ranked.sort_by(|(a, ja), (b, jb)| {
+        jb.level
+            .cmp(&ja.level)
+            .then(a.first_seen.cmp(&b.first_seen))
+            .then_with(|| a.did.cmp(&b.did))
+    });
+    ranked
+}
+
+/// `matches` with the DIDs the operator trusts by name (`[trust] allow`'s DIDs, and every DID
+/// an endorser it trusts vouches for) that match `tags` but are not among them: called when
+/// the walk of the index was cut ([`Store::matches`]'s `cut`), so that no number of fresher
+/// adverts keeps a trusted agent out of the ranking. At most the allow list's and the
+/// endorsements' own bounds more.
+pub fn with_trusted(
+    store: &Store,
+    mut matches: Vec<Match>,
+    tags: &[String],
+    policy: &crate::trust::Policy,
+    endorsements: Option<&crate::endorsements::Endorsements>,
+    now: u64,
+) -> Vec<Match> {
+    let vouched = match endorsements.map(|e| e.vouched(now)) {
+        Some(Ok(v)) => v,
+        Some(Err(error)) => {
+            tracing::warn!(%error, "reading endorsements");
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    let known: std::collections::HashSet<String> = matches.iter().map(|m| m.did.clone()).collect();
+    let trusted: std::collections::BTreeSet<&str> = policy
+        .allowed_dids()
+        .chain(vouched.iter().map(String::as_str))
+        .filter(|d| !known.contains(*d))
+        .collect();
+    for did in trusted {
+        match store.match_of(did, tags, now) {
+            Ok(Some(m)) => matches.push(m),
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, %did, "a trusted DID's advert"),
+        }
+    }
+    matches
+}
+
+/// The best `limit` of `matches` for `tags` ([`rank`]), read from `store`: an advert gone
+/// since, or one that lacks a tag (the index's tag filter lets a few through), is passed over
+/// for the next. Only these `limit` adverts are read; the ranking reads none.
+pub fn top(
+    store: &Store,
+    matches: Vec<Match>,
+    tags: &[String],
+    limit: usize,
+    policy: &crate::trust::Policy,
+    endorsements: Option<&crate::endorsements::Endorsements>,
+    now: u64,
+) -> Vec<(StoredAdvert, crate::trust::Judged)> {
+    let mut shown = Vec::with_capacity(limit.min(MAX_LIMIT));
+    for (m, judged) in rank(matches, policy, endorsements, tags, now) {
+        if shown.len() >= limit {
+            break;
+        }
+        match store.get(&m.did, now) {
+            Ok(Some(a)) if tags.iter().all(|t| a.tags.contains(t)) => shown.push((a, judged)),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, did = %m.did, "reading a matched advert"),
+        }
+    }
+    shown
+}
+
 /// A boxed future, as [`Directory`] returns them.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
@@ -492,6 +601,114 @@ pub fn check_tags<S: AsRef<str>>(tags: &[S], max: usize) -> Result<(), TagError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key_did(i: u32) -> String {
+        let mut seed = [7u8; 32];
+        seed[..4].copy_from_slice(&i.to_be_bytes());
+        agentnet_did::SecretKey::from_seed(&seed)
+            .did_key()
+            .to_string()
+    }
+
+    fn m(did: &str, issued_at: u64, first_seen: u64) -> agentnet_discovery::store::Match {
+        agentnet_discovery::store::Match {
+            did: did.to_owned(),
+            issued_at,
+            first_seen,
+        }
+    }
+
+    /// Past the walk's cap, an allow-listed agent the walk did not reach is still ranked, and
+    /// first; `top` passes over a DID whose advert lacks a tag.
+    #[test]
+    fn a_trusted_agent_beyond_the_walk_is_ranked_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        let now = 1_000;
+        let put = |did: &str, issued_at: u64, tags: &[&str]| {
+            store
+                .put(&agentnet_discovery::advert::Validated {
+                    did: did.to_owned(),
+                    seq: 1,
+                    issued_at,
+                    expires_at: 5_000,
+                    tags: tags.iter().map(|t| t.to_string()).collect(),
+                    peer_id: "12D3KooWpeer".into(),
+                    bytes: b"{}".to_vec(),
+                })
+                .unwrap();
+        };
+        let trusted = key_did(2000);
+        put(&trusted, 10, &["books"]);
+        let flood: Vec<String> = (0..30).map(key_did).collect();
+        for (i, d) in flood.iter().enumerate() {
+            put(d, 100 + i as u64, &["books"]);
+        }
+        let tags = vec!["books".to_string()];
+        // The walk, cut at 5: the newest five of the flood.
+        let (matches, cut) = store.matches(&tags, 5, now).unwrap();
+        assert!(cut);
+        assert!(matches.iter().all(|m| m.did != trusted));
+        let policy = crate::trust::Policy::new(&[trusted.clone()], &[], None).unwrap();
+        let all = with_trusted(&store, matches, &tags, &policy, None, now);
+        assert_eq!(all.len(), 6);
+        let shown = top(&store, all, &tags, 3, &policy, None, now);
+        assert_eq!(shown.len(), 3);
+        assert_eq!(shown[0].0.did, trusted);
+        assert_eq!(shown[0].1.level, crate::trust::Level::AllowListed);
+        // A DID allowed but without the tag is not added.
+        let other = key_did(2001);
+        put(&other, 10, &["music"]);
+        let policy = crate::trust::Policy::new(&[other], &[], None).unwrap();
+        let (matches, _) = store.matches(&tags, 5, now).unwrap();
+        assert_eq!(
+            with_trusted(&store, matches, &tags, &policy, None, now).len(),
+            5
+        );
+    }
+
+    /// Forty fresh DIDs, newer by every clock, never outrank what the node knew before them
+    /// or what the operator trusts; `deny` and `min_level` apply before any cut.
+    #[test]
+    fn rank_puts_trust_then_age_before_any_number_of_fresh_dids() {
+        let known = key_did(1000);
+        let trusted = key_did(1001);
+        let sybils: Vec<String> = (0..40).map(key_did).collect();
+        // As the index gives them: newest `issued_at` first, the Sybils at the top.
+        let mut matches: Vec<_> = sybils
+            .iter()
+            .enumerate()
+            .map(|(i, d)| m(d, 10_000 - i as u64, 500 + i as u64))
+            .collect();
+        matches.push(m(&trusted, 50, 900));
+        matches.push(m(&known, 10, 100));
+        let tags = vec!["books".to_string()];
+        let open = crate::trust::Policy::default();
+        let ranked = rank(matches.clone(), &open, None, &tags, 1);
+        assert_eq!(ranked.len(), 42);
+        assert_eq!(ranked[0].0.did, known, "the longest known first");
+        assert_eq!(ranked[1].0.did, sybils[0]);
+        let allow = crate::trust::Policy::new(&[trusted.clone()], &[], None).unwrap();
+        let ranked = rank(matches.clone(), &allow, None, &tags, 1);
+        assert_eq!(
+            ranked[0].0.did, trusted,
+            "the allow-listed first, though seen last"
+        );
+        assert_eq!(ranked[1].0.did, known);
+        let strict = crate::trust::Policy::new(
+            &[trusted.clone()],
+            &[known.clone()],
+            Some(crate::trust::Level::AllowListed),
+        )
+        .unwrap();
+        let ranked = rank(matches.clone(), &strict, None, &tags, 1);
+        let dids: Vec<&str> = ranked.iter().map(|(m, _)| m.did.as_str()).collect();
+        assert_eq!(dids, [trusted.as_str()]);
+        let deny = crate::trust::Policy::new(&[], &[known.clone()], None).unwrap();
+        let ranked = rank(matches, &deny, None, &tags, 1);
+        assert!(ranked.iter().all(|(m, _)| m.did != known));
+        assert_eq!(ranked.len(), 41);
+    }
 
     fn stored(card: Value) -> agentnet_discovery::store::StoredAdvert {
         let did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";

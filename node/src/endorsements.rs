@@ -443,6 +443,21 @@ impl Endorsements {
         }
         Ok(best)
     }
+
+    /// Every DID an endorser the operator trusts vouches for now (not revoked, not expired), for
+    /// any skill: at most the statements kept ([`MAX_TOTAL`]). What a discovery ranks whether
+    /// or not its walk of the index reached them.
+    pub fn vouched(&self, now: u64) -> Result<Vec<String>, StoreError> {
+        let mut out = std::collections::BTreeSet::new();
+        for iss in self.trusted(now)?.keys() {
+            for k in self.issued_by(iss, now)? {
+                if !k.endorsement.revoked {
+                    out.insert(k.endorsement.sub);
+                }
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
 }
 
 /// The check of [`ENDORSE_TOPIC`](agentnet_discovery::net::ENDORSE_TOPIC) messages: verify,

@@ -1,7 +1,8 @@
 //! The operator's trust policy (issue 19, `[trust]`): what discovery returns and in what order.
 //! Every agent shown gets a **level** and the reasons for it; denied agents and agents below
 //! `min_level` are not returned by `discover`, `call --skill` or the MCP tools, and the rest are
-//! ranked by level, then freshness.
+//! ranked by level, then by how long the node has known them (docs/PROTOCOL.md, "How discover
+//! ranks").
 //!
 //! Levels, weakest first: `self-asserted` (a did:key, or a did:wba `e1_` DID: no domain vouched
 //! for the key), `domain-verified` (a did:web or did:wba whose key the node read from a
@@ -121,6 +122,14 @@ impl Policy {
             allow: parse(allow, "allow")?,
             deny: parse(deny, "deny")?,
             min_level,
+        })
+    }
+
+    /// The DIDs `allow` names (not its domains).
+    pub fn allowed_dids(&self) -> impl Iterator<Item = &str> {
+        self.allow.iter().filter_map(|e| match e {
+            Entry::Did(d) => Some(d.as_str()),
+            Entry::Domain(_) => None,
         })
     }
 

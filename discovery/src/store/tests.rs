@@ -1291,3 +1291,77 @@ fn a_store_with_its_files_in_memory_works_and_leaves_nothing_on_disk() {
     let store = Store::open_shared(&path, test_limits(), &memory).unwrap();
     assert_eq!(store.get("did:key:m", 500).unwrap().unwrap().seq, 5);
 }
+
+#[test]
+fn matches_list_every_live_match_from_the_index_with_when_each_was_first_seen() {
+    let (_dir, store) = open();
+    let now = 1_000;
+    // `old` is stored first; then `new`, newer by `issued_at`, a second later by the clock.
+    store
+        .put(&advert("did:key:old", 1, 100, 5_000, &["books"]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    for v in [
+        advert("did:key:new", 1, 900, 5_000, &["books", "french"]),
+        advert("did:key:other", 1, 950, 5_000, &["music"]),
+        advert("did:key:gone", 1, 10, 500, &["books"]),
+    ] {
+        store.put(&v).unwrap();
+    }
+    let (found, cut) = store.matches(&tags(&["books"]), 100, now).unwrap();
+    assert!(!cut);
+    let got: Vec<&str> = found.iter().map(|m| m.did.as_str()).collect();
+    // Newest `issued_at` first, the expired one left out.
+    assert_eq!(got, ["did:key:new", "did:key:old"]);
+    let (old, new) = (&found[1], &found[0]);
+    assert!(
+        old.first_seen > 0 && new.first_seen > old.first_seen,
+        "{found:?}"
+    );
+    assert_eq!((old.issued_at, new.issued_at), (100, 900));
+    // Every tag must match.
+    let (both, _) = store
+        .matches(&tags(&["books", "french"]), 100, now)
+        .unwrap();
+    assert_eq!(both.len(), 1);
+    assert_eq!(both[0].did, "did:key:new");
+    // A republication keeps the first sighting.
+    store
+        .put(&advert("did:key:old", 2, 990, 5_000, &["books"]))
+        .unwrap();
+    let (again, _) = store.matches(&tags(&["books"]), 100, now).unwrap();
+    assert_eq!(
+        again[0].did, "did:key:old",
+        "newest issued first: {again:?}"
+    );
+    assert_eq!(again[0].first_seen, old.first_seen);
+    // The cap cuts the walk and says so.
+    let (one, cut) = store.matches(&tags(&["books"]), 1, now).unwrap();
+    assert_eq!((one.len(), cut), (1, true));
+    // No tag is a refusal, not every advert.
+    assert!(store.matches(&[], 10, now).is_err());
+}
+
+#[test]
+fn a_seq_entry_written_before_first_sightings_reads_as_the_oldest() {
+    let (_dir, store) = open();
+    store
+        .put(&advert("did:key:a", 1, 100, 5_000, &["books"]))
+        .unwrap();
+    // Rewrite the entry as the 16 bytes an earlier version wrote.
+    let e = store.read_seq("did:key:a").unwrap().unwrap();
+    let mut old = Vec::new();
+    old.extend_from_slice(&e.seq.to_be_bytes());
+    old.extend_from_slice(&e.prune_at.to_be_bytes());
+    let cf = store.cf(CF_SEQS).unwrap();
+    store.inner.db.put_cf(cf, b"did:key:a", &old).unwrap();
+    let (found, _) = store.matches(&tags(&["books"]), 10, 1_000).unwrap();
+    assert_eq!(found[0].first_seen, 0);
+    assert_eq!(store.seq("did:key:a").unwrap(), Some(1));
+    // The next advert of the DID keeps it the oldest.
+    store
+        .put(&advert("did:key:a", 2, 200, 5_000, &["books"]))
+        .unwrap();
+    let (found, _) = store.matches(&tags(&["books"]), 10, 1_000).unwrap();
+    assert_eq!(found[0].first_seen, 0);
+}

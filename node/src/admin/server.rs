@@ -351,57 +351,102 @@ fn normalized(skills: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The endorsement that counts for `did` and `skills`, if one does; a store error is logged
-/// and counts as none (the agent is still shown, at its other level).
-fn vouch_of(
-    e: Option<&crate::endorsements::Endorsements>,
-    did: &str,
-    skills: &[String],
-    now: u64,
-) -> Option<crate::endorsements::Vouch> {
-    e?.vouch(did, skills, now)
-        .map_err(|error| tracing::warn!(%error, "reading endorsements"))
-        .ok()
-        .flatten()
-}
-
 async fn peers(State(state): State<AdminState>) -> Result<Json<Peers>, ApiError> {
     Ok(Json(state.peers().await?))
 }
 
 impl AdminState {
     /// What `GET /admin/v1/discover` answers, for `skills` already checked
-    /// ([`check_tags`]).
+    /// ([`check_tags`]): [`AdminState::ranked`], each card flagged and checked against its pin
+    /// (pinned when first seen).
     pub async fn discover(&self, skills: &[String], limit: usize) -> Result<Vec<Found>, ApiError> {
-        let found: Vec<Found> = self
-            .stored(skills, limit)
-            .await?
-            .into_iter()
-            .map(directory::found)
-            .collect();
-        let (pins, rules, policy) = (self.pins.clone(), self.flags.clone(), self.trust.clone());
-        let (endorsements, skills) = (self.endorsements.clone(), normalized(skills));
-        // The policy first (denied and too weak agents are not shown), then each card shown is
-        // flagged and checked against its pin (pinned when first seen); ranked by level, then
-        // freshness (the order the store found them in).
-        tokio::task::spawn_blocking(move || {
-            let now = unix_now();
-            let mut shown: Vec<Found> = found
-                .into_iter()
-                .filter_map(|mut f| {
-                    let vouch = vouch_of(endorsements.as_deref(), &f.did, &skills, now);
-                    let judged = policy.judge_with(&f.did, vouch.as_ref()).ok()?;
-                    f.level = Some(judged.level);
-                    f.reasons = judged.reasons;
-                    f.flags = rules.card(&f.card);
-                    f.pin = pins.as_ref().map(|p| p.observe(&f.did, &f.card, now));
-                    Some(f)
-                })
-                .collect();
-            shown.sort_by_key(|f| std::cmp::Reverse(f.level));
-            shown
+        let (pins, rules) = (self.pins.clone(), self.flags.clone());
+        self.ranked(skills, limit, move |advert, judged, now| {
+            let mut f = directory::found(advert);
+            f.level = Some(judged.level);
+            f.reasons = judged.reasons;
+            f.flags = rules.card(&f.card);
+            f.pin = pins.as_ref().map(|p| p.observe(&f.did, &f.card, now));
+            f
         })
         .await
+    }
+
+    /// The best `limit` of every match the node holds for `skills` (checked), ranked by
+    /// [`directory::top`] (policy, then level, then how long the node has known each DID),
+    /// each made into what the caller shows by `show` (on a blocking thread: pins write).
+    ///
+    /// The policy and the ranking see every match before the cut, so a flood of fresh DIDs
+    /// cannot push a trusted agent out of the answer (docs/PROTOCOL.md, "How discover
+    /// ranks"). The network is asked only when the node holds fewer than `limit` matches.
+    async fn ranked<T: Send + 'static>(
+        &self,
+        skills: &[String],
+        limit: usize,
+        show: impl Fn(StoredAdvert, crate::trust::Judged, u64) -> T + Send + 'static,
+    ) -> Result<Vec<T>, ApiError> {
+        let limit = limit.clamp(1, MAX_LIMIT);
+        let tags = normalized(skills);
+        if tags.is_empty() {
+            return Err(ApiError::bad_request("no usable skill tag to search for"));
+        }
+        if self.matches(&tags).await?.0.len() < limit {
+            // Few enough that the network may know more: providers are asked and what they
+            // answer is validated and stored, as gossip is.
+            self.ask_network(skills, limit).await?;
+        }
+        let (matches, cut) = self.matches(&tags).await?;
+        let store = self.client.store().clone();
+        let (policy, endorsements) = (self.trust.clone(), self.endorsements.clone());
+        tokio::task::spawn_blocking(move || {
+            let now = unix_now();
+            let matches = if cut {
+                // More matches than the walk takes: the newest were taken, and the agents the
+                // operator trusts by name are added wherever they are.
+                tracing::debug!(
+                    ?tags,
+                    "more matches than the node ranks; adding the trusted"
+                );
+                directory::with_trusted(
+                    &store,
+                    matches,
+                    &tags,
+                    &policy,
+                    endorsements.as_deref(),
+                    now,
+                )
+            } else {
+                matches
+            };
+            directory::top(
+                &store,
+                matches,
+                &tags,
+                limit,
+                &policy,
+                endorsements.as_deref(),
+                now,
+            )
+            .into_iter()
+            .map(|(advert, judged)| show(advert, judged, now))
+            .collect()
+        })
+        .await
+        .map_err(ApiError::internal)
+    }
+
+    /// Every match of `tags` (normalized) in the node's index, without reading the adverts.
+    async fn matches(
+        &self,
+        tags: &[String],
+    ) -> Result<(Vec<agentnet_discovery::store::Match>, bool), ApiError> {
+        let store = self.client.store().clone();
+        let tags = tags.to_vec();
+        tokio::task::spawn_blocking(move || {
+            store.matches(&tags, agentnet_discovery::store::MAX_MATCHES, unix_now())
+        })
+        .await
+        .map_err(ApiError::internal)?
         .map_err(ApiError::internal)
     }
 
@@ -601,11 +646,13 @@ impl AdminState {
         .map_err(|e: String| ApiError::internal(e))
     }
 
-    /// The stored advertisements [`AdminState::discover`] answers with.
-    async fn stored(&self, skills: &[String], limit: usize) -> Result<Vec<StoredAdvert>, ApiError> {
+    /// Ask the network for more adverts of `skills` (validated and stored as gossip is) when
+    /// the node holds fewer than `limit`.
+    async fn ask_network(&self, skills: &[String], limit: usize) -> Result<(), ApiError> {
         self.client
             .discover(skills, limit.clamp(1, MAX_LIMIT))
             .await
+            .map(drop)
             .map_err(from_net)
     }
 
@@ -723,37 +770,25 @@ impl Directory for AdminState {
     ) -> BoxFuture<'a, Result<Vec<AgentSummary>, ClientError>> {
         Box::pin(async move {
             check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
-            let stored = self.stored(skills, limit).await?;
-            let (pins, rules, policy) = (self.pins.clone(), self.flags.clone(), self.trust.clone());
-            let (endorsements, skills) = (self.endorsements.clone(), normalized(skills));
-            tokio::task::spawn_blocking(move || {
-                let now = unix_now();
-                let mut shown: Vec<(crate::trust::Level, AgentSummary)> = stored
-                    .into_iter()
-                    .filter_map(|a| {
-                        let vouch = vouch_of(endorsements.as_deref(), &a.did, &skills, now);
-                        let judged = policy.judge_with(&a.did, vouch.as_ref()).ok()?;
-                        let card = serde_json::from_slice::<
-                            agentnet_discovery::advert::Advertisement,
-                        >(&a.bytes)
-                        .map(|ad| ad.card)
-                        .unwrap_or(Value::Null);
-                        let did = a.did.clone();
-                        let mut s = directory::summarize(a);
-                        let level = judged.level;
-                        s.trust = Some(directory::Trust {
-                            level: Some(judged),
-                            pin: pins.as_ref().map(|p| p.observe(&did, &card, now)),
-                            flags: rules.card(&card),
-                        });
-                        Some((level, s))
-                    })
-                    .collect();
-                shown.sort_by_key(|s| std::cmp::Reverse(s.0));
-                shown.into_iter().map(|(_, s)| s).collect()
-            })
-            .await
-            .map_err(|e| ClientError::from(ApiError::internal(e)))
+            let pins = self.pins.clone();
+            let rules = self.flags.clone();
+            Ok(self
+                .ranked(skills, limit, move |a, judged, now| {
+                    let card = serde_json::from_slice::<agentnet_discovery::advert::Advertisement>(
+                        &a.bytes,
+                    )
+                    .map(|ad| ad.card)
+                    .unwrap_or(Value::Null);
+                    let did = a.did.clone();
+                    let mut s = directory::summarize(a);
+                    s.trust = Some(directory::Trust {
+                        level: Some(judged),
+                        pin: pins.as_ref().map(|p| p.observe(&did, &card, now)),
+                        flags: rules.card(&card),
+                    });
+                    s
+                })
+                .await?)
         })
     }
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, ClientError>> {

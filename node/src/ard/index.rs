@@ -325,7 +325,7 @@ impl Index {
     }
 
     /// Live entries matching `text` (none: all, score 100) and `filter`, best first: score, then
-    /// freshness (newest `issued_at`, as `discover` ranks), then identifier. An entry matching
+    /// freshness (newest `issued_at`), then identifier. An entry matching
     /// none of the query's words is not in the matched set (the relevance cutoff).
     pub fn search(&self, text: Option<&str>, filter: &Filter, now: u64) -> Vec<Hit> {
         let mut hits: Vec<Hit> = match text.map(query_terms).filter(|q| !q.is_empty()) {

@@ -3,7 +3,7 @@
 //! (signature, DID, seq) and holds in its store. See docs/ARD.md.
 //!
 //! - `POST /search`: `query.text` (required) and `query.filter`, `pageSize` (alias `limit`),
-//!   `pageToken`; results ranked by relevance, then freshness as `discover` ranks, each with
+//!   `pageToken`; results ranked by relevance, then freshness, each with
 //!   `score` (0–100), `source` (this registry) and why it matched (`metadata.matched`, e.g.
 //!   `"weather: name, forecast: skills"`).
 //! - `POST /explore`: facets (`resultType.facets`) over the same matched set.

@@ -375,7 +375,7 @@ pub struct DelegationReport {
 }
 
 /// Discovery is not approval (issue 19): node 1 publishes two agents with the skill
-/// [`TRUST_TAG`], `Breeze` then `Gale` (the fresher, shown first); the last node, whose
+/// [`TRUST_TAG`], `Gale` then `Breeze` (Gale, known longer, shown first); the last node, whose
 /// `[trust] endorsers` names node 1's DID, discovers them (pinning both cards); node 1's
 /// operator endorses `Breeze` (`agentnet endorse`), and the last node ranks it first,
 /// `endorsed`, with the reason; then `Gale`'s publisher re-publishes its card under the same
@@ -500,6 +500,15 @@ async fn trust_inner(
     let last = &clients[n - 1];
     let (breeze_key, gale_key) = (SecretKey::generate(), SecretKey::generate());
     let gale_card = |url: &str, text: &str| trust_card("Gale", url, text);
+    let gale = publish_as(
+        &dirs[0],
+        &clients[0],
+        &gale_key,
+        &gale_card("https://gale.invalid/a2a/v1", "Warns of storms."),
+    )
+    .await?;
+    // A second later: known the shorter, shown second while both are self-asserted.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let breeze = publish_as(
         &dirs[0],
         &clients[0],
@@ -509,15 +518,6 @@ async fn trust_inner(
             "https://breeze.invalid/a2a/v1",
             "Warns of storms.",
         ),
-    )
-    .await?;
-    // A second later: the fresher of the two, shown first while both are self-asserted.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let gale = publish_as(
-        &dirs[0],
-        &clients[0],
-        &gale_key,
-        &gale_card("https://gale.invalid/a2a/v1", "Warns of storms."),
     )
     .await?;
     r.endorsed = Some(breeze.clone());
@@ -537,7 +537,7 @@ async fn trust_inner(
         }
     };
     progress.line(format!(
-        "node {n} finds {TRUST_TAG}: {}, each {} (the fresher first)",
+        "node {n} finds {TRUST_TAG}: {}, each {} (the one it has known longer first)",
         r.before
             .iter()
             .map(|d| name(d))
