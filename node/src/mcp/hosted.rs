@@ -132,7 +132,9 @@ impl Endpoint {
                 Router::new().route_service(PATH, service)
             }
         };
-        router.layer(middleware::from_fn_with_state(self.clone(), guard))
+        router
+            .layer(middleware::from_fn(super::http::overload))
+            .layer(middleware::from_fn_with_state(self.clone(), guard))
     }
 }
 
@@ -223,7 +225,7 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
     let opener = super::http::Opener {
         owner: caller
             .clone()
-            .unwrap_or_else(|| format!("anonymous@{source}")),
+            .unwrap_or_else(|| format!("{}{source}", super::http::ANONYMOUS)),
         source,
     };
     if let Some(authority) = &ep.authority {
