@@ -18,7 +18,8 @@
 //! agent, [`super::http::MAX_SESSIONS_PER_OWNER`] per caller (DID, or the anonymous callers of
 //! one source) and [`super::http::MAX_SESSIONS_PER_SOURCE`] per source (the guard passes the
 //! verified caller down to the session manager, [`super::http::opened_by`]), closed after 5
-//! minutes idle.
+//! minutes idle. One more is answered as an overload ([`super::http::overload`]): `429` (`503`
+//! when every session is taken) with `Retry-After` and a JSON-RPC error.
 //!
 //! Tools by kind: `echo` offers the tool `echo` (returns the text). Every other kind (`ask`,
 //! `command`, `proxy`) offers `send_message`: one turn of the agent, run by its A2A task engine
