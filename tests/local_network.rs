@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
+use serde_json::Value;
 
 /// `sh -c line` with the binary under test first on `PATH`, as a user pastes a printed line.
 fn run_as_printed(line: &str) -> std::process::Output {
@@ -216,6 +217,75 @@ fn up_local_is_followed_by_the_commands_on_its_data_dir() {
     assert!(
         log.contains("stopping...") && log.contains("stopped"),
         "{log}"
+    );
+}
+
+/// `discover --json` on `dir`'s node for the echo agent: its entry (once the node holds it).
+fn discovered_echo(dir: &Path) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = json_of(&[
+            "discover",
+            "--skill",
+            "echo",
+            "--json",
+            "--data-dir",
+            p(dir),
+        ]);
+        if let Some(echo) = found.as_array().and_then(|a| a.first()) {
+            return echo.clone();
+        }
+        assert!(Instant::now() < deadline, "echo not discovered: {found}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// What a newcomer following the guide saw: on a `--local` node its own echo agent was flagged
+/// `private-url` at every `discover`, the URL cut at 30 characters, and a did:key agent read
+/// `domain_verified: true` beside the level "self-asserted, no domain vouches for the key".
+/// On a `--local` node loopback URLs are what the operator asked for: no flag; elsewhere the
+/// flag shows the whole URL; a did:key agent names no domain and none vouched for its key.
+#[test]
+fn a_local_node_does_not_flag_its_own_loopback_agents_and_did_key_claims_no_domain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let _local = echo_node(&a, true);
+    let _public = echo_node(&b, false);
+
+    let echo = discovered_echo(&a);
+    let url = echo["card"]["supportedInterfaces"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{echo}");
+    let flags = echo["flags"].as_array().cloned().unwrap_or_default();
+    assert!(
+        flags.iter().all(|f| f["rule"] != "private-url"),
+        "a --local node flags its own loopback agent: {echo}"
+    );
+    assert!(echo["did"].as_str().unwrap().starts_with("did:key:"));
+    assert_eq!(echo["level"], "self-asserted", "{echo}");
+    assert_eq!(echo["domain_verified"], false, "{echo}");
+    assert_eq!(echo["domain"], Value::Null, "{echo}");
+
+    let echo = discovered_echo(&b);
+    let url = echo["card"]["supportedInterfaces"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let flag = echo["flags"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["rule"] == "private-url"))
+        .unwrap_or_else(|| panic!("no private-url flag off --local: {echo}"));
+    assert_eq!(flag["at"], "supportedInterfaces[0].url", "{flag}");
+    assert_eq!(flag["excerpt"], url.as_str(), "the URL shown whole: {flag}");
+    let o = agentnet(&["discover", "--skill", "echo", "--data-dir", p(&b)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&url), "{}", stderr(&o));
+    assert!(
+        !stdout(&o).contains("domain not verified"),
+        "{}",
+        stdout(&o)
     );
 }
 

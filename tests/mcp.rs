@@ -954,10 +954,17 @@ async fn sessions_of_the_earlier_era_are_capped() {
         assert_eq!(s, 200, "{text}");
         ids.push(headers["mcp-session-id"].to_str().unwrap().to_owned());
     }
-    // rmcp answers a session manager's refusal with 500; the text says why.
-    let (s, _, text) = post(&url, &h, init.clone()).await;
-    assert_eq!(s, 500, "{text}");
-    assert!(text.contains("too many MCP sessions"), "{text}");
+    // An overload, not a failure: 503 with `Retry-After` and a JSON-RPC error that says why
+    // and when to come back.
+    let (s, headers, text) = post(&url, &h, init.clone()).await;
+    assert_eq!(s, 503, "{text}");
+    let after: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=300).contains(&after), "Retry-After: {after}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("too many MCP sessions"), "{v}");
+    assert!(message.contains(&format!("{after} s")), "{v}");
+    assert_eq!(v["error"]["data"]["retryAfter"], after, "{v}");
     // Stateless requests need no session: still served.
     let (mh, body) = modern("tools/list", 1);
     let (s, _, _) = post(&url, &node.authed(&mh), serde_json::to_vec(&body).unwrap()).await;

@@ -782,28 +782,55 @@ tags = ["mcp-shout"]
     );
 }
 
-/// A signed 2025-11-25 `initialize` at `url`: the status, the session id, the body.
+/// A 2025-11-25 `initialize` at `url`, signed by `id` or anonymous: the status, the session
+/// id, the body.
 async fn open_session(
     http: &reqwest::Client,
     url: &str,
     init: &[u8],
-    id: &Identity,
+    id: Option<&Identity>,
 ) -> (u16, Option<String>, String) {
-    let r = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .headers(signed(id, "POST", url, init))
-        .body(init.to_vec())
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let session = r
-        .headers()
+    let (status, headers, body) = initialize(http, url, init, id).await;
+    let session = headers
         .get("mcp-session-id")
         .map(|v| v.to_str().unwrap().to_owned());
-    (status, session, r.text().await.unwrap_or_default())
+    (status, session, body)
+}
+
+/// The same: the status, the headers, the body.
+async fn initialize(
+    http: &reqwest::Client,
+    url: &str,
+    init: &[u8],
+    id: Option<&Identity>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(id) = id {
+        req = req.headers(signed(id, "POST", url, init));
+    }
+    let r = req.body(init.to_vec()).send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.text().await.unwrap_or_default())
+}
+
+/// A refusal for a full share of sessions: 429 with `Retry-After` (the seconds until an idle
+/// session closes) and a JSON-RPC error that says why and when to come back.
+fn assert_overloaded(status: u16, headers: &reqwest::header::HeaderMap, body: &str, why: &str) {
+    assert_eq!(status, 429, "{body}");
+    let after: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=300).contains(&after), "Retry-After: {after}");
+    assert!(!headers.contains_key("mcp-session-id"));
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(v["jsonrpc"], "2.0", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("too many MCP sessions"), "{v}");
+    assert!(message.contains(why), "{v}");
+    assert!(message.contains(&format!("{after} s")), "{v}");
+    assert_eq!(v["error"]["data"]["retryAfter"], after, "{v}");
 }
 
 /// The attacker: one DID opens 2025-11-25 sessions at a hosted endpoint as fast as it can
@@ -831,30 +858,23 @@ async fn hosted_sessions_are_shared_out_per_did_and_per_address() {
     let greedy = Identity::did_key(SecretKey::generate());
     let mut ids = Vec::new();
     for _ in 0..MAX_SESSIONS_PER_OWNER {
-        let (s, id, text) = open_session(&here, &url, &init, &greedy).await;
+        let (s, id, text) = open_session(&here, &url, &init, Some(&greedy)).await;
         assert_eq!(s, 200, "{text}");
         ids.push(id.unwrap());
     }
-    let (s, id, text) = open_session(&here, &url, &init, &greedy).await;
-    assert_eq!((s, id), (500, None), "{text}");
-    assert!(text.contains("for your DID"), "{text}");
+    let (s, h, text) = initialize(&here, &url, &init, Some(&greedy)).await;
+    assert_overloaded(s, &h, &text, "for your DID");
     // Fresh DIDs from the same address: its share is taken too.
     assert_eq!(MAX_SESSIONS_PER_SOURCE, MAX_SESSIONS_PER_OWNER);
-    let (s, _, text) = open_session(
-        &here,
-        &url,
-        &init,
-        &Identity::did_key(SecretKey::generate()),
-    )
-    .await;
-    assert_eq!(s, 500, "{text}");
-    assert!(text.contains("from your address"), "{text}");
+    let fresh = Identity::did_key(SecretKey::generate());
+    let (s, h, text) = initialize(&here, &url, &init, Some(&fresh)).await;
+    assert_overloaded(s, &h, &text, "from your address");
     // Another address is served.
     let (s, id, text) = open_session(
         &from("127.0.0.2"),
         &url,
         &init,
-        &Identity::did_key(SecretKey::generate()),
+        Some(&Identity::did_key(SecretKey::generate())),
     )
     .await;
     assert_eq!(s, 200, "{text}");
@@ -869,6 +889,32 @@ async fn hosted_sessions_are_shared_out_per_did_and_per_address() {
         .await
         .unwrap();
     assert!(r.status().is_success(), "{}", r.status());
-    let (s, _, text) = open_session(&here, &url, &init, &greedy).await;
+    let (s, _, text) = open_session(&here, &url, &init, Some(&greedy)).await;
     assert_eq!(s, 200, "{text}");
+}
+
+/// An anonymous caller at an open agent's endpoint that has used its address's share of
+/// sessions is told it is an overload and when to come back (429, `Retry-After`, a JSON-RPC
+/// error), not that the node failed (it was a bare 500), nor that its DID holds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_caller_past_its_share_of_sessions_is_told_when_to_come_back() {
+    use agentnet_node::mcp::http::MAX_SESSIONS_PER_SOURCE;
+    let a = Node::start(Some(CONFIG), None).await;
+    let url = a.mcp_url("open");
+    let init = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}))
+    .unwrap();
+    let http = agentnet_did::http::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
+    for _ in 0..MAX_SESSIONS_PER_SOURCE {
+        let (s, id, text) = open_session(&http, &url, &init, None).await;
+        assert_eq!(s, 200, "{text}");
+        assert!(id.is_some());
+    }
+    let (s, h, text) = initialize(&http, &url, &init, None).await;
+    assert_overloaded(s, &h, &text, "from your address");
+    assert!(!text.contains("your DID"), "{text}");
 }

@@ -76,6 +76,14 @@ async fn get(url: &str, bearer: Option<&str>) -> (u16, reqwest::header::HeaderMa
     (status, headers, r.text().await.unwrap())
 }
 
+/// `GET /admin/v1/discover?skill=status-echo`, which pins the echo card (first shown).
+async fn discover(admin: &str, token: &str) {
+    let url = format!("http://{admin}/admin/v1/discover?skill=status-echo");
+    let (status, _, body) = get(&url, Some(token)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("status-echo"), "{body}");
+}
+
 /// One echo task, so that the page has a recent task to list.
 async fn send_echo(node: &UpNode) {
     let url = format!("http://{}/a2a/echo", addr(node, "http"));
@@ -143,7 +151,36 @@ async fn status_is_on_the_admin_listener_only_and_behind_the_token() {
     assert_eq!(found["name"], NAME);
     assert_eq!(found["own"], true);
     assert_eq!(found["signature_verified"], true);
-    assert_eq!(found["domain_verified"], true);
+    // A did:key: self-asserted, no domain named, none vouched for the key.
+    assert_eq!(found["domain_verified"], false, "{found}");
+    assert_eq!(found["domain"], Value::Null, "{found}");
+    assert_eq!(found["level"], "self-asserted", "{found}");
+    assert!(
+        found["reasons"][0]
+            .as_str()
+            .is_some_and(|r| r.contains("no domain vouches")),
+        "{found}"
+    );
+    // Its flags (a loopback URL on a node not started --local), the URL whole.
+    let url = format!("http://{http}/a2a/echo");
+    assert!(
+        found["flags"].as_array().is_some_and(|f| f
+            .iter()
+            .any(|f| f["rule"] == "private-url" && f["excerpt"] == url)),
+        "{found}"
+    );
+    // Not pinned until shown by `discover` (the page only reads pins), then pinned.
+    assert_eq!(found["pin"], Value::Null, "{found}");
+    discover(&admin, &t).await;
+    let (_, _, body) = get(&api, Some(&t)).await;
+    let r: Value = serde_json::from_str(&body).unwrap();
+    let found = r["discovered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["did"] == echo_did)
+        .unwrap_or_else(|| panic!("the published echo card is not listed: {r}"));
+    assert_eq!(found["pin"]["state"], "pinned", "{found}");
     assert!(!r["history"].as_array().unwrap().is_empty(), "{r}");
 
     send_echo(&node).await;
@@ -272,6 +309,7 @@ async fn status_page_renders_in_headless_chromium() {
     let (admin, t) = (addr(&node, "admin"), token(&node));
     let did = node.info["did"].as_str().unwrap().to_string();
     send_echo(&node).await;
+    discover(&admin, &t).await;
     // The first samples of the counters' history.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -302,6 +340,18 @@ async fn status_page_renders_in_headless_chromium() {
         dom.contains("signature ✓") && dom.contains("this node"),
         "{dom}"
     );
+    // Its trust level, pin and flags; nothing that reads as a domain vouching for a did:key.
+    let discovered = &dom[dom.find(tag_of(&dom, "discovered")).unwrap()..];
+    let discovered = &discovered[..discovered.find("</tbody>").unwrap()];
+    for shown in [
+        ">self-asserted<",
+        ">pinned<",
+        ">private-url<",
+        ">no domain<",
+    ] {
+        assert!(discovered.contains(shown), "{shown} not in\n{discovered}");
+    }
+    assert!(!dom.contains("domain ✓"), "{discovered}");
     assert!(dom.contains(">completed<"), "{dom}");
     assert!(!dom.contains(&t), "the token is rendered");
 

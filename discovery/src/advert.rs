@@ -65,23 +65,40 @@ pub struct Validated {
 }
 
 impl Validated {
-    /// Whether the domain the DID names was checked: false for a did:wba `e1_` DID, whose
-    /// advertisement verifies offline against the key its fingerprint names, so that anyone can
-    /// make one under any domain. Show such agents as "domain not verified". Computed from the
-    /// DID, so it needs no storage and holds for stored advertisements too.
+    /// Whether a domain vouched for the agent's key: true for did:web and did:wba DIDs, whose
+    /// key was read from a document their domain served; false for did:key (it names no
+    /// domain), for a did:wba `e1_` DID (its advertisement verifies offline against the key its
+    /// fingerprint names, so that anyone can make one under any domain: show such agents as
+    /// "domain not verified") and for other methods. Computed from the DID, so it needs no
+    /// storage and holds for stored advertisements too.
     pub fn domain_verified(&self) -> bool {
         domain_verified(&self.did)
     }
 }
 
-/// [`Validated::domain_verified`] for a DID as stored: false only for a did:wba DID whose last
-/// segment is an `e1_` key fingerprint (verified offline, the domain never asked). did:key names
-/// no domain and did:web / other did:wba DIDs were resolved from their domain: true.
+/// [`Validated::domain_verified`] for a DID as stored.
 pub fn domain_verified(did: &str) -> bool {
     match Did::parse(did) {
-        Ok(d) => !(d.method() == &Method::Wba && e1_fingerprint(&d).is_some()),
+        Ok(d) => match d.method() {
+            Method::Web => true,
+            Method::Wba => e1_fingerprint(&d).is_none(),
+            // did:key and other methods name no domain: none vouched for the key.
+            _ => false,
+        },
         // Not a DID we would have accepted; claim nothing for it.
         Err(_) => false,
+    }
+}
+
+/// The domain a did:web or did:wba DID names (the host of its document's URL, lowercased),
+/// whether or not it vouched for the key ([`domain_verified`]); `None` for other DIDs.
+pub fn domain_of(did: &str) -> Option<String> {
+    let d = Did::parse(did).ok()?;
+    match d.method() {
+        Method::Web | Method::Wba => agentnet_did::web::document_url(&d)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase)),
+        _ => None,
     }
 }
 
@@ -1032,17 +1049,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_did_wba_e1_is_domain_unverified() {
+    async fn only_did_web_and_did_wba_but_e1_are_domain_verified() {
         let key = SecretKey::from_seed(&[1; 32]);
         let v = validator()
             .validate(&ad(&key, 3, NOW, 3600), None, NOW)
             .await
             .unwrap();
-        assert!(v.domain_verified(), "did:key names no domain");
+        assert!(!v.domain_verified(), "did:key names no domain to vouch");
+        assert_eq!(domain_of(&v.did), None);
         assert!(domain_verified("did:web:example.com:alice"));
         assert!(domain_verified("did:wba:example.com:user:alice"));
         assert!(!domain_verified("did:wba:example.com:user:e1_abc"));
+        assert!(!domain_verified("did:jwk:abc"));
         assert!(!domain_verified("not a did"));
+        assert_eq!(
+            domain_of("did:web:Example.COM%3A8443:alice").as_deref(),
+            Some("example.com")
+        );
+        assert_eq!(
+            domain_of("did:wba:example.com:user:e1_abc").as_deref(),
+            Some("example.com"),
+            "named, not verified"
+        );
     }
 
     fn did(s: &str) -> Did {

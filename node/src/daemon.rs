@@ -548,10 +548,16 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             }
         })
     };
-    let flag_rules = Arc::new(match &opts.hosted.trust.flag_rules {
+    let flag_rules = match &opts.hosted.trust.flag_rules {
         Some(path) => crate::flags::Rules::with_file(path)
             .map_err(|e| Error::Trust(format!("flag_rules: {e}")))?,
         None => crate::flags::Rules::default(),
+    };
+    // On a local network the agents are on loopback and private addresses by design.
+    let flag_rules = Arc::new(if opts.local {
+        flag_rules.on_local_network()
+    } else {
+        flag_rules
     });
     let policy = Arc::new(opts.hosted.trust.policy().map_err(Error::Trust)?);
     let (mut roots, depth) = opts.hosted.trust.endorsers().map_err(Error::Trust)?;

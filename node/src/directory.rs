@@ -41,9 +41,14 @@ pub struct Found {
     pub tags: Vec<String>,
     /// The node that published it.
     pub peer_id: String,
-    /// Whether the DID's domain vouched for the key: false for a did:wba `e1_` DID, whose key
-    /// is bound by its fingerprint alone and whose domain was never asked (anyone can name any
-    /// domain that way); true for did:key (no domain) and did:web.
+    /// The domain the DID names (did:web, did:wba), whether or not it vouched for the key;
+    /// `null` for a did:key, which names none.
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// Whether a domain vouched for the key ([`agentnet_discovery::advert::domain_verified`]):
+    /// true for did:web and did:wba, whose key came from a document their domain served; false
+    /// for a did:wba `e1_` DID (bound to its key by fingerprint, its domain never asked: anyone
+    /// can name any domain that way) and for did:key (no domain).
     pub domain_verified: bool,
     /// Unix seconds.
     pub expires_at: u64,
@@ -70,6 +75,7 @@ pub(crate) fn found(a: StoredAdvert) -> Found {
         .map(|ad| ad.card)
         .unwrap_or(Value::Null);
     Found {
+        domain: agentnet_discovery::advert::domain_of(&a.did),
         domain_verified: agentnet_discovery::advert::domain_verified(&a.did),
         did: a.did,
         seq: a.seq,
@@ -392,7 +398,7 @@ pub struct AgentSummary {
     pub tags: Vec<String>,
     /// Its skills.
     pub skills: Vec<SkillSummary>,
-    /// False for a did:wba `e1_` DID, whose domain never vouched for its key.
+    /// A domain vouched for its key (false for did:key and did:wba e1_).
     pub domain_verified: bool,
     /// When its advertisement expires (Unix seconds).
     pub expires_at: u64,

@@ -496,6 +496,28 @@ impl Pins {
     pub fn get(&self, did: &str) -> Result<Option<Pin>, String> {
         self.read(&key(did))
     }
+
+    /// The state of `card` against `did`'s pin, read only: `None` when nothing is pinned for
+    /// `did` (a list that a person glances at, the status page, pins nothing and records
+    /// nothing). Blocking.
+    pub fn peek(&self, did: &str, card: &Value) -> Option<PinState> {
+        let pin = match self.get(did) {
+            Ok(pin) => pin?,
+            Err(why) => return Some(PinState::Unpinned { why }),
+        };
+        let parts = pinned_parts(card);
+        if pin.digest == digest(&parts) {
+            return Some(PinState::Pinned { since: pin.since });
+        }
+        let diff = match &pin.parts {
+            Some(old) => diff(old, &parts),
+            None => vec!["changed (the accepted version was too large to keep for a diff)".into()],
+        };
+        Some(PinState::Changed {
+            since: pin.since,
+            diff,
+        })
+    }
 }
 
 fn new_pin(parts: &Value, digest: String, now: u64) -> Pin {
@@ -568,6 +590,26 @@ mod tests {
         assert!(pins.observe("did:key:z1", &a, 700).is_changed());
         let pin = pins.get("did:key:z1").unwrap().unwrap();
         assert_eq!(pin.seen.len(), 2, "{pin:?}");
+    }
+
+    #[test]
+    fn a_peek_reads_the_pin_and_pins_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let pins = open(dir.path(), 10);
+        let a = card("https://a.example/a2a", "finds");
+        assert_eq!(pins.peek("did:key:z1", &a), None);
+        assert_eq!(pins.get("did:key:z1").unwrap(), None, "a peek pinned it");
+        assert_eq!(pins.observe("did:key:z1", &a, 100), PinState::New);
+        assert_eq!(
+            pins.peek("did:key:z1", &a),
+            Some(PinState::Pinned { since: 100 })
+        );
+        let moved = card("https://evil.example/a2a", "finds");
+        assert!(pins
+            .peek("did:key:z1", &moved)
+            .is_some_and(|p| p.is_changed()));
+        let pin = pins.get("did:key:z1").unwrap().unwrap();
+        assert_eq!(pin.seen.len(), 1, "a peek recorded a sighting: {pin:?}");
     }
 
     #[test]

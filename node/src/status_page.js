@@ -171,17 +171,15 @@
       v.appendChild(d.signature_verified
         ? badge("signature ✓", "ok", "the advertisement and its card verify against the DID's key")
         : badge("signature ✗", "bad"));
-      v.appendChild(d.domain_verified
-        ? badge("domain ✓", "ok", "did:key, or the DID's domain vouched for the key")
-        : badge("domain not verified", "warn", "did:wba e1_ DID: bound by its key fingerprint only; anyone can name any domain that way"));
+      v.appendChild(domainBadge(d));
       const tags = document.createElement("div");
       for (const t of d.tags) tags.appendChild(badge(t, "tag"));
       const pub = document.createElement("div");
       pub.appendChild(code(short(d.peer_id)));
       if (d.own) { pub.appendChild(document.createTextNode(" ")); pub.appendChild(badge("this node", "info")); }
-      return row([stack(name, desc), code(d.did), v, tags, pub,
+      return row([stack(name, desc), code(d.did), trust(d), v, tags, pub,
         el("span", "in " + duration(d.expires_at - now), "nowrap")]);
-    }), 6, "no live advertisements in the index");
+    }), 7, "no live advertisements in the index");
 
     $("peers-count").textContent = r.connected;
     fill("peers", r.peers.map((p) => {
@@ -206,6 +204,49 @@
     }), 5, "no tasks yet");
 
     drawCharts(r.history, r.sample_secs);
+  }
+
+  // What was checked of the DID's domain: none named (did:key), named and vouching for the
+  // key (did:web, did:wba), or named and never asked (did:wba e1_).
+  function domainBadge(d) {
+    if (!d.domain) {
+      return badge("no domain", "tag", "the DID names no domain (did:key): no domain vouches for the key");
+    }
+    if (d.domain_verified) {
+      return badge("domain ✓ " + d.domain, "ok", "the key is in a document " + d.domain + " served");
+    }
+    return badge("domain not verified", "warn", d.domain + " never vouched for the key " +
+      "(did:wba e1_: bound by its key fingerprint only; anyone can name any domain that way)");
+  }
+
+  const LEVEL_KIND = { "allow-listed": "ok", "endorsed": "ok", "domain-verified": "info", "self-asserted": "warn" };
+  const PIN_KIND = { "pinned": "ok", "new": "info", "changed": "bad", "unpinned": "warn" };
+
+  // Its level under the trust policy (or the policy's denial), its pin, its flags.
+  function trust(d) {
+    const box = document.createElement("div");
+    if (d.denied) box.appendChild(badge("denied", "bad", d.denied));
+    else if (d.level) box.appendChild(badge(d.level, LEVEL_KIND[d.level] || "tag", (d.reasons || []).join("; ")));
+    const pin = d.pin;
+    if (!pin) {
+      box.appendChild(badge("not pinned", "tag", "nothing pinned yet: `agentnet discover` pins a card when it first shows it"));
+    } else {
+      const word = pin.state === "changed" ? "CHANGED" : pin.state;
+      const why = pin.state === "changed" ? (pin.diff || []).join("; ")
+        : pin.state === "unpinned" ? pin.why
+        : pin.since ? "accepted " + new Date(pin.since * 1000).toLocaleString() : "";
+      box.appendChild(badge(word, PIN_KIND[pin.state] || "tag", why));
+    }
+    for (const f of d.flags || []) {
+      const flag = el("div", null, "flag");
+      flag.appendChild(badge(f.rule, "bad", f.reason));
+      // Whole (a flagged URL is the node's to show up to 256 characters), wrapped.
+      const where = el("span", f.at + ": " + f.excerpt, "where");
+      where.title = f.reason + " (" + f.at + "): " + f.excerpt;
+      flag.appendChild(where);
+      box.appendChild(flag);
+    }
+    return box;
   }
 
   // name, how a sample gives the value, cumulative (draw the growth per interval) or a level.

@@ -13,7 +13,8 @@
 //!
 //! What `/admin/v1/status` answers ([`Report`]): the node (DID, peer id, uptime), its
 //! connected peers and network counters, the hosted agents, the newest live advertisements in
-//! its index with their verification, the node's own live advertisements (`published`, at most
+//! its index with their verification, trust level, pin (read only: the page pins nothing) and
+//! flags, as `discover` judges them, the node's own live advertisements (`published`, at most
 //! [`MAX_PUBLISHED`]), the bootstrap addresses and how their dials went, the store's use, the
 //! newest tasks ([`TaskDb::recent`]) and a history of
 //! the counters, sampled every [`SAMPLE_EVERY`] by a task of this module for the last
@@ -187,23 +188,7 @@ impl Status {
             })
             .collect();
         let usage = self.client().store().usage();
-        let own = &peers.peer_id;
-        let discovered = found
-            .into_iter()
-            .map(crate::directory::found)
-            .map(|f| Discovered {
-                name: text(&f.card["name"]),
-                description: text(&f.card["description"]),
-                own: &f.peer_id == own,
-                signature_verified: true,
-                domain_verified: f.domain_verified,
-                did: f.did,
-                peer_id: f.peer_id,
-                seq: f.seq,
-                tags: f.tags,
-                expires_at: f.expires_at,
-            })
-            .collect();
+        let discovered = self.judge(found, peers.peer_id.clone(), now).await?;
         let mut history: Vec<Sample> = self
             .history
             .lock()
@@ -251,6 +236,61 @@ impl Status {
             sample_secs: SAMPLE_EVERY.as_secs(),
             history,
         })
+    }
+}
+
+impl Status {
+    /// `found` as the page lists them, each with what `discover` would say of it: its level
+    /// under the trust policy (or why the policy denies it), its pin, read only
+    /// ([`crate::pins::Pins::peek`]: the page pins nothing), and its flags.
+    async fn judge(
+        &self,
+        found: Vec<agentnet_discovery::store::StoredAdvert>,
+        own: String,
+        now: u64,
+    ) -> Result<Vec<Discovered>, Error> {
+        let a = &self.admin;
+        let (pins, rules, policy) = (a.pins.clone(), a.flags.clone(), a.trust.clone());
+        let endorsements = a.endorsements.clone();
+        tokio::task::spawn_blocking(move || {
+            found
+                .into_iter()
+                .map(crate::directory::found)
+                .map(|f| {
+                    // An endorsement that counts for anything, as for a search by no skill.
+                    let vouch = endorsements.as_deref().and_then(|e| {
+                        e.vouch(&f.did, &[], now)
+                            .map_err(|error| tracing::warn!(%error, "reading endorsements"))
+                            .ok()
+                            .flatten()
+                    });
+                    let (level, reasons, denied) = match policy.judge_with(&f.did, vouch.as_ref()) {
+                        Ok(j) => (Some(j.level), j.reasons, None),
+                        Err(why) => (None, Vec::new(), Some(why)),
+                    };
+                    Discovered {
+                        name: text(&f.card["name"]),
+                        description: text(&f.card["description"]),
+                        own: f.peer_id == own,
+                        signature_verified: true,
+                        domain: f.domain,
+                        domain_verified: f.domain_verified,
+                        level,
+                        reasons,
+                        denied,
+                        pin: pins.as_ref().and_then(|p| p.peek(&f.did, &f.card)),
+                        flags: rules.card(&f.card),
+                        did: f.did,
+                        peer_id: f.peer_id,
+                        seq: f.seq,
+                        tags: f.tags,
+                        expires_at: f.expires_at,
+                    }
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| Error::Store(format!("judging advertisements: {e}")))
     }
 }
 
@@ -422,8 +462,23 @@ pub struct Discovered {
     /// The advertisement and its card verified against the DID's key: always true, the index
     /// holds nothing else.
     pub signature_verified: bool,
-    /// Whether the DID's domain vouched for the key ([`crate::admin::Found::domain_verified`]).
+    /// The domain the DID names, checked or not ([`crate::directory::Found::domain`]);
+    /// `null` for a did:key.
+    pub domain: Option<String>,
+    /// Whether a domain vouched for the key ([`crate::directory::Found::domain_verified`]):
+    /// false for a did:key, which names none.
     pub domain_verified: bool,
+    /// Its level under the node's trust policy ([`crate::trust`]); `null` when it denies it.
+    pub level: Option<crate::trust::Level>,
+    /// Why it has that level, a sentence each.
+    pub reasons: Vec<String>,
+    /// Why the policy denies it (`discover` does not return it), if it does.
+    pub denied: Option<String>,
+    /// Its card against the one accepted ([`crate::pins`]), read only: `null` when nothing is
+    /// pinned for it yet (`discover` pins a card when it first shows it).
+    pub pin: Option<crate::pins::PinState>,
+    /// Red flags in its card's text and URLs ([`crate::flags`]).
+    pub flags: Vec<crate::flags::Flag>,
 }
 
 /// The task store.

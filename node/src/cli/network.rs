@@ -120,10 +120,11 @@ pub(super) async fn discover(
     let rows: Vec<[String; 7]> = found
         .iter()
         .map(|f| {
-            let did = if f.domain_verified {
-                f.did.clone()
-            } else {
+            // A domain named but not asked (did:wba e1_); a did:key names none.
+            let did = if f.domain.is_some() && !f.domain_verified {
                 format!("{} (domain not verified)", f.did)
+            } else {
+                f.did.clone()
             };
             let name = f.card["name"].as_str().unwrap_or("?");
             let name = match name.char_indices().nth(MAX_NAME_SHOWN) {

@@ -18,7 +18,8 @@
 //! agent, [`super::http::MAX_SESSIONS_PER_OWNER`] per caller (DID, or the anonymous callers of
 //! one source) and [`super::http::MAX_SESSIONS_PER_SOURCE`] per source (the guard passes the
 //! verified caller down to the session manager, [`super::http::opened_by`]), closed after 5
-//! minutes idle.
+//! minutes idle. One more is answered as an overload ([`super::http::overload`]): `429` (`503`
+//! when every session is taken) with `Retry-After` and a JSON-RPC error.
 //!
 //! Tools by kind: `echo` offers the tool `echo` (returns the text). Every other kind (`ask`,
 //! `command`, `proxy`) offers `send_message`: one turn of the agent, run by its A2A task engine
@@ -132,7 +133,9 @@ impl Endpoint {
                 Router::new().route_service(PATH, service)
             }
         };
-        router.layer(middleware::from_fn_with_state(self.clone(), guard))
+        router
+            .layer(middleware::from_fn(super::http::overload))
+            .layer(middleware::from_fn_with_state(self.clone(), guard))
     }
 }
 
@@ -223,7 +226,7 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
     let opener = super::http::Opener {
         owner: caller
             .clone()
-            .unwrap_or_else(|| format!("anonymous@{source}")),
+            .unwrap_or_else(|| format!("{}{source}", super::http::ANONYMOUS)),
         source,
     };
     if let Some(authority) = &ep.authority {

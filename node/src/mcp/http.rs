@@ -51,6 +51,12 @@ pub const MAX_SESSIONS_PER_OWNER: usize = 16;
 /// Most of them one source (an IPv4 address, an IPv6 /64) holds, whatever DIDs it signs with.
 pub const MAX_SESSIONS_PER_SOURCE: usize = 16;
 
+/// How long an idle 2025-11-25 session lives (rmcp's keep-alive): the longest a caller refused
+/// for a full share waits for one of the sessions to close without closing one itself, and so
+/// the `Retry-After` of that refusal ([`overload`]).
+pub const SESSION_IDLE: std::time::Duration =
+    rmcp::transport::streamable_http_server::session::local::SessionConfig::DEFAULT_KEEP_ALIVE;
+
 /// Who opens a session: what the layer in front of rmcp verified (rmcp's session manager is
 /// not told who asks, so the layer passes it down with [`opened_by`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -63,7 +69,77 @@ pub struct Opener {
 
 tokio::task_local! {
     static OPENER: Opener;
+    /// The refusal of a session created in this request, for [`overload`] to answer.
+    static REFUSED: std::cell::Cell<Option<Full>>;
 }
+
+/// Whose share of sessions was full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Full {
+    /// Every caller's ([`MAX_SESSIONS`]).
+    Total,
+    /// The caller's DID's ([`MAX_SESSIONS_PER_OWNER`]).
+    Owner,
+    /// The caller's address's ([`MAX_SESSIONS_PER_SOURCE`]).
+    Source,
+}
+
+impl SessionError {
+    fn full(&self) -> Option<Full> {
+        match self {
+            SessionError::TooMany => Some(Full::Total),
+            SessionError::TooManyForOwner => Some(Full::Owner),
+            SessionError::TooManyForSource => Some(Full::Source),
+            SessionError::Local(_) => None,
+        }
+    }
+}
+
+/// Answer a request refused a session for a full share as an overload, not as rmcp's `500`:
+/// `503` when every session is taken, `429` when the caller's share is, each with
+/// `Retry-After` ([`SESSION_IDLE`]: by then an idle session has closed) and a JSON-RPC error
+/// (code `-32000`, `data: {"retryAfter": seconds}`) that says why and what else to do. Put
+/// it between the routes and rmcp's service: the refusal is recorded in the request's task.
+pub async fn overload(req: Request, next: Next) -> Response {
+    let (resp, full) = REFUSED
+        .scope(std::cell::Cell::new(None), async {
+            let resp = next.run(req).await;
+            (resp, REFUSED.with(std::cell::Cell::get))
+        })
+        .await;
+    let Some(full) = full else {
+        return resp;
+    };
+    let (status, error) = match full {
+        Full::Total => (StatusCode::SERVICE_UNAVAILABLE, SessionError::TooMany),
+        Full::Owner => (StatusCode::TOO_MANY_REQUESTS, SessionError::TooManyForOwner),
+        Full::Source => (
+            StatusCode::TOO_MANY_REQUESTS,
+            SessionError::TooManyForSource,
+        ),
+    };
+    let after = SESSION_IDLE.as_secs();
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32000,
+            "message": format!(
+                "{error}; or retry in {after} s, when an idle session has closed"
+            ),
+            "data": {"retryAfter": after},
+        },
+    });
+    (
+        status,
+        [(header::RETRY_AFTER, after.to_string())],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+/// The [`Opener::owner`] of anonymous callers, before their source: `anonymous@<source>`.
+pub const ANONYMOUS: &str = "anonymous@";
 
 /// Run `f` (the rest of the request) with `who` as the opener of any session it creates: rmcp
 /// creates a session inside the request's own future, so [`Sessions`] sees it there.
@@ -124,7 +200,12 @@ impl Shares {
     /// Take one session for `who`, or say whose share is full.
     fn reserve(&mut self, who: &Opener) -> Result<(), SessionError> {
         if self.owners.get(&who.owner).copied().unwrap_or(0) >= MAX_SESSIONS_PER_OWNER {
-            return Err(SessionError::TooManyForOwner);
+            // The anonymous callers of a source are that source: say so, not "your DID".
+            return Err(if who.owner.starts_with(ANONYMOUS) {
+                SessionError::TooManyForSource
+            } else {
+                SessionError::TooManyForOwner
+            });
         }
         if self.sources.get(&who.source).copied().unwrap_or(0) >= MAX_SESSIONS_PER_SOURCE {
             return Err(SessionError::TooManyForSource);
@@ -156,6 +237,12 @@ impl Sessions {
     }
 }
 
+/// `e`, recorded for [`overload`] when the request runs under it.
+fn refused(e: SessionError) -> SessionError {
+    let _ = REFUSED.try_with(|r| r.set(e.full()));
+    e
+}
+
 impl SessionManager for Sessions {
     type Error = SessionError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
@@ -165,13 +252,13 @@ impl SessionManager for Sessions {
         // over the bound at most (one per connection in flight).
         if self.local.sessions.read().await.len() >= MAX_SESSIONS {
             tracing::warn!(max = MAX_SESSIONS, "refused an MCP session: too many open");
-            return Err(SessionError::TooMany);
+            return Err(refused(SessionError::TooMany));
         }
         let who = OPENER.try_with(Opener::clone).ok();
         if let Some(w) = &who {
             if let Err(e) = self.lock_shares().reserve(w) {
                 tracing::warn!(owner = %w.owner, source = %w.source, "refused an MCP session: {e}");
-                return Err(e);
+                return Err(refused(e));
             }
         }
         match self.local.create_session().await {
@@ -337,6 +424,7 @@ pub fn router(server: Server, addr: SocketAddr, token: Token, stop: Cancellation
     );
     Router::new()
         .route_service(PATH, service)
+        .layer(middleware::from_fn(overload))
         .layer(middleware::from_fn_with_state(Gate::new(token), gate))
         .layer(middleware::from_fn(loopback_only))
 }
@@ -370,6 +458,15 @@ mod tests {
             sh.release(&who("did:a", "192.0.2.1"));
         }
         assert!(!sh.owners.contains_key("did:a"), "no key kept at zero");
+        // The anonymous callers of a source are told it is their address's share.
+        let anon = who(&format!("{ANONYMOUS}192.0.2.3"), "192.0.2.3");
+        for _ in 0..MAX_SESSIONS_PER_OWNER {
+            sh.reserve(&anon).unwrap();
+        }
+        assert!(matches!(
+            sh.reserve(&anon),
+            Err(SessionError::TooManyForSource)
+        ));
         assert_eq!(
             source_of("2001:db8:1:2:3:4:5:6".parse().unwrap()),
             "2001:db8:1:2::/64"

@@ -215,7 +215,7 @@ pub struct VerifiedCard {
     pub signers: Vec<String>,
     /// At least one signer is the agent's own DID.
     pub did_bound: bool,
-    /// False for a did:wba `e1_` DID, whose domain never vouched for its key.
+    /// A domain vouched for its key (false for did:key and did:wba e1_).
     pub domain_verified: bool,
     /// The interface send_message would use.
     pub interface: Interface,
@@ -872,7 +872,8 @@ mod tests {
                     seq: 1,
                     tags: vec!["echo".into()],
                     peer_id: "12D3KooW".into(),
-                    domain_verified: true,
+                    domain: None,
+                    domain_verified: false,
                     expires_at: 2,
                     card: self.0["card"].clone(),
                     pin: None,
