@@ -921,9 +921,16 @@ mod tests {
     use super::*;
     use agentnet_did::SecretKey;
 
+    /// The caller's message of task `task`, as the agent holds it.
+    fn hi(task: &str) -> Value {
+        json!({"messageId": format!("m-{task}"), "role": "ROLE_USER", "taskId": task,
+            "contextId": "c", "parts": [{"text": "hi"}]})
+    }
+
+    /// A receipt by `key` for task `task`, whose history holds [`hi`].
     fn receipt_for(key: &SecretKey, task: &str) -> (String, Receipt) {
         let did = key.did_key();
-        let t = json!({"id": task, "contextId": "c",
+        let t = json!({"id": task, "contextId": "c", "history": [hi(task)],
             "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
         let r = Receipt::for_task(
             &t,
@@ -952,9 +959,7 @@ mod tests {
                 caller: Some("did:key:zMe".into()),
                 receipt: jws,
                 on_behalf: None,
-                message: Some(
-                    json!({"messageId": format!("m{i}"), "role": "ROLE_USER", "parts": [{"text": "hi"}]}),
-                ),
+                message: Some(hi(&format!("task-{i}"))),
             };
             log.append(new, &r).unwrap();
         }
