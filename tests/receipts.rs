@@ -91,10 +91,12 @@ fn a_call_logs_its_verified_receipt_and_verify_names_a_changed_entry() {
     // The receipt, checked here with the did crate, as any party would.
     let agent = out["did"].as_str().unwrap();
     let resolver = agentnet_did::Resolver::new(Default::default()).unwrap();
+    let asked = agentnet_did::receipt::digest_json(&task["history"][0]);
     let expect = agentnet_did::receipt::Expected {
         task_id,
         agent,
         caller: Some(&me),
+        message: Some(&asked),
     };
     let r = tokio::runtime::Runtime::new()
         .unwrap()
@@ -272,14 +274,13 @@ fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
     assert!(!ok, "{v}");
 }
 
+/// What a relay does to each answer's body before passing it on.
+type Rewrite = std::sync::Arc<dyn Fn(String) -> String + Send + Sync>;
+
 /// A relay in front of a node's public listener (the node's `public_url` names it, so its
-/// agents' cards do): it forwards every request to `upstream` and, once `replay` holds a
-/// receipt, puts that receipt in place of any receipt in the answers. The attacker on the
-/// path, or an agent lying about its work. Its port.
-fn relay(
-    upstream: std::sync::Arc<std::sync::Mutex<String>>,
-    replay: std::sync::Arc<std::sync::Mutex<Option<String>>>,
-) -> u16 {
+/// agents' cards do): it forwards every request to `upstream` and passes each answer's body
+/// through `rewrite`. The attacker on the path, or an agent lying about its work. Its port.
+fn relay(upstream: std::sync::Arc<std::sync::Mutex<String>>, rewrite: Rewrite) -> u16 {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -294,7 +295,7 @@ fn relay(
                 .build()
                 .unwrap();
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-                let (http, upstream, replay) = (http.clone(), upstream.clone(), replay.clone());
+                let (http, upstream, rewrite) = (http.clone(), upstream.clone(), rewrite.clone());
                 async move {
                     let (parts, body) = req.into_parts();
                     let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
@@ -321,21 +322,7 @@ fn relay(
                     let mut headers = r.headers().clone();
                     headers.remove(http::header::CONTENT_LENGTH);
                     headers.remove(http::header::TRANSFER_ENCODING);
-                    let mut text = r.text().await.unwrap();
-                    if let Some(old) = replay.lock().unwrap().clone() {
-                        let key = "\"signed-receipts/v1\":\"";
-                        let mut out = String::new();
-                        let mut rest = text.as_str();
-                        while let Some(i) = rest.find(key) {
-                            let start = i + key.len();
-                            let end = start + rest[start..].find('"').unwrap();
-                            out.push_str(&rest[..start]);
-                            out.push_str(&old);
-                            rest = &rest[end..];
-                        }
-                        out.push_str(rest);
-                        text = out;
-                    }
+                    let text = rewrite(r.text().await.unwrap());
                     let mut resp = axum::response::Response::new(axum::body::Body::from(text));
                     *resp.status_mut() = status;
                     *resp.headers_mut() = headers;
@@ -355,8 +342,29 @@ fn relay(
 fn a_replayed_receipt_is_refused_and_not_logged() {
     use std::sync::{Arc, Mutex};
     let upstream = Arc::new(Mutex::new(String::new()));
-    let replay = Arc::new(Mutex::new(None));
-    let port = relay(upstream.clone(), replay.clone());
+    let replay: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let old_receipt = replay.clone();
+    // Once `replay` holds a receipt, it takes the place of any receipt in the answers.
+    let port = relay(
+        upstream.clone(),
+        Arc::new(move |text: String| {
+            let Some(old) = old_receipt.lock().unwrap().clone() else {
+                return text;
+            };
+            let key = "\"signed-receipts/v1\":\"";
+            let mut out = String::new();
+            let mut rest = text.as_str();
+            while let Some(i) = rest.find(key) {
+                let start = i + key.len();
+                let end = start + rest[start..].find('"').unwrap();
+                out.push_str(&rest[..start]);
+                out.push_str(&old);
+                rest = &rest[end..];
+            }
+            out.push_str(rest);
+            out
+        }),
+    );
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("node");
     let config = format!("[node]\npublic_url = \"http://127.0.0.1:{port}\"\n{ECHO}");
@@ -398,4 +406,270 @@ fn a_replayed_receipt_is_refused_and_not_logged() {
     assert!(stderr(&o).contains("warning"), "{}", stderr(&o));
     let log = audit(&dir);
     assert_eq!(log["entries"].as_array().unwrap().len(), 1, "{log}");
+}
+
+/// Every task in `v` (an answer body, any binding) that carries a receipt: `forge` changes the
+/// task and returns the user messages the new receipt lists, and the receipt is signed again
+/// with `key` (the agent's own key: the agent lies, the signature is valid).
+fn resign_receipts(
+    v: &mut Value,
+    key: &agentnet_did::SecretKey,
+    forge: &dyn Fn(&mut Value) -> Vec<Value>,
+) {
+    use agentnet_did::receipt;
+    match v {
+        Value::Object(o) => {
+            let jws = o
+                .get("metadata")
+                .and_then(|m| m.get(receipt::METADATA_KEY))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if let Some(jws) = jws {
+                let parsed = receipt::parse(&jws).unwrap();
+                let mut task = Value::Object(o.clone());
+                let messages = forge(&mut task);
+                let mut r = parsed.receipt;
+                r.messages = messages.iter().map(receipt::digest_json).collect();
+                task["metadata"][receipt::METADATA_KEY] =
+                    json!(receipt::sign(&r, key, &parsed.kid));
+                *v = task;
+                return;
+            }
+            for x in o.values_mut() {
+                resign_receipts(x, key, forge);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| resign_receipts(x, key, forge)),
+        _ => {}
+    }
+}
+
+/// A node hosting the echo agent under `tmp`, behind a relay that passes each answer through
+/// [`resign_receipts`] with the echo agent's key: the node and its data directory.
+fn lying_agent(tmp: &Path, forge: fn(&mut Value) -> Vec<Value>) -> (UpNode, std::path::PathBuf) {
+    use std::sync::{Arc, Mutex};
+    let dir = tmp.join("node");
+    let key_file = agentnet_node::hosted::key_path(&dir, "echo");
+    let upstream = Arc::new(Mutex::new(String::new()));
+    let port = relay(
+        upstream.clone(),
+        Arc::new(move |text: String| {
+            if !text.contains(agentnet_did::receipt::METADATA_KEY) {
+                return text;
+            }
+            let Ok(mut v) = serde_json::from_str::<Value>(&text) else {
+                return text;
+            };
+            let key = agentnet_did::SecretKey::load(&key_file).unwrap();
+            resign_receipts(&mut v, &key, &forge);
+            v.to_string()
+        }),
+    );
+    let config = format!("[node]\npublic_url = \"http://127.0.0.1:{port}\"\n{ECHO}");
+    let node = start(&dir, &config, &[]);
+    *upstream.lock().unwrap() = http(&node);
+    (node, dir)
+}
+
+/// The user message an attacker's receipt is for, in place of the caller's.
+fn other_work(task: &Value) -> Value {
+    let mut m = task["history"][0].clone();
+    m["parts"] = json!([{"text": "transfer everything to the attacker"}]);
+    m
+}
+
+/// `agentnet call --json` through `dir`'s node: its output and stderr.
+fn call_once(dir: &Path, text: &str) -> (Value, String) {
+    let o = agentnet(&[
+        "call",
+        "--skill",
+        "receipt-echo",
+        text,
+        "--allow-private",
+        "--json",
+        "--timeout-secs",
+        "30",
+        "--data-dir",
+        p(dir),
+    ]);
+    assert!(
+        o.status.success(),
+        "the user's work does not fail: {}",
+        stderr(&o)
+    );
+    (serde_json::from_str(stdout(&o).trim()).unwrap(), stderr(&o))
+}
+
+/// The export `prev` with one more entry: the one a writer that did not check would have
+/// appended for the task `out` shows (`agentnet call --json`); its chain and head recomputed.
+fn export_with(prev: &str, out: &Value, me: &str) -> String {
+    use agentnet_did::receipt;
+    let task = &out["result"]["task"];
+    let jws = task["metadata"][receipt::METADATA_KEY].as_str().unwrap();
+    let request = task["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "ROLE_USER")
+        .unwrap()
+        .clone();
+    let mut lines: Vec<Value> = prev
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seq = lines.len() + 1;
+    lines.push(json!({
+        "seq": seq, "prev": "", "at": "2026-01-01T00:00:00.000Z", "writer": "call",
+        "taskId": task["id"], "agent": out["did"], "caller": me,
+        "receipt": jws, "receiptDigest": receipt::receipt_digest(jws),
+        "subReceipts": [], "state": task["status"]["state"],
+        "request": {"messageDigest": receipt::digest_json(&request), "message": request},
+    }));
+    rechained(lines)
+}
+
+/// `lines` (entries as JSON) as an export whose chain is whole: each `prev`, and the head,
+/// recomputed, as anyone who edits an export can do.
+fn rechained(lines: Vec<Value>) -> String {
+    use agentnet_did::receipt;
+    let mut prev = "0".repeat(64);
+    let mut body = String::new();
+    let n = lines.len();
+    for mut e in lines {
+        e["prev"] = json!(prev);
+        let bytes = agentnet_did::jcs::canonicalize(&e);
+        prev = receipt::digest(&bytes);
+        body.push('\n');
+        body.push_str(std::str::from_utf8(&bytes).unwrap());
+    }
+    format!(
+        "{}{body}\n",
+        json!({"format": "agentnet-audit/v1", "head": {"seq": n, "digest": prev}})
+    )
+}
+
+/// `agentnet audit verify --file` on `text`: it must refuse it, naming entry `seq` and that its
+/// receipt does not cover the request.
+fn verify_refuses(tmp: &Path, text: &str, seq: u64) {
+    let file = tmp.join(format!("edited-{seq}.jsonl"));
+    std::fs::write(&file, text).unwrap();
+    let o = agentnet(&["audit", "verify", "--file", p(&file), "--json"]);
+    assert!(
+        !o.status.success(),
+        "an entry whose receipt covers other work verified: {}",
+        stdout(&o)
+    );
+    let report: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(report["badEntry"], json!(seq), "{report}");
+    let why = report["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("does not cover"), "{report}");
+    let o = agentnet(&["audit", "verify", "--file", p(&file)]);
+    assert!(
+        stderr(&o).contains(&format!("audit entry {seq}")),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The agent answers the caller's message but returns a receipt, validly signed with its own
+/// key, whose `messages` are the digest of another message (the task's history unchanged).
+/// `agentnet call` refuses it by name and logs nothing; an export holding the entry that an
+/// unchecking writer would have appended (chain recomputed) is refused by `audit verify`,
+/// which names the entry.
+#[test]
+fn a_receipt_for_another_message_is_not_logged_and_verify_refuses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (node, dir) = lying_agent(tmp.path(), |task| vec![other_work(task)]);
+    let me = node.info["did"].as_str().unwrap().to_string();
+    let (out, err) = call_once(&dir, "pay the invoice");
+    let task = &out["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{out}");
+    assert_eq!(task["history"][0]["parts"][0]["text"], "pay the invoice");
+    assert_eq!(out["receipt"]["status"], "refused", "{out}");
+    let reason = out["receipt"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("does not cover the request"), "{reason}");
+    assert!(err.contains("warning"), "{err}");
+    assert!(!err.contains("receipt verified"), "{err}");
+    let log = audit(&dir);
+    assert_eq!(
+        log["entries"].as_array().unwrap().len(),
+        0,
+        "a receipt for other work was logged: {log}"
+    );
+    let empty = "{\"format\":\"agentnet-audit/v1\"}\n";
+    verify_refuses(tmp.path(), &export_with(empty, &out, &me), 1);
+}
+
+/// The agent also rewrites the task's history so that it holds the message its receipt is
+/// for: the receipt covers the history, but not the message the caller sent. `agentnet call`
+/// holds the history against what it sent, refuses the receipt and logs nothing.
+#[test]
+fn a_receipt_over_a_rewritten_history_is_not_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_node, dir) = lying_agent(tmp.path(), |task| {
+        let m = other_work(task);
+        task["history"][0] = m.clone();
+        vec![m]
+    });
+    let (out, err) = call_once(&dir, "pay the invoice");
+    assert_eq!(out["receipt"]["status"], "refused", "{out}");
+    let reason = out["receipt"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not the message sent"), "{reason}");
+    assert!(err.contains("warning"), "{err}");
+    let log = audit(&dir);
+    assert_eq!(log["entries"].as_array().unwrap().len(), 0, "{log}");
+}
+
+/// Two honest entries; the export is edited by hand so that each entry's request is the
+/// other's (the chain and head recomputed: no key needed). Each receipt is valid and names
+/// its task, but covers the other request: `audit verify` refuses the export at entry 1.
+/// Then entry 1's receipt is signed again by the agent over entry 2's messages: refused too.
+#[test]
+fn an_export_whose_receipts_and_requests_were_swapped_is_refused() {
+    use agentnet_did::receipt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node");
+    let _node = start(&dir, ECHO, &[]);
+    call(&dir, "receipt-echo", "first request");
+    call(&dir, "receipt-echo", "second request");
+    let file = tmp.path().join("audit.jsonl");
+    let o = agentnet(&["audit", "export", p(&file), "--data-dir", p(&dir)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    // Recomputing the chain alone changes nothing a verifier objects to.
+    let o = agentnet(&["audit", "verify", "--file", p(&file)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let same = tmp.path().join("same.jsonl");
+    std::fs::write(&same, rechained(lines.clone())).unwrap();
+    let o = agentnet(&["audit", "verify", "--file", p(&same)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let mut swapped = lines.clone();
+    swapped[0]["request"] = lines[1]["request"].clone();
+    swapped[1]["request"] = lines[0]["request"].clone();
+    verify_refuses(tmp.path(), &rechained(swapped), 1);
+
+    // The agent's key signs entry 1's receipt again with entry 2's messages.
+    let key =
+        agentnet_did::SecretKey::load(&agentnet_node::hosted::key_path(&dir, "echo")).unwrap();
+    let jws = lines[0]["receipt"].as_str().unwrap();
+    let parsed = receipt::parse(jws).unwrap();
+    let theirs = receipt::parse(lines[1]["receipt"].as_str().unwrap()).unwrap();
+    let mut r = parsed.receipt;
+    r.messages = theirs.receipt.messages;
+    let forged = receipt::sign(&r, &key, &parsed.kid);
+    let mut resigned = lines.clone();
+    resigned[0]["receipt"] = json!(forged);
+    resigned[0]["receiptDigest"] = json!(receipt::receipt_digest(&forged));
+    verify_refuses(tmp.path(), &rechained(resigned), 1);
 }

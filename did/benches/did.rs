@@ -246,6 +246,7 @@ fn benches(c: &mut Criterion) {
         task_id: &r.task_id,
         agent: &r.agent,
         caller: r.caller.as_deref(),
+        message: r.messages.first().map(String::as_str),
     };
     c.bench_function("receipt/verify", |b| {
         b.iter(|| {

@@ -20,7 +20,7 @@
 //!     "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
 //! let r = receipt::Receipt::for_task(&task, did.as_str(), None, "2026-01-01T00:00:00Z", vec![]);
 //! let jws = receipt::sign(&r, &key, &kid);
-//! let expect = receipt::Expected { task_id: "t1", agent: did.as_str(), caller: None };
+//! let expect = receipt::Expected { task_id: "t1", agent: did.as_str(), caller: None, message: None };
 //! let got = receipt::verify_with_key(&jws, &agentnet_did::PublicKey::Ed25519(key.public()), &expect).unwrap();
 //! assert_eq!(got.state, "TASK_STATE_COMPLETED");
 //! ```
@@ -113,6 +113,16 @@ pub enum ReceiptError {
         /// What was expected.
         expected: String,
     },
+    /// It verifies and names the task, agent and caller expected, but its `messages` do not
+    /// list the digest of the request the caller sent: it attests other work than the
+    /// caller's (an agent that answers one request and signs for another).
+    #[error("receipt for task {task_id:?} does not cover the request: its messages do not list the digest {digest} of the message sent (it attests other work)")]
+    NotCovered {
+        /// The receipt's task id.
+        task_id: String,
+        /// The digest of the request ([`digest_json`] of the message as the agent holds it).
+        digest: String,
+    },
 }
 
 /// What the verifier expects the receipt to be about.
@@ -124,6 +134,11 @@ pub struct Expected<'a> {
     pub agent: &'a str,
     /// The DID it signed its requests with, `None` when it did not sign.
     pub caller: Option<&'a str>,
+    /// The digest of the request the receipt must cover: [`digest_json`] of the caller's
+    /// message as the agent holds it (`docs/PROTOCOL.md`, "Kept once"), which must be one of
+    /// the receipt's `messages` ([`Receipt::covers`]). `None` checks no message: a caller
+    /// that logs a receipt always gives one.
+    pub message: Option<&'a str>,
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
@@ -250,6 +265,24 @@ impl Receipt {
         }
     }
 
+    /// Whether the receipt covers the request whose digest is `message_digest`
+    /// ([`digest_json`] of the message as the agent holds it): its `messages` list it.
+    pub fn covers(&self, message_digest: &str) -> bool {
+        self.messages.iter().any(|m| m == message_digest)
+    }
+
+    /// `Ok` when the receipt covers the request `message_digest`
+    /// ([`Receipt::covers`]), else [`ReceiptError::NotCovered`] naming the task and digest.
+    pub fn check_covers(&self, message_digest: &str) -> Result<(), ReceiptError> {
+        if self.covers(message_digest) {
+            return Ok(());
+        }
+        Err(ReceiptError::NotCovered {
+            task_id: self.task_id.clone(),
+            digest: message_digest.to_string(),
+        })
+    }
+
     /// The payload bytes: RFC 8785 of the receipt as JSON.
     pub fn payload(&self) -> Vec<u8> {
         // A struct of strings and lists always serializes.
@@ -343,6 +376,9 @@ fn check(
             expect.caller.unwrap_or("nobody"),
         ));
     }
+    if let Some(m) = expect.message {
+        r.check_covers(m)?;
+    }
     Ok(r)
 }
 
@@ -371,7 +407,8 @@ pub fn verify_with_document(
 }
 
 /// Verify: resolve the `kid`'s DID (a did:key needs no fetch), check the method is an
-/// `assertionMethod`, the signature, and that the receipt is the one `expect` names.
+/// `assertionMethod`, the signature, and that the receipt is the one `expect` names (its
+/// task, agent and caller, and that it covers the request `expect.message`).
 pub async fn verify(
     jws: &str,
     resolver: &Resolver,
@@ -427,6 +464,7 @@ mod tests {
             task_id: task,
             agent,
             caller: Some("did:key:zCaller"),
+            message: None,
         };
         verify(jws, &resolver, &expect).await
     }
@@ -524,6 +562,56 @@ mod tests {
         assert!(e.to_string().contains("task-9"), "{e}");
     }
 
+    /// The agent answers the caller's request but signs a receipt for another message (same
+    /// task, agent and caller, a valid signature): it does not cover the request, and is
+    /// refused by name; the receipt of the message sent is accepted.
+    #[tokio::test]
+    async fn a_receipt_for_another_message_does_not_cover_the_request() {
+        let key = SecretKey::from_seed(&[1; 32]);
+        let did = key.did_key();
+        let kid = did.with_fragment(did.method_specific_id());
+        let asked = task()["history"][0].clone();
+        let mut other = task();
+        other["history"][0]["parts"][0]["text"] = json!("transfer everything");
+        let r = Receipt::for_task(
+            &other,
+            did.as_str(),
+            Some("did:key:zCaller"),
+            "2026-01-01T00:00:00Z",
+            vec![],
+        );
+        let jws = sign(&r, &key, &kid);
+        let sent = digest_json(&asked);
+        assert!(!r.covers(&sent));
+        let resolver = Resolver::new(Default::default()).unwrap();
+        let expect = Expected {
+            task_id: "task-1",
+            agent: did.as_str(),
+            caller: Some("did:key:zCaller"),
+            message: Some(&sent),
+        };
+        let e = verify(&jws, &resolver, &expect).await.unwrap_err();
+        assert!(
+            matches!(&e, ReceiptError::NotCovered { task_id, digest } if task_id == "task-1" && digest == &sent),
+            "{e}"
+        );
+        assert!(e.to_string().contains("does not cover the request"), "{e}");
+        let pk = PublicKey::Ed25519(key.public());
+        assert!(matches!(
+            verify_with_key(&jws, &pk, &expect),
+            Err(ReceiptError::NotCovered { .. })
+        ));
+        // The receipt of the task that holds the message sent covers it.
+        let (good, _) = signed(&key);
+        let r = verify(&good, &resolver, &expect).await.expect("covers");
+        assert!(r.covers(&sent));
+        // A receipt that lists no message covers none.
+        let mut none = task();
+        none["history"] = json!([]);
+        let r = Receipt::for_task(&none, did.as_str(), Some("did:key:zCaller"), "x", vec![]);
+        assert!(r.check_covers(&sent).is_err());
+    }
+
     #[tokio::test]
     async fn a_receipt_for_another_caller_or_with_a_foreign_kid_is_refused() {
         let key = SecretKey::from_seed(&[1; 32]);
@@ -533,6 +621,7 @@ mod tests {
             task_id: "task-1",
             agent: &did,
             caller: Some("did:key:zOther"),
+            message: None,
         };
         let e = verify(&jws, &resolver, &expect).await.unwrap_err();
         assert!(

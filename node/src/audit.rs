@@ -97,6 +97,18 @@ pub enum AuditError {
     /// The receipt did not verify; nothing was appended.
     #[error("receipt not verified, not logged: {0}")]
     Receipt(#[from] ReceiptError),
+    /// The writer has no request to hold the receipt against (the task's history holds no
+    /// message of the caller's), so the receipt cannot be shown to cover one; nothing was
+    /// appended.
+    #[error("receipt not logged: no request to hold it against (the task's history holds no message of the caller's), so it cannot be shown to cover what was sent")]
+    NoRequest,
+    /// The task's history holds a message of the caller's other than the one it sent: the
+    /// receipt, which covers the history, is for other work; nothing was appended.
+    #[error("receipt not logged: the task's history holds {held:?} as the caller's message, which is not the message sent: the receipt is for other work")]
+    NotSent {
+        /// The history's copy (its text, cut at 80 characters).
+        held: String,
+    },
     /// A bound refused the entry; nothing was appended (see [`Limits`]).
     #[error("audit log full: {0}; export it (`agentnet audit export FILE`) and keep the export; a new data directory starts a new log")]
     Full(String),
@@ -508,6 +520,7 @@ impl Verifier {
             task_id: &e.task_id,
             agent: &e.agent,
             caller: e.caller.as_deref(),
+            message: None,
         };
         let r = receipt::verify(&e.receipt, resolver, &expect)
             .await
@@ -522,6 +535,14 @@ impl Verifier {
             if &receipt::digest_json(m) != d {
                 return Err("its request message does not match its digest".into());
             }
+        }
+        let Some(d) = &e.request.message_digest else {
+            return Err("it records no request (messageDigest is null), so its receipt cannot be shown to cover one".into());
+        };
+        if !r.covers(d) {
+            return Err(format!(
+                "its receipt does not cover its request: the receipt's messages do not list the request's digest {d} (a receipt for other work)"
+            ));
         }
         self.seq = key_seq;
         self.digest = receipt::digest(bytes);
@@ -597,18 +618,31 @@ pub fn export_header(seq: u64, digest: &str) -> String {
     json!({"format": EXPORT_FORMAT, "head": {"seq": seq, "digest": digest}}).to_string()
 }
 
-/// Verify `new`'s receipt and append it. The receipt must name `new`'s task, agent and caller.
+/// Verify `new`'s receipt as a writer must before it appends: it names `new`'s task, agent and
+/// caller, and covers `new`'s request ([`Receipt::covers`]); without a request,
+/// [`AuditError::NoRequest`].
+pub async fn verify_entry(new: &NewEntry, resolver: &Resolver) -> Result<Receipt, AuditError> {
+    let digest = new
+        .message
+        .as_ref()
+        .map(receipt::digest_json)
+        .ok_or(AuditError::NoRequest)?;
+    let expect = Expected {
+        task_id: &new.task_id,
+        agent: &new.agent,
+        caller: new.caller.as_deref(),
+        message: Some(&digest),
+    };
+    Ok(receipt::verify(&new.receipt, resolver, &expect).await?)
+}
+
+/// Verify `new`'s receipt ([`verify_entry`]) and append it.
 pub async fn verify_and_append(
     log: &Arc<AuditLog>,
     resolver: &Resolver,
     new: NewEntry,
 ) -> Result<Entry, AuditError> {
-    let expect = Expected {
-        task_id: &new.task_id,
-        agent: &new.agent,
-        caller: new.caller.as_deref(),
-    };
-    let verified = receipt::verify(&new.receipt, resolver, &expect).await?;
+    let verified = verify_entry(&new, resolver).await?;
     let log = log.clone();
     tokio::task::spawn_blocking(move || log.append(new, &verified))
         .await
@@ -731,7 +765,11 @@ impl Recorder {
         }
     }
 
-    /// Verify and log the receipt of `task`, which `agent` ran for `caller` after `message`.
+    /// Verify and log the receipt of `task`, which `agent` ran for `caller` after `message`:
+    /// the caller's message as the agent holds it ([`request_of`]), which the receipt must
+    /// cover. `sent`: the parts the writer sent, when it knows them; `message` must hold the
+    /// same, else the receipt is refused ([`AuditError::NotSent`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn record(
         &self,
         writer: &str,
@@ -739,18 +777,33 @@ impl Recorder {
         caller: Option<&str>,
         task: &agentnet_a2a::types::Task,
         message: Option<&agentnet_a2a::types::Message>,
+        sent: Option<&[agentnet_a2a::types::Part]>,
         on_behalf: Option<&str>,
     ) -> Recorded {
         let Some(jws) = receipt_of(task) else {
             return Recorded::None;
         };
+        let refused = |e: AuditError| Recorded::Refused {
+            reason: e.to_string(),
+        };
+        let Some(message) = message else {
+            return refused(AuditError::NoRequest);
+        };
+        if let Some(parts) = sent {
+            if message.parts != parts {
+                let held = serde_json::to_string(&message.parts).unwrap_or_default();
+                return refused(AuditError::NotSent {
+                    held: held.chars().take(80).collect(),
+                });
+            }
+        }
         let new = NewEntry {
             writer: writer.into(),
             task_id: task.id.clone(),
             agent: agent.into(),
             caller: caller.map(str::to_string),
             receipt: jws.clone(),
-            message: message.and_then(|m| serde_json::to_value(m).ok()),
+            message: serde_json::to_value(message).ok(),
             on_behalf: on_behalf.map(str::to_string),
         };
         let digest = receipt::receipt_digest(&jws);
@@ -761,13 +814,8 @@ impl Recorder {
                 Err(e) => refused(e.to_string()),
             },
             Recorder::Admin(client, resolver) => {
-                let expect = Expected {
-                    task_id: &new.task_id,
-                    agent: &new.agent,
-                    caller: new.caller.as_deref(),
-                };
-                if let Err(e) = receipt::verify(&new.receipt, resolver, &expect).await {
-                    return refused(AuditError::Receipt(e).to_string());
+                if let Err(e) = verify_entry(&new, resolver).await {
+                    return refused(e.to_string());
                 }
                 match client.audit_append(&new).await {
                     Ok(v) => Recorded::Logged {
@@ -781,20 +829,13 @@ impl Recorder {
                     Err(e) => refused(format!("receipt verified, not logged: {e}")),
                 }
             }
-            Recorder::Nowhere(resolver, why) => {
-                let expect = Expected {
-                    task_id: &new.task_id,
-                    agent: &new.agent,
-                    caller: new.caller.as_deref(),
-                };
-                match receipt::verify(&new.receipt, resolver, &expect).await {
-                    Ok(_) => Recorded::NotLogged {
-                        digest,
-                        reason: why.clone(),
-                    },
-                    Err(e) => refused(AuditError::Receipt(e).to_string()),
-                }
-            }
+            Recorder::Nowhere(resolver, why) => match verify_entry(&new, resolver).await {
+                Ok(_) => Recorded::NotLogged {
+                    digest,
+                    reason: why.clone(),
+                },
+                Err(e) => refused(e.to_string()),
+            },
         }
     }
 }
@@ -827,7 +868,9 @@ pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
     ) -> axum::response::Response {
         match verify_and_append(&s.log, &s.resolver, new).await {
             Ok(e) => axum::Json(e).into_response(),
-            Err(e @ AuditError::Receipt(_)) => api_error(400, "receipt_invalid", e),
+            Err(
+                e @ (AuditError::Receipt(_) | AuditError::NoRequest | AuditError::NotSent { .. }),
+            ) => api_error(400, "receipt_invalid", e),
             Err(e @ AuditError::Full(_)) => api_error(507, "audit_full", e),
             Err(e) => api_error(500, "internal", e),
         }
@@ -878,9 +921,16 @@ mod tests {
     use super::*;
     use agentnet_did::SecretKey;
 
+    /// The caller's message of task `task`, as the agent holds it.
+    fn hi(task: &str) -> Value {
+        json!({"messageId": format!("m-{task}"), "role": "ROLE_USER", "taskId": task,
+            "contextId": "c", "parts": [{"text": "hi"}]})
+    }
+
+    /// A receipt by `key` for task `task`, whose history holds [`hi`].
     fn receipt_for(key: &SecretKey, task: &str) -> (String, Receipt) {
         let did = key.did_key();
-        let t = json!({"id": task, "contextId": "c",
+        let t = json!({"id": task, "contextId": "c", "history": [hi(task)],
             "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
         let r = Receipt::for_task(
             &t,
@@ -909,9 +959,7 @@ mod tests {
                 caller: Some("did:key:zMe".into()),
                 receipt: jws,
                 on_behalf: None,
-                message: Some(
-                    json!({"messageId": format!("m{i}"), "role": "ROLE_USER", "parts": [{"text": "hi"}]}),
-                ),
+                message: Some(hi(&format!("task-{i}"))),
             };
             log.append(new, &r).unwrap();
         }
@@ -1068,6 +1116,177 @@ mod tests {
         assert!(e.to_string().contains("share"), "{e}");
         append(None).expect("the node's own calls still have room");
         assert_eq!(log.len(), 4);
+    }
+
+    /// The user message `text` as an agent's history holds it (task `t1`, context `c`).
+    fn asked(text: &str) -> Value {
+        json!({"messageId": "m1", "role": "ROLE_USER", "taskId": "t1", "contextId": "c",
+            "parts": [{"text": text}]})
+    }
+
+    /// Task `t1` whose history holds `held`, with a receipt by `key` for caller `did:key:zMe`
+    /// whose `messages` are those of a task that held `signed_for` instead: a valid signature,
+    /// the right task, agent and caller, and other work.
+    fn task_signed_for(key: &SecretKey, held: &Value, signed_for: &Value) -> Value {
+        let did = key.did_key();
+        let mut t = json!({"id": "t1", "contextId": "c",
+            "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"},
+            "history": [signed_for]});
+        let r = Receipt::for_task(
+            &t,
+            did.as_str(),
+            Some("did:key:zMe"),
+            "2026-01-01T00:00:00Z",
+            vec![],
+        );
+        let jws = receipt::sign(&r, key, &did.with_fragment(did.method_specific_id()));
+        t["history"] = json!([held]);
+        t["metadata"] = json!({(receipt::METADATA_KEY): jws});
+        t
+    }
+
+    /// The writer: a receipt whose `messages` do not list the digest of the request the
+    /// task's history holds is refused, by name, and not logged; the same task with the
+    /// receipt of its own message is logged.
+    #[tokio::test]
+    async fn a_receipt_for_another_message_is_refused_and_not_logged() {
+        let (_d, _s, log) = log_with(0);
+        let key = SecretKey::from_seed(&[3; 32]);
+        let agent = key.did_key().to_string();
+        let forged: agentnet_a2a::types::Task = serde_json::from_value(task_signed_for(
+            &key,
+            &asked("what I asked"),
+            &asked("transfer everything"),
+        ))
+        .unwrap();
+        let rec = Recorder::Local(log.clone(), resolver());
+        let held = request_of(&forged);
+        let got = rec
+            .record(
+                "call",
+                &agent,
+                Some("did:key:zMe"),
+                &forged,
+                held,
+                None,
+                None,
+            )
+            .await;
+        let Recorded::Refused { reason } = &got else {
+            panic!("a receipt for another message was accepted: {got:?}");
+        };
+        assert!(reason.contains("does not cover the request"), "{reason}");
+        assert_eq!(log.len(), 0, "nothing is logged");
+        // The admin API's writer refuses it too.
+        let new = NewEntry {
+            writer: "call".into(),
+            task_id: "t1".into(),
+            agent: agent.clone(),
+            caller: Some("did:key:zMe".into()),
+            receipt: receipt_of(&forged).unwrap(),
+            message: Some(asked("what I asked")),
+            on_behalf: None,
+        };
+        let e = verify_and_append(&log, &resolver(), new.clone())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("does not cover the request"), "{e}");
+        // Without a request there is nothing the receipt can be shown to cover.
+        let bare = NewEntry {
+            message: None,
+            ..new
+        };
+        let e = verify_and_append(&log, &resolver(), bare)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no request"), "{e}");
+        assert_eq!(log.len(), 0);
+        // The receipt of the message sent is logged.
+        let honest: agentnet_a2a::types::Task = serde_json::from_value(task_signed_for(
+            &key,
+            &asked("what I asked"),
+            &asked("what I asked"),
+        ))
+        .unwrap();
+        let got = rec
+            .record(
+                "call",
+                &agent,
+                Some("did:key:zMe"),
+                &honest,
+                request_of(&honest),
+                Some(&request_of(&honest).unwrap().parts),
+                None,
+            )
+            .await;
+        assert!(matches!(got, Recorded::Logged { seq: 1, .. }), "{got:?}");
+    }
+
+    /// `lines` (entries as JSON) as an export whose chain is whole: each `prev`, and the head,
+    /// recomputed, as whoever edits an export can do.
+    fn rechained(lines: Vec<Value>) -> String {
+        let mut prev = GENESIS.to_string();
+        let mut body = String::new();
+        for mut e in lines {
+            e["prev"] = json!(prev);
+            let bytes = agentnet_did::jcs::canonicalize(&e);
+            prev = receipt::digest(&bytes);
+            body.push('\n');
+            body.push_str(std::str::from_utf8(&bytes).unwrap());
+        }
+        let n = body.lines().filter(|l| !l.is_empty()).count() as u64;
+        format!("{}{body}", export_header(n, &prev))
+    }
+
+    fn entry_json(key: &SecretKey, seq: u64, request: &Value, receipt: &str) -> Value {
+        json!({
+            "seq": seq, "prev": "", "at": "2026-01-01T00:00:02Z", "writer": "call",
+            "taskId": "t1", "agent": key.did_key().to_string(), "caller": "did:key:zMe",
+            "receipt": receipt, "receiptDigest": receipt::receipt_digest(receipt),
+            "subReceipts": [], "state": "TASK_STATE_COMPLETED",
+            "request": {"messageDigest": receipt::digest_json(request), "message": request},
+        })
+    }
+
+    /// The verifier: an export (chain recomputed) holding an entry whose receipt does not
+    /// list its request's digest is refused, naming the entry and why; so is one that records
+    /// no request. The same export with the covering receipt verifies.
+    #[tokio::test]
+    async fn an_export_entry_whose_receipt_does_not_cover_its_request_is_named() {
+        let key = SecretKey::from_seed(&[3; 32]);
+        let mine = asked("what I asked");
+        let honest = task_signed_for(&key, &mine, &mine);
+        let good = honest["metadata"][receipt::METADATA_KEY].as_str().unwrap();
+        let forged = task_signed_for(&key, &mine, &asked("transfer everything"));
+        let bad = forged["metadata"][receipt::METADATA_KEY].as_str().unwrap();
+
+        let ok = rechained(vec![entry_json(&key, 1, &mine, good)]);
+        let r = verify_export(&ok, &resolver()).await.unwrap();
+        assert!(r.ok, "{r:?}");
+
+        let text = rechained(vec![
+            entry_json(&key, 1, &mine, good),
+            entry_json(&key, 2, &mine, bad),
+        ]);
+        let r = verify_export(&text, &resolver()).await.unwrap();
+        assert!(!r.ok, "an entry whose receipt covers other work verified");
+        assert_eq!(r.bad_entry, Some(2), "{r:?}");
+        let why = r.reason.unwrap_or_default();
+        assert!(why.contains("does not cover"), "{why}");
+
+        let mut none = entry_json(&key, 1, &mine, good);
+        none["request"] = json!({"messageDigest": null, "message": null});
+        let r = verify_export(&rechained(vec![none]), &resolver())
+            .await
+            .unwrap();
+        assert_eq!(r.bad_entry, Some(1), "{r:?}");
+        assert!(
+            r.reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("no request"),
+            "{r:?}"
+        );
     }
 
     #[tokio::test]

@@ -300,14 +300,17 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
                     .map(|k| k.did_key().to_string()),
             };
             let rec = super::audit::recorder(&args.reach, &dir)?;
-            let sent = crate::audit::request_of(t);
+            // The request as the agent holds it, held against the text sent.
+            let held = crate::audit::request_of(t);
+            let sent = [agentnet_a2a::types::Part::text(args.text.as_str())];
             let r = rec
                 .record(
                     "call",
                     agent.did.as_str(),
                     caller_did.as_deref(),
                     t,
-                    sent,
+                    held,
+                    Some(&sent),
                     None,
                 )
                 .await;

@@ -900,7 +900,8 @@ async fn delegation_inner(
             agent.did.as_str(),
             Some(holder.did().as_str()),
             task,
-            None,
+            crate::audit::request_of(task),
+            Some(&[agentnet_a2a::types::Part::text(r.sent.as_str())]),
             None,
         )
         .await

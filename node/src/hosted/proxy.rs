@@ -40,15 +40,32 @@ impl ProxyAgent {
             }
             return;
         };
-        // The request as the upstream agent holds it, else as sent.
-        let held = crate::audit::request_of(upstream);
+        // The request as the upstream agent holds it: its history's copy (which must hold the
+        // parts sent), else the message sent in the form the upstream keeps it (its task's
+        // ids, without the chain its task holds: docs/PROTOCOL.md, "Kept once"); a poll reads
+        // the upstream task without its history.
+        let derived;
+        let held = match crate::audit::request_of(upstream) {
+            Some(m) => m,
+            None => {
+                let mut m = agentnet_a2a::gate::as_held(
+                    sent,
+                    Some(agentnet_did::delegation::METADATA_MEMBER),
+                );
+                m.task_id = Some(upstream.id.clone());
+                m.context_id = Some(upstream.context_id.clone());
+                derived = m;
+                &derived
+            }
+        };
         match rec
             .record(
                 "proxy",
                 did,
                 Some(me),
                 upstream,
-                Some(held.unwrap_or(sent)),
+                Some(held),
+                Some(&sent.parts),
                 Some(&turn.caller.key()),
             )
             .await

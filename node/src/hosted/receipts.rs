@@ -222,6 +222,7 @@ mod tests {
             task_id: "t1",
             agent: &did,
             caller: Some("did:key:zCaller"),
+            message: None,
         };
         let pk = agentnet_did::PublicKey::Ed25519(key.public());
         let r = receipt::verify_with_key(jws, &pk, &expect).unwrap();
@@ -238,6 +239,7 @@ mod tests {
             task_id: &t.id,
             agent: &did,
             caller: Some("did:key:zCaller"),
+            message: None,
         };
         let pk = agentnet_did::PublicKey::Ed25519(key.public());
         receipt::verify_with_key(jws, &pk, &expect).unwrap()
@@ -378,6 +380,7 @@ mod tests {
             task_id: "t1",
             agent: &did,
             caller: Some("did:key:zCaller"),
+            message: None,
         };
         let r = receipt::verify_with_key(
             jws,

@@ -539,17 +539,32 @@ impl Server {
     }
 
     /// [`crate::audit::Recorder::record`] for a task a tool saw; `None` unless it ended.
-    async fn record(&self, agent: &call::Agent, outcome: &Outcome) -> Option<Value> {
+    /// `sent`: the text `send_message` sent (`None` for a task read by id).
+    async fn record(
+        &self,
+        agent: &call::Agent,
+        outcome: &Outcome,
+        sent: Option<&str>,
+    ) -> Option<Value> {
         let (Some(a), Outcome::Task(t)) = (&self.audit, outcome) else {
             return None;
         };
         if !t.status.state.is_terminal() {
             return None;
         }
-        let sent = crate::audit::request_of(t);
+        let held = crate::audit::request_of(t);
+        let sent = sent.map(|s| [agentnet_a2a::types::Part::text(s)]);
         let r =
-            a.0.record("mcp", agent.did.as_str(), a.1.as_deref(), t, sent, None)
-                .await;
+            a.0.record(
+                "mcp",
+                agent.did.as_str(),
+                a.1.as_deref(),
+                t,
+                held,
+                sent.as_ref().map(|p| p.as_slice()),
+                None,
+            )
+            .await;
         serde_json::to_value(r).ok()
     }
 
@@ -596,7 +611,7 @@ impl Server {
         .map_err(|e| explain(&e))?;
         let outcome = Outcome::Task(Box::new(t));
         let mut r = task_result(&outcome, Some(agent_ref(&agent)), args.full);
-        r.receipt = self.record(&agent, &outcome).await;
+        r.receipt = self.record(&agent, &outcome, None).await;
         Ok(Json(r))
     }
 
@@ -755,7 +770,7 @@ impl Server {
             o => o,
         };
         let mut r = task_result(&outcome, Some(agent_ref(&agent)), args.full);
-        r.receipt = self.record(&agent, &outcome).await;
+        r.receipt = self.record(&agent, &outcome, Some(&args.text)).await;
         Ok(Json(r))
     }
 
