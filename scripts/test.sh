@@ -22,7 +22,7 @@ export AGENTNET_INTEROP_REQUIRED=1
 echo "== imports run one way: no circle between the modules of any crate"
 for crate in did a2a discovery node; do bash scripts/tests/module-cycles.sh "$crate" >/dev/null; done
 
-echo "== the test graph reuses the binary's RocksDB build (checked from cargo's unit graph, no build)"
+echo "== the test graph reuses every third-party unit of the binary's build (cargo's unit graph, no build)"
 bash scripts/tests/shared-build.sh
 
 echo "== build: the agentnet binary, exactly as scripts/run.sh builds it"
@@ -31,7 +31,7 @@ cargo build --locked -p agentnet --bin agentnet
 echo "== docs/GUIDE.md quick start, run as written"
 bash scripts/tests/guide.sh
 
-echo "== build: tests, examples and benchmarks (must reuse RocksDB from the step above)"
+echo "== build: tests, examples and benchmarks (only what the tests add: the binary's crates are reused)"
 # A second RocksDB build means the test graph resolved a build dependency of librocksdb-sys
 # differently from the binary's graph (it did: criterion 0.5 pulled itertools 0.10, which bindgen
 # uses too; cargo then built bindgen's itertools with the test graph's features and profile, so

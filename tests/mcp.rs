@@ -12,11 +12,11 @@ use agentnet_did::SecretKey;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientLifecycleMode, ClientServiceExt as _, RoleClient};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 mod common;
 use agentnet_a2a::samples::ECHO_DONE;
@@ -126,13 +126,23 @@ async fn stdio_client(data: &Path, era: &str) -> Client {
         .arg(data)
         .arg("--allow-private")
         .env_remove("AGENTNET_DATA_DIR");
-    let (transport, _stderr) = TokioChildProcess::builder(cmd)
+    ().serve_with_lifecycle(stdio(cmd), mode(era))
+        .await
+        .expect("the stdio client starts")
+}
+
+/// `cmd` started with its stdin and stdout as rmcp's stdio transport, its stderr the test's.
+/// The child ends when the client closes its stdin; a task waits for it so that it is reaped.
+fn stdio(mut cmd: Command) -> (ChildStdout, ChildStdin) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    ().serve_with_lifecycle(transport, mode(era))
-        .await
-        .expect("the stdio client starts")
+    let pipes = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    tokio::spawn(async move { child.wait().await });
+    pipes
 }
 
 async fn http_client(url: &str, token: &str, era: &str) -> Client {
@@ -1076,11 +1086,7 @@ async fn as_signs_with_another_identity_of_the_data_directory() {
         &other_did,
     ])
     .env_remove("AGENTNET_DATA_DIR");
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let them = ().serve_with_lifecycle(transport, mode("2026-07-28")).await.unwrap();
+    let them = ().serve_with_lifecycle(stdio(cmd), mode("2026-07-28")).await.unwrap();
     let sent_as_other = ok(&them, "send_message", json!({"did": echo, "text": "b"})).await;
     assert_eq!(sent_as_other["texts"], json!([ECHO_DONE, "b"]));
 

@@ -530,6 +530,12 @@ pub struct Traffic {
     pub gossip_unique: u64,
     /// gossipsub IDONTWANT control messages received (`Config::gossip_idontwant` on a peer).
     pub idontwant_received: u64,
+    /// Messages gossipsub abandoned on their way out: a peer's send queue full, or a forward
+    /// (or an answer to IWANT) that waited in it longer than its time limit.
+    pub send_dropped: u64,
+    /// Messages accepted by validation after they had left gossipsub's message cache, so never
+    /// forwarded (validation slower than the cache's history).
+    pub validated_too_late: u64,
     /// Bytes received on all connections (all protocols, after encryption).
     pub bytes_in: u64,
     /// Bytes sent on all connections.
@@ -865,6 +871,8 @@ fn traffic_from_metrics(text: &str) -> Traffic {
             }
             "gossipsub_topic_msg_recv_counts_total" if on_topic => t.gossip_unique += value,
             "gossipsub_idontwant_msgs_total" => t.idontwant_received += value,
+            "gossipsub_failed_messages_sum" => t.send_dropped += value,
+            "gossipsub_memcache_misses_total" => t.validated_too_late += value,
             "libp2p_bandwidth_bytes_total" if labels.contains("direction=\"Inbound\"") => {
                 t.bytes_in += value
             }

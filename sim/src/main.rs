@@ -844,6 +844,8 @@ fn traffic_of(nodes: &[Arc<SimNode>], idx: &[usize]) -> net::Traffic {
         t.gossip_received += x.gossip_received;
         t.gossip_unique += x.gossip_unique;
         t.idontwant_received += x.idontwant_received;
+        t.send_dropped += x.send_dropped;
+        t.validated_too_late += x.validated_too_late;
         t.bytes_in += x.bytes_in;
         t.bytes_out += x.bytes_out;
     }
@@ -1153,6 +1155,10 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         total.idontwant_received += after
             .idontwant_received
             .saturating_sub(before.idontwant_received);
+        total.send_dropped += after.send_dropped.saturating_sub(before.send_dropped);
+        total.validated_too_late += after
+            .validated_too_late
+            .saturating_sub(before.validated_too_late);
         total.bytes_in += bytes_in;
         total.bytes_out += after.bytes_out.saturating_sub(before.bytes_out);
         let spread = Spread {
@@ -1630,6 +1636,8 @@ async fn run(args: &Args, dir: &Path) -> Result<Value, String> {
         "gossip_copies_received": copies,
         "gossip_unique_received": unique,
         "gossip_idontwant_received": total.idontwant_received,
+        "gossip_send_dropped": total.send_dropped,
+        "gossip_validated_too_late": total.validated_too_late,
         "duplicate_ratio": duplicate_ratio,
         "bytes_in_per_node_per_advert": bytes_per_node_per_advert,
         "bytes_in_total": bytes_in,

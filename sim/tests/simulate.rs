@@ -264,11 +264,19 @@ fn the_floor_is_a_bare_gossipsub_network_over_the_same_links() {
 /// Junk, replays, Sybil publishers and an eclipse attempt at once: the honest network still
 /// delivers every advertisement to every honest node, the victim included; no replay is taken
 /// as new and no junk is kept; the Sybil advertisements (valid) are carried, and counted.
+///
+/// Delivery is waited for, not timed: each advertisement's wait ends when every honest node has
+/// it, within a bound far above what a busy machine needs. This is a debug build of 23 swarms in
+/// one process, whose validation costs ~30 times a release build's (15 ms a message against
+/// 0.5): on 2 cores under 4 busy loops the scenario file's 8 s window was missed by late
+/// deliveries, not lost ones (docs/BENCHMARKS.md, "Delivery under attack on a short CPU"). A
+/// node that never gets an advertisement still fails the test, after at most 5 × 45 s.
 #[test]
 fn attacks_leave_every_honest_node_reached() {
     let run = simulate()
         .arg("--scenario")
         .arg(scenario("ci-attacks.toml"))
+        .args(["--deadline-ms", "45000"])
         .arg("--json")
         .output()
         .unwrap();
@@ -276,6 +284,8 @@ fn attacks_leave_every_honest_node_reached() {
     assert!(run.status.success(), "simulate failed: {stderr}");
     let r: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(r["delivery_pct"], 100.0, "{}", r["per_advert"]);
+    // Every advertisement accepted in time to be forwarded, and no forward abandoned.
+    assert_eq!(r["gossip_validated_too_late"], 0, "{r}");
     assert_eq!(r["recorder_lagged"], 0);
 
     // Junk: refused, stored nowhere, forwarded by no honest node.
