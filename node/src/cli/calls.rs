@@ -68,13 +68,13 @@ async fn remote_mcp(
     Ok((caller, remote))
 }
 
-/// The tools of `remote` as `tools/list` gave them, with their pins (`None`: no node keeps
-/// pins for this process).
+/// The tools of `remote` as `tools/list` gave them, with their pins and the list's (`None`: no
+/// node keeps pins for this process).
 async fn pinned_tools(
     caller: &call::Caller,
     remote: &crate::mcp::client::Remote,
     accept: bool,
-) -> anyhow::Result<(Vec<Value>, Option<Vec<PinState>>)> {
+) -> anyhow::Result<(Vec<Value>, Option<crate::pins::ToolPins>)> {
     let tools: Vec<Value> = remote
         .list_tools(caller)
         .await?
@@ -91,7 +91,8 @@ async fn pinned_tools(
 pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
     let (caller, remote) = remote_mcp(&args.remote).await?;
     let (tools, pins) = pinned_tools(&caller, &remote, args.accept).await?;
-    let pin = |i: usize| pins.as_ref().and_then(|p| p.get(i));
+    let pin = |i: usize| pins.as_ref().and_then(|p| p.tools.get(i));
+    let list = pins.as_ref().map(|p| &p.list);
     let rules = crate::flags::builtin();
     let flags: Vec<Vec<crate::flags::Flag>> = tools.iter().map(|t| rules.tool(t)).collect();
     if args.remote.json {
@@ -114,11 +115,14 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
                 t
             })
             .collect();
-        let out = json!({
+        let mut out = json!({
             "did": remote.did.as_str(),
             "url": remote.endpoint.url.as_str(),
             "tools": listed,
         });
+        if let Some(l) = list {
+            out["list"] = serde_json::to_value(l).unwrap_or(Value::Null);
+        }
         out!("{}", json_line(&out)?)?;
     } else {
         for (i, t) in tools.iter().enumerate() {
@@ -149,9 +153,22 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    match list {
+        Some(PinState::Changed { diff, .. }) => {
+            changed = true;
+            say!("the tool list CHANGED since it was accepted:");
+            for line in diff {
+                say!("  - {}", text::sanitize(line));
+            }
+        }
+        Some(PinState::Unpinned { why }) => {
+            say!("the tool list is not pinned: {}", text::sanitize(why))
+        }
+        _ => {}
+    }
     if changed {
         say!(
-            "`agentnet tool` refuses a changed tool; check them, then accept with `agentnet tools --did {} --accept`",
+            "`agentnet tool` refuses a changed tool, and every tool while the list is changed; check them, then accept with `agentnet tools --did {} --accept`",
             text::sanitize(remote.did.as_str())
         );
     }
@@ -177,7 +194,17 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
             remote.did.as_str()
         ),
         (Some(i), Some(p)) => {
-            if let Some(PinState::Changed { diff, .. }) = p.get(i) {
+            // A tool the accepted list did not have (a renamed one reads as new by its name)
+            // is not called while the list differs from the accepted one.
+            if let PinState::Changed { diff, .. } = &p.list {
+                bail!(
+                    "the tool list of {did} CHANGED since it was accepted ({}): tool {} not called; check it with `agentnet tools --did {did}`, then accept with `agentnet tools --did {did} --accept`",
+                    text::sanitize(&diff.join("; ")),
+                    text::sanitize(&args.name),
+                    did = remote.did.as_str()
+                );
+            }
+            if let Some(PinState::Changed { diff, .. }) = p.tools.get(i) {
                 bail!(
                     "tool {} CHANGED since it was accepted ({}): not called; check it with `agentnet tools --did {did}`, then accept with `agentnet tools --did {did} --accept`",
                     text::sanitize(&args.name),

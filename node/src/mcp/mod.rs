@@ -219,7 +219,7 @@ pub struct VerifiedCard {
     pub domain_verified: bool,
     /// The interface send_message would use.
     pub interface: Interface,
-    /// The signed A2A Agent Card, hidden characters escaped.
+    /// The signed A2A Agent Card, hidden characters escaped (not its signatures and version).
     pub card: Value,
     /// Set when hidden characters in the card were escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -659,6 +659,9 @@ impl Server {
         check_did(&args.did)?;
         let mut agent = self.find(Target::Did(args.did.clone())).await?;
         let flags = self.inner.directory.flag_rules().card(&agent.card);
+        // What is shown is what is pinned: not the signatures (checked; `signers` names them)
+        // nor `version` (crate::pins::UNPINNED).
+        agent.card = crate::pins::shown_card(&agent.card);
         let hidden = escape_value(&mut agent.card);
         Ok(Json(VerifiedCard {
             note: escaped_note(hidden, "this agent's card"),
@@ -1330,5 +1333,33 @@ mod tests {
             .0;
         assert_eq!(card.note, None);
         assert_eq!(card.card["description"], "Nothing to hide.");
+    }
+
+    /// Attack (issue 43): text in a member the node shows a model but does not pin changes
+    /// unseen. `get_agent_card` shows only pinned members: every member of the card but its
+    /// signatures (checked, and named in `signers`) and its `version`.
+    #[tokio::test]
+    async fn get_agent_card_shows_only_what_is_pinned() {
+        let (did, ad) = advert_of("http://127.0.0.1:1/a2a/a", "Plain", "Nothing to hide.");
+        let signed = ad["card"].clone();
+        assert!(signed.get("signatures").is_some() && signed.get("version").is_some());
+        let server = server(Arc::new(OneAgent(ad)));
+        let card = server
+            .get_agent_card(Parameters(DidArgs { did }))
+            .await
+            .unwrap()
+            .0;
+        let shown = card.card.as_object().unwrap();
+        for k in crate::pins::UNPINNED {
+            assert!(!shown.contains_key(k), "{k} is shown: {:?}", card.card);
+        }
+        assert_eq!(
+            crate::pins::pinned_parts(&card.card),
+            crate::pins::pinned_parts(&signed)
+        );
+        assert!(card
+            .card
+            .pointer("/capabilities/extensions/0/description")
+            .is_some());
     }
 }
