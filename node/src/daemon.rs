@@ -312,6 +312,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         .map(config::check_public_url)
         .transpose()?;
     opts.hosted.check()?;
+    let _trusted_proxies = opts.hosted.http.trusted_proxies()?;
     std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::NodeFile {
         path: opts.data_dir.clone(),
         source,

@@ -49,6 +49,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
+pub mod forwarded;
+
+pub use forwarded::TrustedProxies;
+
 /// What one listener lets its clients cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
