@@ -4,6 +4,7 @@
 //!
 //! - `[node]` ([`NodeSection`]): where the node keeps its data and listens; each value has a
 //!   flag that wins over it.
+//! - `[http]` ([`HttpSection`]): the public listener's trusted reverse proxies.
 //! - `[tasks]` ([`TasksSection`]): how long and how many A2A tasks the node keeps.
 //! - `[auth]` ([`AuthSection`]): the DID verifier's bounds.
 //! - `[mcp]` ([`McpSection`]): the MCP server on the admin listener.
@@ -25,6 +26,7 @@ use libp2p::Multiaddr;
 use serde::{Deserialize, Serialize};
 
 use crate::a2a_auth::DidAuthConfig;
+use crate::server::forwarded::{self, TrustedProxies};
 use crate::tasks::Retention;
 
 /// Most hosted agents.
@@ -111,6 +113,14 @@ pub enum ConfigError {
     /// `--public-url` is not an `http(s)://host[:port]` URL.
     #[error("public URL {0:?} must be http(s)://host[:port] without a path")]
     PublicUrl(String),
+    /// An entry of `[http] trusted_proxies` is not an address or block, or there are too many.
+    #[error("[http] trusted_proxies: {entry} {reason}")]
+    TrustedProxy {
+        /// The entry as written, quoted (its first 80 characters), or how many there are.
+        entry: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The card could not be signed.
     #[error("agent {agent:?} card: {source}")]
     Card {
@@ -128,6 +138,9 @@ pub struct FileConfig {
     /// Node settings; each has a flag of `agentnet up` that overrides it.
     #[serde(default)]
     pub node: NodeSection,
+    /// The public listener's trusted reverse proxies.
+    #[serde(default)]
+    pub http: HttpSection,
     /// Task storage.
     #[serde(default)]
     pub tasks: TasksSection,
@@ -206,6 +219,65 @@ impl TrustSection {
             ));
         }
         Ok((self.endorsers.clone(), depth))
+    }
+}
+
+/// `[http]`: the public listener behind a reverse proxy ([`crate::server::forwarded`]).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// Addresses and CIDR blocks (IPv4 and IPv6, at most
+    /// [`forwarded::MAX_TRUSTED_PROXIES`]) of the reverse proxies in front of the public
+    /// listener: a request from one of them is from the client its `forwarded_header` names.
+    /// Default none: every request is from its TCP peer, and no forwarding header is read.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// The header those proxies write, `x-forwarded-for` (the default) or `forwarded`
+    /// (RFC 7239); the other one is never read.
+    pub forwarded_header: Option<forwarded::Header>,
+}
+
+impl HttpSection {
+    /// The trusted proxies, each entry parsed: a bad one, or too many, is refused by name.
+    pub fn trusted_proxies(&self) -> Result<TrustedProxies, ConfigError> {
+        let max = forwarded::MAX_TRUSTED_PROXIES;
+        if self.trusted_proxies.len() > max {
+            return Err(ConfigError::TrustedProxy {
+                entry: format!("{} entries", self.trusted_proxies.len()),
+                reason: format!("are too many; at most {max} (write a block for many addresses)"),
+            });
+        }
+        let blocks = self
+            .trusted_proxies
+            .iter()
+            .map(|e| {
+                e.parse()
+                    .map_err(|err: forwarded::BlockError| ConfigError::TrustedProxy {
+                        entry: format!("{:?}", e.chars().take(80).collect::<String>()),
+                        reason: err.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(TrustedProxies::new(
+            blocks,
+            self.forwarded_header.unwrap_or_default(),
+        ))
+    }
+
+    /// Every key with the value in effect, each block as the node reads it (what `config
+    /// check` shows).
+    fn filled(&self) -> Result<HttpSection, ConfigError> {
+        self.trusted_proxies()?;
+        let trusted_proxies = self
+            .trusted_proxies
+            .iter()
+            .filter_map(|e| e.parse::<forwarded::Block>().ok())
+            .map(|b| b.to_string())
+            .collect();
+        Ok(HttpSection {
+            trusted_proxies,
+            forwarded_header: Some(self.forwarded_header.unwrap_or_default()),
+        })
     }
 }
 
@@ -487,6 +559,7 @@ impl FileConfig {
         if self.agent.len() > MAX_AGENTS {
             return Err(invalid("node", format!("more than {MAX_AGENTS} agents")));
         }
+        self.http.trusted_proxies()?;
         if self
             .auth
             .token_ttl_secs
@@ -775,6 +848,7 @@ impl FileConfig {
                 mdns: Some(s.mdns),
                 local: Some(s.local),
             },
+            http: self.http.filled()?,
             tasks: self.tasks.filled(),
             auth: self.auth.filled(),
             mcp: McpSection {
@@ -975,6 +1049,32 @@ mod tests {
             assert!(e.to_string().contains("hidden character"), "{bad}: {e}");
         }
         assert!(config(&agent("description = \"two\\nlines\\tand a tab\"")).is_ok());
+    }
+
+    #[test]
+    fn trusted_proxies_are_checked_entry_by_entry() {
+        let c = config("[http]\ntrusted_proxies = [\"127.0.0.1\", \"2001:db8::/32\"]\n").unwrap();
+        let t = c.http.trusted_proxies().unwrap();
+        assert!(t.trusts("127.0.0.1".parse().unwrap()));
+        assert!(t.trusts("2001:db8:5::1".parse().unwrap()));
+        assert!(!t.trusts("127.0.0.2".parse().unwrap()));
+        assert!(config("")
+            .unwrap()
+            .http
+            .trusted_proxies()
+            .unwrap()
+            .is_empty());
+        let e = config("[http]\ntrusted_proxies = [\"127.0.0.1\", \"10.0.0.0/40\"]\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("[http] trusted_proxies: \"10.0.0.0/40\" "),
+            "{e}"
+        );
+        let many: Vec<String> = (0..=forwarded::MAX_TRUSTED_PROXIES)
+            .map(|i| format!("\"10.0.{i}.0/24\""))
+            .collect();
+        let e = config(&format!("[http]\ntrusted_proxies = [{}]\n", many.join(","))).unwrap_err();
+        assert!(e.to_string().contains("at most 64"), "{e}");
     }
 
     #[test]

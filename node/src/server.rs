@@ -23,6 +23,13 @@
 //!   (16 addresses of 32 connections are 512). The last `reserved` slots go only to sources
 //!   holding fewer than [`Limits::max_per_source_in_reserve`] connections, so that a new
 //!   source still gets in while the listener is nearly full; the rule is `Shares`, a plain struct.
+//! - **Trusted proxies** ([`TrustedProxies`], `[http] trusted_proxies`): a request whose TCP
+//!   peer is a trusted reverse proxy is from the client its forwarding header names, resolved
+//!   once here ([`forwarded`]) and handed to the routers as their [`ConnectInfo`], so that every
+//!   per-source bound behind counts the client, not the proxy. A trusted proxy's connections
+//!   are not held to the per-source cap or the reserve (it carries many clients' connections;
+//!   those are the proxy's to bound per client), only to the connection cap. No other peer's
+//!   forwarding headers are read.
 //! - **Graceful shutdown**: on cancel the server stops accepting, asks every connection to
 //!   finish its in-flight request and close, and returns when all have closed (the caller
 //!   bounds the wait).
@@ -48,6 +55,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
+
+pub mod forwarded;
+
+pub use forwarded::TrustedProxies;
 
 /// What one listener lets its clients cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,18 +140,21 @@ impl Shares {
         }
     }
 
-    /// Count one more connection of `source`, or say why not.
-    fn take(&mut self, source: Source) -> Result<(), Refusal> {
+    /// Count one more connection of `source`, or say why not. A `proxy`'s connection (a
+    /// trusted reverse proxy's) is held to the connection cap only.
+    fn take(&mut self, source: Source, proxy: bool) -> Result<(), Refusal> {
         let l = &self.limits;
         let held = self.by_source.get(&source).copied().unwrap_or(0);
         if self.total >= l.max_connections {
             return Err(Refusal::Full);
         }
-        if held >= l.max_per_source {
+        if proxy {
+            // Counted, so that the reserve below sees how full the listener is.
+        } else if held >= l.max_per_source {
             return Err(Refusal::Source);
         }
         let unreserved = l.max_connections.saturating_sub(l.reserved);
-        if self.total >= unreserved && held >= l.max_per_source_in_reserve {
+        if !proxy && self.total >= unreserved && held >= l.max_per_source_in_reserve {
             return Err(Refusal::Reserve);
         }
         *self.by_source.entry(source).or_default() += 1;
@@ -171,8 +185,12 @@ fn lock(shares: &Mutex<Shares>) -> std::sync::MutexGuard<'_, Shares> {
 }
 
 impl ShareSlot {
-    fn take(shares: &Arc<Mutex<Shares>>, source: Source) -> Result<ShareSlot, Refusal> {
-        lock(shares).take(source)?;
+    fn take(
+        shares: &Arc<Mutex<Shares>>,
+        source: Source,
+        proxy: bool,
+    ) -> Result<ShareSlot, Refusal> {
+        lock(shares).take(source, proxy)?;
         Ok(ShareSlot {
             shares: shares.clone(),
             source,
@@ -187,11 +205,13 @@ impl Drop for ShareSlot {
 }
 
 /// Serve `router` on the already bound `listener` until `shutdown`; in-flight requests finish,
-/// then every connection closes. Each request carries [`ConnectInfo<SocketAddr>`].
+/// then every connection closes. Each request carries [`ConnectInfo<SocketAddr>`]: its TCP
+/// peer, or the client a trusted proxy of `proxies` forwarded it for.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    proxies: TrustedProxies,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     // At least one slot; at most what `acquire_many` can count.
@@ -220,7 +240,8 @@ pub async fn serve(
             continue;
         };
         let source = Source::of(remote.ip());
-        let share = match ShareSlot::take(&shares, source) {
+        let proxy = proxies.trusts(remote.ip());
+        let share = match ShareSlot::take(&shares, source, proxy) {
             Ok(share) => share,
             Err(why) => {
                 tracing::debug!(%remote, %source, ?why, "HTTP connection share used up; refusing");
@@ -230,8 +251,9 @@ pub async fn serve(
         };
         let router = router.clone();
         let stop = conns_stop.clone();
+        let proxies = proxies.clone();
         tokio::spawn(async move {
-            connection(stream, remote, router, limits, stop).await;
+            connection(stream, remote, router, limits, proxies, stop).await;
             drop(share);
             drop(slot);
         });
@@ -255,14 +277,17 @@ async fn connection(
     remote: SocketAddr,
     router: Router,
     limits: Limits,
+    proxies: TrustedProxies,
     stop: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let router = router.clone();
+        // Per request: a proxy's kept-alive connection carries many clients' requests.
+        let client = proxies.client(remote, req.headers());
         async move {
             let mut req = req.map(Body::new);
-            req.extensions_mut().insert(ConnectInfo(remote));
+            req.extensions_mut().insert(ConnectInfo(client));
             let resp = match tokio::time::timeout(limits.request_timeout, router.oneshot(req)).await
             {
                 Ok(Ok(resp)) => resp,
@@ -327,12 +352,12 @@ mod tests {
     fn slots_are_counted_per_source_and_given_back() {
         let mut m = shares(100, 2, 0, 0);
         let ip = src("192.0.2.1");
-        m.take(ip).unwrap();
-        m.take(ip).unwrap();
-        assert_eq!(m.take(ip), Err(Refusal::Source));
-        m.take(src("192.0.2.2")).unwrap();
+        m.take(ip, false).unwrap();
+        m.take(ip, false).unwrap();
+        assert_eq!(m.take(ip, false), Err(Refusal::Source));
+        m.take(src("192.0.2.2"), false).unwrap();
         m.give_back(ip);
-        m.take(ip).unwrap();
+        m.take(ip, false).unwrap();
         for s in [ip, ip, src("192.0.2.2")] {
             m.give_back(s);
         }
@@ -342,7 +367,7 @@ mod tests {
         m.give_back(ip);
         assert_eq!(m.total, 0);
         let mut none = shares(100, 0, 0, 0);
-        assert_eq!(none.take(ip), Err(Refusal::Source));
+        assert_eq!(none.take(ip, false), Err(Refusal::Source));
         assert!(none.by_source.is_empty());
     }
 
@@ -354,10 +379,13 @@ mod tests {
             "2001:db8:1:2::2",
             "2001:db8:1:2:ffff:ffff:ffff:ffff",
         ] {
-            m.take(src(a)).unwrap();
+            m.take(src(a), false).unwrap();
         }
-        assert_eq!(m.take(src("2001:db8:1:2:abcd::9")), Err(Refusal::Source));
-        m.take(src("2001:db8:1:3::1")).unwrap();
+        assert_eq!(
+            m.take(src("2001:db8:1:2:abcd::9"), false),
+            Err(Refusal::Source)
+        );
+        m.take(src("2001:db8:1:3::1"), false).unwrap();
     }
 
     /// 16 sources of 32 connections each took all 512 slots; with the reserve, the sources
@@ -370,7 +398,7 @@ mod tests {
         let mut held = 0;
         for a in &attackers {
             for _ in 0..l.max_per_source {
-                if m.take(*a).is_ok() {
+                if m.take(*a, false).is_ok() {
                     held += 1;
                 }
             }
@@ -378,23 +406,23 @@ mod tests {
         // 12 sources full (384), then 4 each for the last 4.
         assert_eq!(held, 384 + 4 * 4);
         assert!(held < l.max_connections);
-        assert_eq!(m.take(attackers[0]), Err(Refusal::Source));
-        assert_eq!(m.take(attackers[15]), Err(Refusal::Reserve));
+        assert_eq!(m.take(attackers[0], false), Err(Refusal::Source));
+        assert_eq!(m.take(attackers[15], false), Err(Refusal::Reserve));
         // An honest new source gets in, more than once.
         let honest = src("192.0.2.1");
         for _ in 0..l.max_per_source_in_reserve {
-            m.take(honest).unwrap();
+            m.take(honest, false).unwrap();
         }
-        assert_eq!(m.take(honest), Err(Refusal::Reserve));
+        assert_eq!(m.take(honest, false), Err(Refusal::Reserve));
         // Filling the reserve takes many more sources; then it is full for everyone.
         let mut i = 0u32;
         while m.total < l.max_connections {
             let s = Source::of(std::net::Ipv4Addr::from(0x0a00_0000 + i).into());
-            m.take(s).unwrap();
+            m.take(s, false).unwrap();
             i += 1;
             assert!(i < 10_000);
         }
-        assert_eq!(m.take(src("198.51.100.1")), Err(Refusal::Full));
+        assert_eq!(m.take(src("198.51.100.1"), false), Err(Refusal::Full));
         // Below the mark again, a source takes up to its full share.
         for a in &attackers[..5] {
             for _ in 0..l.max_per_source {
@@ -403,7 +431,31 @@ mod tests {
         }
         assert_eq!(m.total, l.max_connections - 5 * 32);
         for _ in 0..l.max_per_source {
-            m.take(attackers[0]).unwrap();
+            m.take(attackers[0], false).unwrap();
         }
+    }
+
+    /// A trusted proxy carries many clients' connections: it is held to the connection cap
+    /// only, not to a source's share or the reserve; other sources still are.
+    #[test]
+    fn a_trusted_proxy_is_held_to_the_connection_cap_only() {
+        let mut m = shares(10, 2, 4, 1);
+        let proxy = src("127.0.0.1");
+        for _ in 0..8 {
+            m.take(proxy, true).unwrap();
+        }
+        // The reserve is reached: a source holding one is refused, a new one gets in.
+        let other = src("192.0.2.1");
+        m.take(other, false).unwrap();
+        assert_eq!(m.take(other, false), Err(Refusal::Reserve));
+        m.take(proxy, true).unwrap();
+        assert_eq!(m.take(proxy, true), Err(Refusal::Full));
+        assert_eq!(m.take(src("192.0.2.2"), false), Err(Refusal::Full));
+        for _ in 0..9 {
+            m.give_back(proxy);
+        }
+        m.give_back(other);
+        assert_eq!(m.total, 0);
+        assert!(m.by_source.is_empty());
     }
 }

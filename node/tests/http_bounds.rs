@@ -64,7 +64,13 @@ async fn start(limits: Limits) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
-    let task = tokio::spawn(server::serve(listener, router, limits, stop.clone()));
+    let task = tokio::spawn(server::serve(
+        listener,
+        router,
+        limits,
+        server::TrustedProxies::default(),
+        stop.clone(),
+    ));
     Server { addr, stop, task }
 }
 
