@@ -116,17 +116,18 @@ pub struct Retention {
     pub keep: Duration,
     /// Most tasks in all: 1,000,000.
     pub max_tasks: u64,
-    /// Most tasks of one owner at one agent: 10,000 (anonymous callers of an open agent are
-    /// owned by their network block).
+    /// Most tasks of one owner at one agent: 10,000, `max_tasks / 100` (anonymous callers of
+    /// an open agent are owned by their network block).
     pub max_per_owner: u64,
     /// Most tasks created from one network block ([`Source`]), at every agent together:
-    /// 20,000. DIDs are free to mint; the block is what a stranger cannot multiply cheaply.
+    /// 20,000, `max_tasks / 50`. DIDs are free to mint; the block is what a stranger cannot
+    /// multiply cheaply.
     pub max_per_source: u64,
     /// Most bytes of task records in all: 1 GiB.
     pub max_bytes: u64,
-    /// Most bytes of one owner's tasks at one agent: 64 MiB.
+    /// Most bytes of one owner's tasks at one agent: 64 MiB, `max_bytes / 16`.
     pub max_owner_bytes: u64,
-    /// Most bytes of the tasks created from one network block: 128 MiB.
+    /// Most bytes of the tasks created from one network block: 128 MiB, `max_bytes / 8`.
     pub max_source_bytes: u64,
     /// New tasks and growing updates are refused while the store's file system has less free
     /// space than this (the node passes the store's `--store-min-free-mib`): 256 MiB, left to
@@ -150,6 +151,36 @@ impl Default for Retention {
             max_source_bytes: 128 << 20,
             min_free_bytes: 256 << 20,
             new_per_second_per_source: 200,
+        }
+    }
+}
+
+/// `max_tasks / OWNER_SHARE` is the default of [`Retention::max_per_owner`] (10 000 of the
+/// default million).
+pub const OWNER_SHARE: u64 = 100;
+/// `max_tasks / SOURCE_SHARE` is the default of [`Retention::max_per_source`] (20 000 of the
+/// default million).
+pub const SOURCE_SHARE: u64 = 50;
+/// `max_bytes / OWNER_BYTES_SHARE` is the default of [`Retention::max_owner_bytes`] (64 MiB of
+/// the default GiB).
+pub const OWNER_BYTES_SHARE: u64 = 16;
+/// `max_bytes / SOURCE_BYTES_SHARE` is the default of [`Retention::max_source_bytes`] (128 MiB
+/// of the default GiB).
+pub const SOURCE_BYTES_SHARE: u64 = 8;
+
+impl Retention {
+    /// The default bounds with these totals: every share is the default fraction of its total
+    /// ([`OWNER_SHARE`], [`SOURCE_SHARE`], [`OWNER_BYTES_SHARE`], [`SOURCE_BYTES_SHARE`]), at
+    /// least one task and one MiB, so that a small total keeps small shares.
+    pub fn with_totals(max_tasks: u64, max_bytes: u64) -> Retention {
+        Retention {
+            max_tasks,
+            max_per_owner: (max_tasks / OWNER_SHARE).max(1).min(max_tasks),
+            max_per_source: (max_tasks / SOURCE_SHARE).max(1).min(max_tasks),
+            max_bytes,
+            max_owner_bytes: (max_bytes / OWNER_BYTES_SHARE).max(1 << 20).min(max_bytes),
+            max_source_bytes: (max_bytes / SOURCE_BYTES_SHARE).max(1 << 20).min(max_bytes),
+            ..Retention::default()
         }
     }
 }
