@@ -223,7 +223,7 @@ fn a_store_filled_by_nine_addresses_still_serves_a_tenth() {
     let config = node_dir.join("node.toml");
     std::fs::write(
         &config,
-        format!("{CONFIG}\n[tasks]\nmax_tasks = 19\nmax_per_source = 3\n"),
+        format!("{CONFIG}\n[tasks]\nmax_tasks = 19\nmax_per_source = 3\nmax_per_owner = 3\n"),
     )
     .unwrap();
     let node = UpNode::spawn(
