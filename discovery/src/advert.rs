@@ -459,11 +459,8 @@ impl WebBudget {
 
     /// The key an unknown DID's fetches are counted under: its document URL's host.
     pub fn host_key(did: &Did) -> Result<String, Reject> {
-        let url =
-            agentnet_did::web::document_url(did).map_err(|e| Reject::Malformed(e.to_string()))?;
-        url.host_str()
-            .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
-            .ok_or_else(|| Reject::Malformed(format!("{did} names no host")))
+        // The resolver's own key: its per-host budget, shared by every path, counts the same.
+        agentnet_did::resolver::host_key(did).map_err(|e| Reject::Malformed(e.to_string()))
     }
 
     /// Take one fetch for `did` at `now`, from its own budget if it is `known`, else from its

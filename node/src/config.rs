@@ -369,16 +369,21 @@ impl TasksSection {
     /// The task store's bounds: each key's value, or [`Retention`]'s default; the disk margin
     /// is the advert store's (`--store-min-free-mib`).
     pub fn retention(&self, min_free_bytes: u64) -> Retention {
-        let d = Retention::default();
         let mib = |v: Option<u64>, default: u64| v.map_or(default, |m| m.saturating_mul(1 << 20));
+        let base = Retention::default();
+        // A share not set is scaled from its total, so that a small total keeps small shares.
+        let d = Retention::with_totals(
+            self.max_tasks.unwrap_or(base.max_tasks),
+            mib(self.max_total_mib, base.max_bytes),
+        );
         Retention {
             keep: self
                 .retention_hours
                 .map_or(d.keep, |h| Duration::from_secs(h.saturating_mul(3600))),
-            max_tasks: self.max_tasks.unwrap_or(d.max_tasks),
+            max_tasks: d.max_tasks,
             max_per_owner: self.max_per_owner.unwrap_or(d.max_per_owner),
             max_per_source: self.max_per_source.unwrap_or(d.max_per_source),
-            max_bytes: mib(self.max_total_mib, d.max_bytes),
+            max_bytes: d.max_bytes,
             max_owner_bytes: mib(self.max_per_owner_mib, d.max_owner_bytes),
             max_source_bytes: mib(self.max_per_source_mib, d.max_source_bytes),
             min_free_bytes,
@@ -386,6 +391,59 @@ impl TasksSection {
                 .new_per_second_per_source
                 .unwrap_or(d.new_per_second_per_source),
         }
+    }
+
+    /// A share set above its total is refused: it would let one caller or one network block
+    /// take the whole store. The message names the key and what to set.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let r = self.retention(0);
+        let shares = [
+            (
+                "max_per_owner",
+                self.max_per_owner,
+                r.max_per_owner,
+                "max_tasks",
+                r.max_tasks,
+                "",
+            ),
+            (
+                "max_per_source",
+                self.max_per_source,
+                r.max_per_source,
+                "max_tasks",
+                r.max_tasks,
+                "",
+            ),
+            (
+                "max_per_owner_mib",
+                self.max_per_owner_mib,
+                r.max_owner_bytes >> 20,
+                "max_total_mib",
+                r.max_bytes >> 20,
+                " MiB",
+            ),
+            (
+                "max_per_source_mib",
+                self.max_per_source_mib,
+                r.max_source_bytes >> 20,
+                "max_total_mib",
+                r.max_bytes >> 20,
+                " MiB",
+            ),
+        ];
+        for (key, set, share, total_key, total, unit) in shares {
+            if set.is_some() && share > total {
+                return Err(invalid(
+                    "tasks",
+                    format!(
+                        "[tasks] {key} = {share} is more than {total_key} = {total}{unit}: one \
+                         caller or network block could fill the whole store; set {key} to at \
+                         most {total} (or leave it out: the default is a share of {total_key})"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Every key with the value in effect (what `config check` shows).
@@ -570,6 +628,7 @@ impl FileConfig {
                 format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
             ));
         }
+        self.tasks.check()?;
         self.trust.policy().map_err(|e| invalid("trust", e))?;
         self.trust.endorsers().map_err(|e| invalid("trust", e))?;
         if let Some(f) = &self.trust.flag_rules {
@@ -1023,6 +1082,48 @@ mod tests {
         assert!(e.to_string().contains("env"), "{e}");
     }
 
+    /// `max_tasks = 3000` under the default `max_per_source` let one address take the whole
+    /// total: a share not set scales with its total, and a share set above it is refused with
+    /// what to set.
+    #[test]
+    fn task_shares_scale_with_their_total_and_never_exceed_it() {
+        let r = config("[tasks]\nmax_tasks = 3000\nmax_total_mib = 64\n")
+            .unwrap()
+            .tasks
+            .retention(0);
+        assert_eq!(
+            (r.max_tasks, r.max_per_source, r.max_per_owner),
+            (3000, 60, 30)
+        );
+        assert_eq!((r.max_source_bytes, r.max_owner_bytes), (8 << 20, 4 << 20));
+        // The defaults are the same fractions of the default totals.
+        let d = config("").unwrap().tasks.retention(0);
+        assert_eq!((d.max_per_source, d.max_per_owner), (20_000, 10_000));
+        assert_eq!(
+            (d.max_source_bytes, d.max_owner_bytes),
+            (128 << 20, 64 << 20)
+        );
+        for (bad, key) in [
+            ("max_tasks = 3000\nmax_per_source = 20000", "max_per_source"),
+            ("max_tasks = 3000\nmax_per_owner = 3001", "max_per_owner"),
+            (
+                "max_total_mib = 64\nmax_per_source_mib = 128",
+                "max_per_source_mib",
+            ),
+            (
+                "max_total_mib = 64\nmax_per_owner_mib = 65",
+                "max_per_owner_mib",
+            ),
+        ] {
+            let e = config(&format!("[tasks]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains("at most"), "{bad}: {e}");
+        }
+        // A share equal to its total is allowed.
+        assert!(config("[tasks]\nmax_tasks = 3000\nmax_per_source = 3000\n").is_ok());
+    }
+
     #[test]
     fn the_tck_kind_takes_no_other_keys() {
         let cfg = config("[[agent]]\nid = \"tck\"\nkind = \"tck\"\npolicy = \"open\"\n").unwrap();
@@ -1120,10 +1221,9 @@ mod tests {
             Some(defaults.keep.as_secs() / 3600)
         );
         assert_eq!(back.tasks.max_total_mib, Some(defaults.max_bytes >> 20));
-        assert_eq!(
-            back.tasks.retention(0).max_per_source,
-            defaults.max_per_source
-        );
+        // Scaled from `max_tasks = 5`, and printed: what reads back is what ran.
+        assert_eq!(back.tasks.retention(0).max_per_source, 1);
+        assert_eq!(back.tasks.max_per_source, Some(1));
         let verifier = DidAuthConfig::new(String::new());
         assert_eq!(back.auth.max_nonces, Some(verifier.max_nonces));
         assert_eq!(back.auth.per_source_nonces, Some(verifier.max_nonces / 32));
