@@ -190,6 +190,22 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
             say!("warning: no node keeps pins for this call: the tool is not checked against the one accepted")
         }
     }
+    // A tool whose definition hides characters (Unicode tags, bidi controls, zero-width) is
+    // refused as a card that does is refused by every node: listed, with its flag, not called.
+    if let Some(i) = at {
+        if let Some(f) = crate::flags::builtin()
+            .tool(&tools[i])
+            .into_iter()
+            .find(|f| f.rule == "hidden-characters")
+        {
+            bail!(
+                "tool {} holds hidden characters at {} ({}): not called; nodes refuse cards that hide text, and tools alike",
+                text::sanitize(&args.name),
+                text::sanitize(&f.at),
+                f.excerpt
+            );
+        }
+    }
     let result = remote.call_tool(&caller, &args.name, tool_args).await?;
     let failed = result.is_error == Some(true);
     if args.remote.json {
