@@ -159,6 +159,10 @@ pub struct TrustSection {
     /// DIDs or domain names whose agents discovery never returns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
+    /// The operator's own classifier of the texts the node shows (a command, or an HTTP
+    /// endpoint on loopback), consulted beside the rules ([`crate::flags::classifier`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<crate::flags::classifier::Config>,
     /// The weakest level discovery returns: `self-asserted` (all, the default),
     /// `domain-verified`, `endorsed`, `allow-listed`.
     pub min_level: Option<crate::trust::Level>,
@@ -502,6 +506,10 @@ impl FileConfig {
         if let Some(f) = &self.trust.flag_rules {
             crate::flags::Rules::with_file(f)
                 .map_err(|e| invalid("trust", format!("flag_rules: {e}")))?;
+        }
+        if let Some(c) = &self.trust.classifier {
+            c.check()
+                .map_err(|e| invalid("trust", format!("classifier: {e}")))?;
         }
         let mut ids = HashSet::new();
         for a in &self.agent {

@@ -548,10 +548,17 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             }
         })
     };
-    let flag_rules = Arc::new(match &opts.hosted.trust.flag_rules {
+    let flag_rules = match &opts.hosted.trust.flag_rules {
         Some(path) => crate::flags::Rules::with_file(path)
             .map_err(|e| Error::Trust(format!("flag_rules: {e}")))?,
         None => crate::flags::Rules::default(),
+    };
+    let flag_rules = Arc::new(match &opts.hosted.trust.classifier {
+        Some(c) => flag_rules.with_classifier(
+            crate::flags::classifier::Classifier::new(c.clone())
+                .map_err(|e| Error::Trust(format!("classifier: {e}")))?,
+        ),
+        None => flag_rules,
     });
     let policy = Arc::new(opts.hosted.trust.policy().map_err(Error::Trust)?);
     let (mut roots, depth) = opts.hosted.trust.endorsers().map_err(Error::Trust)?;

@@ -11,6 +11,7 @@
 //! Detection and false positives on the corpus in `corpus/flags.jsonl` are measured by
 //! `cargo run -p agentnet-node --example flag_corpus` (docs/BENCHMARKS.md, "Flags").
 
+pub mod classifier;
 mod fold;
 
 use std::net::IpAddr;
@@ -100,6 +101,8 @@ pub struct Rules {
     max_description_chars: usize,
     private_suffixes: Vec<String>,
     metadata_hosts: Vec<String>,
+    /// The operator's classifier (`[trust] classifier`), consulted by [`Rules::judge`].
+    classifier: Option<std::sync::Arc<classifier::Classifier>>,
 }
 
 impl Default for Rules {
@@ -112,6 +115,7 @@ impl Default for Rules {
                 max_description_chars: usize::MAX,
                 private_suffixes: Vec::new(),
                 metadata_hosts: Vec::new(),
+                classifier: None,
             }
         })
     }
@@ -156,6 +160,7 @@ impl Rules {
                 .unwrap_or(usize::MAX),
             private_suffixes: urls.private_suffixes,
             metadata_hosts: urls.metadata_hosts,
+            classifier: None,
         })
     }
 
@@ -167,6 +172,22 @@ impl Rules {
         let mut rules = Rules::default();
         rules.add(extra);
         Ok(rules)
+    }
+
+    /// These rules with the operator's classifier beside them ([`Rules::judge`]).
+    pub fn with_classifier(mut self, c: classifier::Classifier) -> Rules {
+        self.classifier = Some(std::sync::Arc::new(c));
+        self
+    }
+
+    /// What the operator's classifier says of `texts` (one call for all of them, at `at`):
+    /// nothing without a classifier; an `unjudged` flag when it could not judge
+    /// ([`classifier`]). Never a reason to hold back what it judged.
+    pub async fn judge(&self, at: &str, texts: &[&str]) -> Vec<Flag> {
+        match &self.classifier {
+            Some(c) if !texts.is_empty() => c.judge(at, texts).await,
+            _ => Vec::new(),
+        }
     }
 
     fn add(&mut self, extra: Rules) {

@@ -495,6 +495,18 @@ pub(crate) fn task_result(
     r
 }
 
+/// `r` with what the operator's classifier says of its texts ([`crate::flags::Rules::judge`]),
+/// if the node has one: its flags beside the rules', the answer unchanged.
+pub(crate) async fn judged(r: &mut TaskResult, rules: &crate::flags::Rules) {
+    let texts: Vec<&str> = answer_texts(r).into_iter().map(|(_, t)| t).collect();
+    let more = rules.judge("texts", &texts).await;
+    if !more.is_empty() {
+        r.flags.extend(more);
+        r.flags.truncate(crate::flags::MAX_FLAGS);
+        flag_note(r);
+    }
+}
+
 /// The texts of `r` as [`crate::flags::Rules::answer`] reads them, with where they are.
 pub(crate) fn answer_texts(r: &TaskResult) -> Vec<(String, &str)> {
     let mut v: Vec<(String, &str)> = r
@@ -642,6 +654,7 @@ impl Server {
         let outcome = Outcome::Task(Box::new(t));
         let rules = self.inner.directory.flag_rules();
         let mut r = task_result(&outcome, Some(agent_ref(&agent)), args.full, &rules);
+        judged(&mut r, &rules).await;
         r.receipt = self.record(&agent, &outcome).await;
         Ok(Json(r))
     }
@@ -802,6 +815,7 @@ impl Server {
         };
         let rules = self.inner.directory.flag_rules();
         let mut r = task_result(&outcome, Some(agent_ref(&agent)), args.full, &rules);
+        judged(&mut r, &rules).await;
         r.receipt = self.record(&agent, &outcome).await;
         Ok(Json(r))
     }
