@@ -1,17 +1,22 @@
-//! Red flags in what the node shows (issue 19): text in a card or an MCP tool aimed at a model
-//! (instructions, requests to send data somewhere, "pick me" superlatives), secrets-like
-//! strings, oversized descriptions, and interface or document URLs on private, loopback or
-//! metadata addresses. A flag is shown with its reason wherever the agent or tool is shown
-//! (`discover`, `tools`, the MCP tools); nothing is dropped or refused for it: a flag is
+//! Red flags in what the node shows (issue 19, issue 43): text in a card, an MCP tool or a
+//! remote agent's answer aimed at a model (instructions, requests to send data somewhere or for
+//! secrets, "pick me" superlatives), characters a reader does not see, secrets-like strings,
+//! oversized descriptions, and interface or document URLs on private, loopback or metadata
+//! addresses. A flag is shown with its reason wherever the agent, tool or answer is shown
+//! (`discover`, `tools`, `tool`, `call`, the MCP tools); nothing is dropped for it: a flag is
 //! information for the person or model choosing, like the card itself.
 //!
 //! The rules are data, not code: [`DEFAULT_RULES`] (`node/rules/flags.toml`, built in), to
 //! which an operator adds a file of the same shape (`[trust] flag_rules`). Patterns are the
-//! `regex` crate's (linear time in the text, whatever the pattern), compiled with a size bound.
-//! Detection and false positives on the corpus in `corpus/flags.jsonl` are measured by
-//! `cargo run -p agentnet-node --example flag_corpus` (docs/BENCHMARKS.md, "Flags").
+//! `regex` crate's (linear time in the text, whatever the pattern), compiled with a size bound,
+//! and read each text folded first (`fold`: NFKC, confusable skeletons, tag characters), so
+//! that a disguise a model sees through does not hide the words from a pattern. Beside the
+//! rules, an operator's own classifier ([`classifier`]) can judge the answers the node relays.
+//! Detection and false positives on the corpus in `corpus/flags/` are measured by
+//! `cargo run -p agentnet-node --example flag_corpus` ([`corpus`]; docs/BENCHMARKS.md, "Flags").
 
 pub mod classifier;
+pub mod corpus;
 mod fold;
 
 use std::net::IpAddr;
@@ -671,4 +676,23 @@ mod tests {
             )])
             .is_empty());
     }
+
+    /// The figures the built-in rules reach on `corpus/flags/texts.jsonl` (docs/BENCHMARKS.md,
+    /// "Flags"), per kind of text: (poisoned caught, benign flagged). A change of the rules
+    /// that catches fewer or flags more fails here; one that does better raises the floor.
+    #[test]
+    fn the_rules_hold_their_figures_on_the_corpus() {
+        let texts = corpus::parse(include_str!("../../corpus/flags/texts.jsonl")).unwrap();
+        let (by, wrong) = corpus::score(&Rules::default(), &texts);
+        for (kind, caught, false_flags) in FLOOR {
+            let c = by[*kind];
+            assert!(
+                c.caught >= *caught && c.false_flags <= *false_flags,
+                "{kind}: {c:?}, floor {caught} caught, at most {false_flags} benign flagged; wrong: {wrong:#?}"
+            );
+        }
+    }
+
+    /// (kind, poisoned caught at least, benign flagged at most).
+    const FLOOR: &[(&str, usize, usize)] = &[("card", 35, 0), ("tool", 40, 0), ("answer", 35, 0)];
 }
