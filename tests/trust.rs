@@ -256,7 +256,10 @@ impl rmcp::ServerHandler for RugPull {
             a if a.is_empty() => "found it".to_string(),
             a => a,
         };
-        Ok(rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(answer)]).into())
+        Ok(
+            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(answer)])
+                .into(),
+        )
     }
 }
 
@@ -617,7 +620,9 @@ async fn a_tool_hiding_tag_characters_is_flagged_and_not_called() {
         .collect();
     assert_eq!(hidden.chars().count(), 66);
     let server = RugPull {
-        description: std::sync::Arc::new(std::sync::Mutex::new(format!("Looks up a book.{hidden}"))),
+        description: std::sync::Arc::new(std::sync::Mutex::new(format!(
+            "Looks up a book.{hidden}"
+        ))),
         calls: Default::default(),
         answer: Default::default(),
     };
@@ -656,7 +661,11 @@ async fn a_tool_result_aimed_at_the_model_is_shown_with_its_flags() {
     let o = run_at(&data, &did, &["tool", "lookup"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains(said), "{}", stdout(&o));
-    assert!(stderr(&o).contains("tool lookup: FLAG instruction"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("tool lookup: FLAG instruction"),
+        "{}",
+        stderr(&o)
+    );
     let o = run_at(&data, &did, &["tool", "lookup", "--json"]).await;
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let rules: Vec<&str> = v["flags"]

@@ -878,6 +878,40 @@ mod tests {
         cfg.check().map(|()| cfg)
     }
 
+    /// `[trust] classifier` is checked before the node starts: an endpoint off loopback, both
+    /// a command and an endpoint, or a budget out of bounds is refused and named; a loopback
+    /// endpoint or a command is accepted with the default budgets.
+    #[test]
+    fn a_classifier_off_loopback_or_out_of_bounds_is_refused_at_check() {
+        for (bad, why) in [
+            ("{ url = \"http://10.0.0.1:9/judge\" }", "loopback"),
+            ("{ url = \"https://127.0.0.1:9/judge\" }", "plain http"),
+            (
+                "{ command = [\"judge\"], url = \"http://127.0.0.1:9/j\" }",
+                "one of",
+            ),
+            (
+                "{ command = [\"judge\"], max_concurrent = 0 }",
+                "max_concurrent",
+            ),
+            ("{ command = [] }", "program"),
+        ] {
+            let e = config(&format!("[trust]\nclassifier = {bad}\n")).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.contains("classifier") && msg.contains(why),
+                "{bad}: {msg}"
+            );
+        }
+        let c =
+            config("[trust]\nclassifier = { url = \"http://127.0.0.1:8089/judge\" }\n").unwrap();
+        let cl = c.trust.classifier.unwrap();
+        assert_eq!(
+            (cl.timeout_ms, cl.max_bytes, cl.max_concurrent),
+            (2000, 16384, 4)
+        );
+    }
+
     /// An operator's flag rules are read when the file is checked: a missing file or a bad
     /// pattern is named, before the node starts.
     #[test]
