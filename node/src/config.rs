@@ -172,6 +172,10 @@ pub struct TrustSection {
     /// DIDs or domain names whose agents discovery never returns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
+    /// The operator's own classifier of the texts the node shows (a command, or an HTTP
+    /// endpoint on loopback), consulted beside the rules ([`crate::flags::classifier`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<crate::flags::classifier::Config>,
     /// The weakest level discovery returns: `self-asserted` (all, the default),
     /// `domain-verified`, `endorsed`, `allow-listed`.
     pub min_level: Option<crate::trust::Level>,
@@ -635,6 +639,10 @@ impl FileConfig {
             crate::flags::Rules::with_file(f)
                 .map_err(|e| invalid("trust", format!("flag_rules: {e}")))?;
         }
+        if let Some(c) = &self.trust.classifier {
+            c.check()
+                .map_err(|e| invalid("trust", format!("classifier: {e}")))?;
+        }
         let mut ids = HashSet::new();
         for a in &self.agent {
             a.check()?;
@@ -1001,6 +1009,40 @@ mod tests {
     fn config(text: &str) -> Result<FileConfig, ConfigError> {
         let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
         cfg.check().map(|()| cfg)
+    }
+
+    /// `[trust] classifier` is checked before the node starts: an endpoint off loopback, both
+    /// a command and an endpoint, or a budget out of bounds is refused and named; a loopback
+    /// endpoint or a command is accepted with the default budgets.
+    #[test]
+    fn a_classifier_off_loopback_or_out_of_bounds_is_refused_at_check() {
+        for (bad, why) in [
+            ("{ url = \"http://10.0.0.1:9/judge\" }", "loopback"),
+            ("{ url = \"https://127.0.0.1:9/judge\" }", "plain http"),
+            (
+                "{ command = [\"judge\"], url = \"http://127.0.0.1:9/j\" }",
+                "one of",
+            ),
+            (
+                "{ command = [\"judge\"], max_concurrent = 0 }",
+                "max_concurrent",
+            ),
+            ("{ command = [] }", "program"),
+        ] {
+            let e = config(&format!("[trust]\nclassifier = {bad}\n")).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.contains("classifier") && msg.contains(why),
+                "{bad}: {msg}"
+            );
+        }
+        let c =
+            config("[trust]\nclassifier = { url = \"http://127.0.0.1:8089/judge\" }\n").unwrap();
+        let cl = c.trust.classifier.unwrap();
+        assert_eq!(
+            (cl.timeout_ms, cl.max_bytes, cl.max_concurrent),
+            (2000, 16384, 4)
+        );
     }
 
     /// An operator's flag rules are read when the file is checked: a missing file or a bad

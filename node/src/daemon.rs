@@ -554,6 +554,13 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             .map_err(|e| Error::Trust(format!("flag_rules: {e}")))?,
         None => crate::flags::Rules::default(),
     };
+    let flag_rules = match &opts.hosted.trust.classifier {
+        Some(c) => flag_rules.with_classifier(
+            crate::flags::classifier::Classifier::new(c.clone())
+                .map_err(|e| Error::Trust(format!("classifier: {e}")))?,
+        ),
+        None => flag_rules,
+    };
     // On a local network the agents are on loopback and private addresses by design.
     let flag_rules = Arc::new(if opts.local {
         flag_rules.on_local_network()
