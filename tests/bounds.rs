@@ -24,6 +24,12 @@ fn loopback(i: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, i))
 }
 
+/// Address `i` of the loopback /24 number `block` (127.`block`.0.0/24; all of 127/8 is
+/// bindable on Linux).
+fn in_block(block: u8, i: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, block, 0, i))
+}
+
 /// A connection to `to` from the loopback address `from`.
 async fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     let s = TcpSocket::new_v4()?;
@@ -68,10 +74,12 @@ async fn sixteen_addresses_cannot_take_every_connection_from_a_new_one() {
     let to = http_addr(&node);
     // Each held connection sends nothing: the node keeps it until its 10 s header timeout,
     // far longer than this takes.
+    // One address in each of 16 blocks (127.2.0.1 to 127.17.0.1), so that only the reserve
+    // stands in their way (one block's crowd is the next test).
     let mut held = Vec::new();
     for i in 2..=17 {
         for _ in 0..32 {
-            held.push(connect_from(loopback(i), to).await.unwrap());
+            held.push(connect_from(in_block(i, 1), to).await.unwrap());
         }
     }
     for n in 0..10 {
@@ -90,6 +98,64 @@ async fn sixteen_addresses_cannot_take_every_connection_from_a_new_one() {
     assert!(
         (384..512).contains(&open),
         "{open} of the attacker's 512 connections open"
+    );
+    drop(held);
+    drop(node);
+}
+
+/// 48 addresses of one /24 (127.1.0.2 to 127.1.0.49), each opening 32 connections that send
+/// half a request head and stop, took all 512 slots of the public listener: an honest client
+/// from another network got 503 (about a quarter of honest requests failed while such a crowd
+/// kept reconnecting). Now the crowd holds one block's share (64 connections), whatever the
+/// number of its addresses, and the honest client is served every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_addresses_from_one_network_holds_one_blocks_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = UpNode::spawn(
+        dir.path(),
+        &[
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--http",
+            "127.0.0.1:0",
+            "--no-mdns",
+        ],
+    );
+    let to = http_addr(&node);
+    // Address after address, each up to its per-source cap: the order that filled the
+    // listener (12 addresses full, then 4 each of the reserve for 32 more).
+    let mut held = Vec::new();
+    for i in 2..=49 {
+        for _ in 0..32 {
+            let Ok(mut s) = connect_from(in_block(1, i), to).await else {
+                continue;
+            };
+            // Half a request head: the node waits up to its 10 s header timeout for the
+            // rest, far longer than this test takes.
+            let _ = s
+                .write_all(b"GET /.well-known/did.json HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .await;
+            held.push(s);
+        }
+    }
+    // The honest client: another network (127.0.0.1, the 127.0.0.0/24 block).
+    for n in 0..20 {
+        let r = get_once(to, "/.well-known/did.json").await;
+        assert!(r.starts_with("HTTP/1.1 200"), "try {n}: {r}");
+    }
+    // The crowd holds what one block may: 64 connections of its 1 536.
+    let mut open = 0;
+    for s in &held {
+        let mut buf = [0u8; 64];
+        if matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+            open += 1;
+        }
+    }
+    assert_eq!(
+        open,
+        64,
+        "{open} of the crowd's {} connections open",
+        held.len()
     );
     drop(held);
     drop(node);

@@ -105,6 +105,8 @@ fn limits(header: Duration, max: usize, per_source: usize) -> Limits {
         request_timeout: Duration::from_secs(2),
         max_connections: max,
         max_per_source: per_source,
+        // No block share here: the tests below that need one set it.
+        max_per_block: usize::MAX,
         reserved: 0,
         max_per_source_in_reserve: 0,
     }

@@ -215,11 +215,11 @@ pub struct VerifiedCard {
     pub signers: Vec<String>,
     /// At least one signer is the agent's own DID.
     pub did_bound: bool,
-    /// A domain vouched for its key (false for did:key and did:wba e1_).
+    /// A domain vouched for its key (never for did:key).
     pub domain_verified: bool,
     /// The interface send_message would use.
     pub interface: Interface,
-    /// The signed A2A Agent Card, hidden characters escaped (not its signatures and version).
+    /// The signed Agent Card minus signatures and version; hidden characters escaped.
     pub card: Value,
     /// Set when hidden characters in the card were escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
