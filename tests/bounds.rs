@@ -49,6 +49,30 @@ async fn get_once(to: SocketAddr, path: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A node with a public HTTP listener on loopback, no mDNS.
+fn public_node(dir: &Path) -> UpNode {
+    UpNode::spawn(
+        dir,
+        &[
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--http",
+            "127.0.0.1:0",
+            "--no-mdns",
+        ],
+    )
+}
+
+/// How many of `held` the node keeps open: those it refused were sent a 503 and closed.
+fn still_open(held: &[TcpStream]) -> usize {
+    let mut buf = [0u8; 64];
+    held.iter()
+        .filter(|s| {
+            matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        })
+        .count()
+}
+
 fn http_addr(node: &UpNode) -> SocketAddr {
     node.info["http"]
         .as_str()
@@ -61,16 +85,7 @@ fn http_addr(node: &UpNode) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_addresses_cannot_take_every_connection_from_a_new_one() {
     let dir = tempfile::tempdir().unwrap();
-    let node = UpNode::spawn(
-        dir.path(),
-        &[
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ],
-    );
+    let node = public_node(dir.path());
     let to = http_addr(&node);
     // Each held connection sends nothing: the node keeps it until its 10 s header timeout,
     // far longer than this takes.
@@ -88,13 +103,7 @@ async fn sixteen_addresses_cannot_take_every_connection_from_a_new_one() {
     }
     // The attack really held what it may: the 384 unreserved slots, and 4 each of the
     // reserve for the sources that came late; the rest were refused.
-    let mut open = 0;
-    for s in &held {
-        let mut buf = [0u8; 64];
-        if matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
-            open += 1;
-        }
-    }
+    let open = still_open(&held);
     assert!(
         (384..512).contains(&open),
         "{open} of the attacker's 512 connections open"
@@ -111,16 +120,7 @@ async fn sixteen_addresses_cannot_take_every_connection_from_a_new_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_of_addresses_from_one_network_holds_one_blocks_share() {
     let dir = tempfile::tempdir().unwrap();
-    let node = UpNode::spawn(
-        dir.path(),
-        &[
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ],
-    );
+    let node = public_node(dir.path());
     let to = http_addr(&node);
     // Address after address, each up to its per-source cap: the order that filled the
     // listener (12 addresses full, then 4 each of the reserve for 32 more).
@@ -144,13 +144,7 @@ async fn a_crowd_of_addresses_from_one_network_holds_one_blocks_share() {
         assert!(r.starts_with("HTTP/1.1 200"), "try {n}: {r}");
     }
     // The crowd holds what one block may: 64 connections of its 1 536.
-    let mut open = 0;
-    for s in &held {
-        let mut buf = [0u8; 64];
-        if matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
-            open += 1;
-        }
-    }
+    let open = still_open(&held);
     assert_eq!(
         open,
         64,
