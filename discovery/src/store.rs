@@ -919,76 +919,35 @@ impl Store {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut query: Vec<&str> = tags.iter().map(String::as_str).collect();
-        query.sort_unstable();
-        query.dedup();
-        let (tags_cf, adverts) = (self.cf(CF_TAGS)?, self.cf(CF_ADVERTS)?);
-        let db_err = |source| StoreError::Db {
-            context: format!("finding adverts tagged {}", query.join(",")),
-            source,
-        };
-        // Walk the list of the rarest queried tag (of all adverts if none); the other tags are
-        // checked against the tag-set filter in each index value, the expiry too, so only the
-        // adverts returned (and the filter's rare false positives) are read.
-        let mask = tag_filter(query.iter().copied());
-        let driver = query
-            .iter()
-            .copied()
-            .min_by_key(|tag| self.tag_count(tag))
-            .unwrap_or("");
-        let prefix = tag_prefix(driver);
-        let snapshot = self.inner.db.snapshot();
-        let mut ro = ReadOptions::default();
-        ro.set_iterate_upper_bound(prefix_end(&prefix));
-        let mut it = snapshot.raw_iterator_cf_opt(tags_cf, ro);
-        it.seek(&prefix);
+        let (query, snapshot) = (sorted_query(tags), self.inner.db.snapshot());
+        let adverts = self.cf(CF_ADVERTS)?;
         let mut found = Vec::new();
-        while let Some((key, value)) = it.item() {
-            let entry = key
-                .strip_prefix(&prefix[..])
-                .filter(|suffix| suffix.len() > 8)
-                .ok_or("bad key")
-                .and_then(|suffix| {
-                    let did = std::str::from_utf8(&suffix[8..]).map_err(|_| "DID not UTF-8")?;
-                    let issued_at = !decode_u64(&suffix[..8]).ok_or("bad key")?;
-                    let (expires_at, has_all) = parse_index_value(value, &mask)?;
-                    Ok((did, issued_at, expires_at > now && has_all))
-                });
-            match entry {
-                Ok((did, issued_at, true)) => {
-                    let record = snapshot
-                        .get_pinned_cf_opt(adverts, did.as_bytes(), ReadOptions::default())
-                        .map_err(db_err)?
-                        .map(|bytes| {
-                            Record::decode(&bytes)
-                                .map_err(|r| corrupt(CF_ADVERTS, did.as_bytes(), r))
-                        })
-                        .transpose();
-                    match record {
-                        Ok(Some(r))
-                            if r.issued_at == issued_at
-                                && r.expires_at > now
-                                && query.iter().all(|t| r.tags.iter().any(|rt| rt == t)) =>
-                        {
-                            found.push(r.into_stored(did.to_owned()));
-                            if found.len() >= limit {
-                                break;
-                            }
-                        }
-                        // A false positive of the tag filter, or an index entry left behind
-                        // by a corrupt record that was overwritten.
-                        Ok(_) => {}
-                        Err(error) => warn!(%error, "skipping corrupt advert in find"),
-                    }
+        self.walk_index(&snapshot, &query, now, "finding", |did, issued_at| {
+            let record = snapshot
+                .get_pinned_cf_opt(adverts, did.as_bytes(), ReadOptions::default())
+                .map_err(|source| StoreError::Db {
+                    context: format!("finding adverts tagged {}", query.join(",")),
+                    source,
+                })?
+                .map(|bytes| {
+                    Record::decode(&bytes).map_err(|r| corrupt(CF_ADVERTS, did.as_bytes(), r))
+                })
+                .transpose();
+            match record {
+                Ok(Some(r))
+                    if r.issued_at == issued_at
+                        && r.expires_at > now
+                        && query.iter().all(|t| r.tags.iter().any(|rt| rt == t)) =>
+                {
+                    found.push(r.into_stored(did.to_owned()));
                 }
+                // A false positive of the tag filter, or an index entry left behind by a
+                // corrupt record that was overwritten.
                 Ok(_) => {}
-                Err(reason) => {
-                    warn!(error = %corrupt(CF_TAGS, key, reason), "skipping corrupt index entry")
-                }
+                Err(error) => warn!(%error, "skipping corrupt advert in find"),
             }
-            it.next();
-        }
-        it.status().map_err(db_err)?;
+            Ok(found.len() < limit)
+        })?;
         Ok(found)
     }
 
@@ -1016,60 +975,26 @@ impl Store {
             check_tag(tag)?;
         }
         let cap = cap.min(MAX_MATCHES);
-        let mut query: Vec<&str> = tags.iter().map(String::as_str).collect();
-        query.sort_unstable();
-        query.dedup();
-        let (tags_cf, seqs) = (self.cf(CF_TAGS)?, self.cf(CF_SEQS)?);
+        let (query, snapshot) = (sorted_query(tags), self.inner.db.snapshot());
+        let seqs = self.cf(CF_SEQS)?;
         let db_err = |source| StoreError::Db {
             context: format!("matching adverts tagged {}", query.join(",")),
             source,
         };
-        let mask = tag_filter(query.iter().copied());
-        let driver = query
-            .iter()
-            .copied()
-            .min_by_key(|tag| self.tag_count(tag))
-            .unwrap_or("");
-        let prefix = tag_prefix(driver);
-        let snapshot = self.inner.db.snapshot();
-        let mut ro = ReadOptions::default();
-        ro.set_iterate_upper_bound(prefix_end(&prefix));
-        let mut it = snapshot.raw_iterator_cf_opt(tags_cf, ro);
-        it.seek(&prefix);
         let mut found = Vec::new();
         let mut cut = false;
-        while let Some((key, value)) = it.item() {
-            let entry = key
-                .strip_prefix(&prefix[..])
-                .filter(|suffix| suffix.len() > 8)
-                .ok_or("bad key")
-                .and_then(|suffix| {
-                    let did = std::str::from_utf8(&suffix[8..]).map_err(|_| "DID not UTF-8")?;
-                    let issued_at = !decode_u64(&suffix[..8]).ok_or("bad key")?;
-                    let (expires_at, has_all) = parse_index_value(value, &mask)?;
-                    Ok((did, issued_at, expires_at > now && has_all))
-                });
-            match entry {
-                Ok((did, issued_at, true)) => {
-                    if found.len() >= cap {
-                        cut = true;
-                        break;
-                    }
-                    found.push(Match {
-                        did: did.to_owned(),
-                        issued_at,
-                        first_seen: 0,
-                    });
-                }
-                Ok(_) => {}
-                Err(reason) => {
-                    warn!(error = %corrupt(CF_TAGS, key, reason), "skipping corrupt index entry")
-                }
+        self.walk_index(&snapshot, &query, now, "matching", |did, issued_at| {
+            if found.len() >= cap {
+                cut = true;
+                return Ok(false);
             }
-            it.next();
-        }
-        it.status().map_err(db_err)?;
-        drop(it);
+            found.push(Match {
+                did: did.to_owned(),
+                issued_at,
+                first_seen: 0,
+            });
+            Ok(true)
+        })?;
         // When each was first seen, from the seqs, in one batched read.
         let seen = snapshot.multi_get_cf(found.iter().map(|m| (seqs, m.did.as_bytes())));
         for (m, value) in found.iter_mut().zip(seen) {
@@ -1697,6 +1622,62 @@ impl Store {
             .transpose()
     }
 
+    /// Walk the tag index for `query` (sorted, deduplicated; empty: every advert), newest
+    /// `issued_at` first, calling `visit(did, issued_at)` for each entry whose index value says
+    /// it is live at `now` and carries every tag of `query` (by the tag-set filter: rarely a
+    /// false positive), until `visit` answers `false`. The list walked is the rarest queried
+    /// tag's, so only its entries are read; a corrupt entry is logged and skipped. `what` names
+    /// the walk in errors ("finding", "matching").
+    fn walk_index(
+        &self,
+        snapshot: &rocksdb::SnapshotWithThreadMode<'_, DB>,
+        query: &[&str],
+        now: u64,
+        what: &str,
+        mut visit: impl FnMut(&str, u64) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let tags_cf = self.cf(CF_TAGS)?;
+        let mask = tag_filter(query.iter().copied());
+        let driver = query
+            .iter()
+            .copied()
+            .min_by_key(|tag| self.tag_count(tag))
+            .unwrap_or("");
+        let prefix = tag_prefix(driver);
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(prefix_end(&prefix));
+        let mut it = snapshot.raw_iterator_cf_opt(tags_cf, ro);
+        it.seek(&prefix);
+        while let Some((key, value)) = it.item() {
+            let entry = key
+                .strip_prefix(&prefix[..])
+                .filter(|suffix| suffix.len() > 8)
+                .ok_or("bad key")
+                .and_then(|suffix| {
+                    let did = std::str::from_utf8(&suffix[8..]).map_err(|_| "DID not UTF-8")?;
+                    let issued_at = !decode_u64(&suffix[..8]).ok_or("bad key")?;
+                    let (expires_at, has_all) = parse_index_value(value, &mask)?;
+                    Ok((did, issued_at, expires_at > now && has_all))
+                });
+            match entry {
+                Ok((did, issued_at, true)) => {
+                    if !visit(did, issued_at)? {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(reason) => {
+                    warn!(error = %corrupt(CF_TAGS, key, reason), "skipping corrupt index entry")
+                }
+            }
+            it.next();
+        }
+        it.status().map_err(|source| StoreError::Db {
+            context: format!("{what} adverts tagged {}", query.join(",")),
+            source,
+        })
+    }
+
     /// How many stored adverts carry `tag` (expired ones until swept): a hint for choosing the
     /// list `find` walks, never needed for a correct answer. `u64::MAX` when unreadable.
     fn tag_count(&self, tag: &str) -> u64 {
@@ -2063,6 +2044,14 @@ fn put_peer_usage(batch: &mut WriteBatch, cf: &ColumnFamily, peer_id: &str, usag
             [bytes.to_be_bytes(), adverts.to_be_bytes()].concat(),
         ),
     }
+}
+
+/// A tag query sorted and without repeats.
+fn sorted_query(tags: &[String]) -> Vec<&str> {
+    let mut query: Vec<&str> = tags.iter().map(String::as_str).collect();
+    query.sort_unstable();
+    query.dedup();
+    query
 }
 
 /// `tag ‖ 0x00`; the empty tag is the list of all adverts.
