@@ -210,3 +210,63 @@ fn one_anonymous_source_cannot_use_up_the_others_quota() {
         "another source's task is not found"
     );
 }
+
+/// Nine addresses filled the task store with finished tasks, after which every new task at
+/// every agent was refused ("wait for the retention sweep") for the whole retention. A full
+/// store now makes room from the address holding the most: a tenth address is served, and the
+/// first one's oldest task is the one that went.
+#[test]
+fn a_store_filled_by_nine_addresses_still_serves_a_tenth() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    let config = node_dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!("{CONFIG}\n[tasks]\nmax_tasks = 19\nmax_per_source = 3\nmax_per_owner = 3\n"),
+    )
+    .unwrap();
+    let node = UpNode::spawn(
+        &node_dir,
+        &["--config", p(&config), "--http", "127.0.0.1:0"],
+    );
+    let url = agent(&node);
+    let send = |from: &str, n: usize| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"role":"ROLE_USER","parts":[{{"text":"hi"}}],"messageId":"m-{n}"}}}}}}"#
+        );
+        post_from(from, &url, body)
+    };
+    let mut first = Vec::new();
+    // The first address holds three, the others two each: 19, full.
+    for a in 1..=9 {
+        for n in 0..(if a == 1 { 3 } else { 2 }) {
+            let (status, v) = send(&format!("127.0.1.{a}"), n);
+            let id = v["result"]["task"]["id"].as_str();
+            let id = id.unwrap_or_else(|| panic!("127.0.1.{a} task {n}: {status} {v}"));
+            if a == 1 {
+                first.push(id.to_string());
+            }
+            // Later statuses are later in time, whatever the clock's resolution.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    // Full: a tenth address is served all the same.
+    let (status, v) = send("127.0.1.10", 0);
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "a new address on a full store: {status} {v}"
+    );
+    // The room came from the first address's oldest task; its newer one is still there.
+    let get = |id: &str| {
+        post_from(
+            "127.0.1.1",
+            &url,
+            rpc_body("GetTask", &json!({"id": id}).to_string()),
+        )
+        .1
+    };
+    assert_eq!(get(&first[0])["error"]["code"], -32001, "evicted");
+    assert_eq!(get(&first[1])["result"]["id"], first[1].as_str());
+    stop(node);
+}

@@ -107,6 +107,40 @@ async fn rpc(url: &str, who: &Who, method: &str, params: Value) -> (u16, Value) 
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// [`rpc`] from the loopback address `from` (any 127.0.0.0/8 address binds on Linux).
+async fn rpc_from(from: &str, url: &str, who: &Who, method: &str, params: Value) -> (u16, Value) {
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method,
+        "params": params}))
+    .unwrap();
+    let h = httpsig::sign(
+        &who.key,
+        &who.kid,
+        "POST",
+        url,
+        &body,
+        now() as u64,
+        &httpsig::new_nonce(),
+    )
+    .unwrap();
+    let mut headers = reqwest::header::HeaderMap::new();
+    h.apply(&mut headers);
+    let client = agentnet_did::http::client_builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let resp = client
+        .post(url)
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0")
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
 /// A signed `SendMessage` of `text` with `chain` in the message's metadata.
 async fn send(url: &str, who: &Who, text: &str, chain: Option<&Value>) -> (u16, Value) {
     let mut message = json!({"role": "ROLE_USER", "parts": [{"text": text}],
@@ -919,5 +953,74 @@ require_delegation_from = ["{q}"]
     assert!(
         text.contains("PERMISSION_DENIED") || text.contains("principal"),
         "{text}"
+    );
+}
+
+/// The issuer of a delegation link is a DID the caller chooses; a fresh `did:web` path of a
+/// host the attacker picks made the node fetch from that host once per link: 79 GETs in 10 s
+/// at one target from four addresses, more with more addresses. Every fetch of a host now
+/// spends one budget of that host (the resolver's, shared by every path that resolves DIDs):
+/// six addresses get no more out of it than one.
+#[tokio::test]
+async fn fresh_did_web_issuers_cost_their_host_one_budget_whatever_the_addresses() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let caller = Who::new(tmp.path(), "caller");
+    // The target: a web server that counts the GETs it is sent, and has no documents.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().fallback(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { axum::http::StatusCode::NOT_FOUND }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let node = start(
+        &tmp.path().join("node"),
+        "[node]\nlocal = true\n\n[[agent]]\nid = \"books\"\nkind = \"echo\"\n\
+         tags = [\"books\"]\npublish = false\n",
+    );
+    let url = format!("{}/books", base(&node));
+    let started = Instant::now();
+    let mut sent = 0;
+    for a in 1..=6 {
+        for n in 0..16 {
+            let issuer =
+                DidUrl::parse(&format!("did:web:127.0.0.1%3A{port}:a{a}:n{n}#key")).unwrap();
+            let chain = delegation::issue(
+                &caller.key,
+                &issuer,
+                &Grant {
+                    audience: caller.kid.did(),
+                    capability: &cap(&["send"], None, 0),
+                    valid_from: now() - 60,
+                    valid_until: now() + 3600,
+                },
+                None,
+            )
+            .unwrap();
+            let mut message = json!({"role": "ROLE_USER", "parts": [{"text": "hi"}],
+                "messageId": httpsig::new_nonce()});
+            message["metadata"] = json!({"actorChain": chain});
+            let answer = rpc_from(
+                &format!("127.0.3.{a}"),
+                &url,
+                &caller,
+                "SendMessage",
+                json!({"message": message}),
+            )
+            .await;
+            assert!(answer.1["error"].is_object(), "refused: {answer:?}");
+            sent += 1;
+        }
+    }
+    // The default budget of a host: 32, then two a second.
+    let allowed = 32 + 2 * started.elapsed().as_secs() as usize + 2;
+    let got = hits.load(Ordering::SeqCst);
+    assert!(
+        got <= allowed,
+        "{got} GETs at one host for {sent} links from six addresses (at most {allowed})"
     );
 }

@@ -81,6 +81,17 @@ pub enum ResolveError {
         /// What happened.
         reason: String,
     },
+    /// The fetch budget of the document's host is spent: nothing was fetched
+    /// (`internalError`; try again later).
+    #[error(
+        "internalError: resolving {did}: the fetch budget of host {host} is spent; try again later"
+    )]
+    Throttled {
+        /// The DID.
+        did: String,
+        /// The host whose budget is spent.
+        host: String,
+    },
 }
 
 impl ResolveError {
@@ -97,13 +108,16 @@ impl ResolveError {
                 "invalidDidDocument"
             }
             ResolveError::NotAllowed { .. } => "notAllowedUrl",
-            ResolveError::Http { .. } => "internalError",
+            ResolveError::Http { .. } | ResolveError::Throttled { .. } => "internalError",
         }
     }
 
     /// Whether a retry later could succeed (network trouble), as opposed to a final answer.
     pub fn is_transient(&self) -> bool {
-        matches!(self, ResolveError::Http { .. })
+        matches!(
+            self,
+            ResolveError::Http { .. } | ResolveError::Throttled { .. }
+        )
     }
 }
 

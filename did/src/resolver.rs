@@ -5,6 +5,15 @@
 //! count, since one 256 KiB document can cost more than a thousand small ones), each entry with
 //! its own lifetime (a failure is kept for [`Options::negative_ttl`]), and concurrent lookups of
 //! one DID share one fetch.
+//!
+//! Whoever names a did:web or did:wba DID (a gossiped advert, a request signer, the issuer of
+//! a delegation link) chooses where the node fetches from, and fresh paths of one host are
+//! free to mint. So every fetch spends a token of its host's budget ([`HostBudget`]:
+//! [`Options::host_fetch_burst`], refilled at [`Options::host_fetches_per_minute`]), kept in
+//! the resolver and shared by every clone of it, and so by every path that resolves DIDs
+//! through it. The host is the document URL's, as [`host_key`] gives it: every path and every
+//! port of a host spend one budget. A DID whose host's budget is spent fails with
+//! [`ResolveError::Throttled`] without a fetch (remembered as failures are).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,6 +40,10 @@ pub struct Options {
     pub cache_bytes: u64,
     /// Most HTTP resolutions in flight at once.
     pub max_concurrent_fetches: usize,
+    /// Fetches one host may be sent before its budget refills: 32.
+    pub host_fetch_burst: u32,
+    /// The refill of a host's budget, per minute: 120.
+    pub host_fetches_per_minute: u32,
 }
 
 impl Default for Options {
@@ -44,7 +57,70 @@ impl Default for Options {
             // for a few thousand agents' documents, or 32 of the largest.
             cache_bytes: 32 * 1024 * 1024,
             max_concurrent_fetches: 16,
+            host_fetch_burst: 32,
+            host_fetches_per_minute: 120,
         }
+    }
+}
+
+/// Hosts whose fetch budget is tracked at once; past them, a new host waits until a tracked
+/// one's budget is full again (a full budget is the same as none). About a megabyte.
+pub const MAX_BUDGET_HOSTS: usize = 10_000;
+
+/// The key a DID's fetches are counted under: its document URL's host, lowercased, without a
+/// trailing dot and without the port (every port of a host is the same machine).
+pub fn host_key(did: &Did) -> Result<String, ResolveError> {
+    let url = crate::web::document_url(did)?;
+    url.host_str()
+        .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+        .ok_or_else(|| ResolveError::InvalidDid {
+            did: did.to_string(),
+            reason: "names no host".into(),
+        })
+}
+
+/// A token bucket per host: a policy that takes `now` and answers, with no I/O.
+#[derive(Debug)]
+pub struct HostBudget {
+    burst: f64,
+    per_second: f64,
+    max_hosts: usize,
+    hosts: std::collections::HashMap<String, (f64, Instant)>,
+}
+
+impl HostBudget {
+    /// `burst` fetches per host, refilled at `per_minute`, for at most `max_hosts` hosts.
+    pub fn new(burst: u32, per_minute: u32, max_hosts: usize) -> Self {
+        HostBudget {
+            burst: f64::from(burst),
+            per_second: f64::from(per_minute) / 60.0,
+            max_hosts,
+            hosts: Default::default(),
+        }
+    }
+
+    fn level(burst: f64, per_second: f64, (tokens, at): (f64, Instant), now: Instant) -> f64 {
+        burst.min(tokens + now.saturating_duration_since(at).as_secs_f64() * per_second)
+    }
+
+    /// Take one fetch of `host` at `now`; whether there was one.
+    pub fn take(&mut self, host: &str, now: Instant) -> bool {
+        let (burst, per_second) = (self.burst, self.per_second);
+        if !self.hosts.contains_key(host) && self.hosts.len() >= self.max_hosts {
+            // A full budget is the same as none: forget those.
+            self.hosts
+                .retain(|_, b| Self::level(burst, per_second, *b, now) < burst);
+            if self.hosts.len() >= self.max_hosts {
+                return false;
+            }
+        }
+        let b = self.hosts.get(host).copied().unwrap_or((self.burst, now));
+        let level = Self::level(burst, per_second, b, now);
+        if level < 1.0 {
+            return false;
+        }
+        self.hosts.insert(host.to_owned(), (level - 1.0, now));
+        true
     }
 }
 
@@ -97,6 +173,7 @@ pub struct Resolver {
     http: HttpFetcher,
     cache: moka::future::Cache<String, CacheEntry>,
     fetches: Arc<tokio::sync::Semaphore>,
+    budget: Arc<Mutex<HostBudget>>,
     pinned: Arc<Mutex<std::collections::HashMap<String, Arc<Document>>>>,
 }
 
@@ -133,6 +210,11 @@ impl Resolver {
             fetches: Arc::new(tokio::sync::Semaphore::new(
                 opts.max_concurrent_fetches.max(1),
             )),
+            budget: Arc::new(Mutex::new(HostBudget::new(
+                opts.host_fetch_burst,
+                opts.host_fetches_per_minute,
+                MAX_BUDGET_HOSTS,
+            ))),
             pinned: Default::default(),
             opts,
         })
@@ -174,6 +256,20 @@ impl Resolver {
         if did.method() == &Method::Key {
             return didkey::resolve(did, self.opts.did_key)
                 .map(|doc| (Arc::new(doc), BUILT_DOCUMENT_WEIGHT));
+        }
+        if matches!(did.method(), Method::Web | Method::Wba) {
+            let host = host_key(did)?;
+            let spent = !self
+                .budget
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(&host, Instant::now());
+            if spent {
+                return Err(ResolveError::Throttled {
+                    did: did.to_string(),
+                    host,
+                });
+            }
         }
         let _permit = self
             .fetches
@@ -266,5 +362,34 @@ impl Resolver {
     ) -> Result<(Document, usize), ResolveError> {
         // The document ssi produced, weighed like a fetched one for the cache.
         crate::ssi_bridge::resolve(did, method).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_budget_refills_and_is_per_host() {
+        let mut b = HostBudget::new(2, 60, 2);
+        let t0 = Instant::now();
+        assert!(b.take("a.example", t0) && b.take("a.example", t0));
+        assert!(!b.take("a.example", t0), "the burst is spent");
+        assert!(b.take("b.example", t0), "another host has its own");
+        assert!(b.take("b.example", t0));
+        // One a second comes back.
+        assert!(b.take("a.example", t0 + Duration::from_secs(1)));
+        assert!(!b.take("a.example", t0 + Duration::from_secs(1)));
+        // Two hosts tracked, both in use: a third waits until one is full again.
+        assert!(!b.take("c.example", t0 + Duration::from_secs(1)));
+        assert!(b.take("c.example", t0 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn every_path_and_port_of_a_host_is_one_key() {
+        let key = |d: &str| host_key(&Did::parse(d).unwrap()).unwrap();
+        assert_eq!(key("did:web:Victim.com%3A8443:a:b"), "victim.com");
+        assert_eq!(key("did:web:victim.com:x"), "victim.com");
+        assert_eq!(key("did:wba:victim.com:y"), "victim.com");
     }
 }

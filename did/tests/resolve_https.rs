@@ -688,3 +688,41 @@ async fn a_document_with_a_repeated_member_is_refused() {
         &["duplicate member name \"id\""],
     );
 }
+
+/// A caller who names the issuer of a delegation link (or a signer, or a publisher) chooses
+/// where this node fetches from: fresh paths of one host each cost a GET (79 in 10 s at one
+/// target from four addresses, more with more). Every path of a host, every port, and every
+/// clone of the resolver spend one budget of that host.
+#[tokio::test]
+async fn fresh_paths_of_one_host_spend_one_fetch_budget() {
+    let server = Server::http().await;
+    let other_port = Server::http().await;
+    let opts = Options {
+        http: HttpOptions {
+            allow_http_loopback: true,
+            timeout: TIMEOUT,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let r = Resolver::new(opts).unwrap();
+    let clone = r.clone();
+    let mut refused = 0;
+    for n in 0..100 {
+        let (resolver, s) = if n % 2 == 0 {
+            (&r, &server)
+        } else {
+            (&clone, &other_port)
+        };
+        let host = if n % 3 == 0 { "LOCALHOST" } else { "localhost" };
+        let did = format!("did:web:{host}%3A{}:fresh:p{n}", s.port);
+        let err = resolve(resolver, &did).await.unwrap_err();
+        if err.to_string().contains("fetch budget") {
+            refused += 1;
+        }
+    }
+    // The default budget: 32, then two a second (the loop takes well under 4 s).
+    let hits = server.hits() + other_port.hits();
+    assert!(hits <= 40, "{hits} GETs at one host");
+    assert!(refused >= 60, "{refused} refused for the budget");
+}

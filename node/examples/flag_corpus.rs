@@ -1,9 +1,13 @@
 //! The flag rules against a labelled corpus: detection, false positives, and time per item.
 //!
 //! `cargo run -p agentnet-node --example flag_corpus [CORPUS.jsonl] [RULES.toml]`
-//! (default: `corpus/flags.jsonl` and the built-in rules; a RULES file is added to them, as
-//! `[trust] flag_rules` adds it in the node). Each line of the corpus is
-//! `{"id", "kind": "card"|"tool", "label": "poisoned"|"benign", "expect": [rule, …], "item": {…}}`.
+//! (default: `corpus/flags/texts.jsonl` and the built-in rules; a RULES file is added to them,
+//! as `[trust] flag_rules` adds it in the node). Two shapes of corpus:
+//! - texts (`corpus/flags/texts.jsonl`, [`agentnet_node::flags::corpus`]): precision, recall
+//!   and false-positive rate per kind of text (card, tool, answer);
+//! - items (`corpus/flags.jsonl`, `corpus/flags-heldout.jsonl`): each line
+//!   `{"id", "kind": "card"|"tool", "label", "expect": [rule, …], "item": {…}}`, counted with
+//!   the flags each item should get.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -13,14 +17,17 @@ use serde_json::Value;
 
 fn main() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
-    let corpus = args
-        .next()
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../corpus/flags.jsonl").into());
+    let corpus = args.next().unwrap_or_else(|| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../corpus/flags/texts.jsonl").into()
+    });
     let rules = match args.next() {
         Some(f) => Rules::with_file(std::path::Path::new(&f))?,
         None => Rules::default(),
     };
     let text = std::fs::read_to_string(&corpus).map_err(|e| format!("reading {corpus}: {e}"))?;
+    if !text.contains("\"item\"") {
+        return texts(&rules, &corpus, &text);
+    }
     let mut rows: BTreeMap<(String, String), (usize, usize, usize)> = BTreeMap::new();
     let mut notes = Vec::new();
     let mut per_rule: BTreeMap<String, usize> = BTreeMap::new();
@@ -79,6 +86,38 @@ fn main() -> Result<(), String> {
         took.as_secs_f64() * 1e6 / f64::from(n.max(1))
     );
     for w in &notes {
+        println!("wrong: {w}");
+    }
+    Ok(())
+}
+
+/// The table of a corpus of texts: per kind, precision, recall and false-positive rate.
+fn texts(rules: &Rules, corpus: &str, jsonl: &str) -> Result<(), String> {
+    use agentnet_node::flags::corpus;
+    let texts = corpus::parse(jsonl).map_err(|e| format!("{corpus}: {e}"))?;
+    let start = Instant::now();
+    let (by, wrong) = corpus::score(rules, &texts);
+    let took = start.elapsed();
+    println!("corpus {corpus}: {} texts", texts.len());
+    println!("| kind | poisoned | caught | recall | benign | flagged | false-positive rate | precision |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (kind, c) in &by {
+        println!(
+            "| {kind} | {} | {} | {:.1} % | {} | {} | {:.1} % | {:.1} % |",
+            c.poisoned,
+            c.caught,
+            100.0 * c.recall(),
+            c.benign,
+            c.false_flags,
+            100.0 * c.false_positive_rate(),
+            100.0 * c.precision()
+        );
+    }
+    println!(
+        "time: {:.1} µs per text (debug builds are slower)",
+        took.as_secs_f64() * 1e6 / texts.len().max(1) as f64
+    );
+    for w in &wrong {
         println!("wrong: {w}");
     }
     Ok(())

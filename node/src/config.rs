@@ -4,6 +4,7 @@
 //!
 //! - `[node]` ([`NodeSection`]): where the node keeps its data and listens; each value has a
 //!   flag that wins over it.
+//! - `[http]` ([`HttpSection`]): the public listener's trusted reverse proxies.
 //! - `[tasks]` ([`TasksSection`]): how long and how many A2A tasks the node keeps.
 //! - `[auth]` ([`AuthSection`]): the DID verifier's bounds.
 //! - `[mcp]` ([`McpSection`]): the MCP server on the admin listener.
@@ -25,6 +26,7 @@ use libp2p::Multiaddr;
 use serde::{Deserialize, Serialize};
 
 use crate::a2a_auth::DidAuthConfig;
+use crate::server::forwarded::{self, TrustedProxies};
 use crate::tasks::Retention;
 
 /// Most hosted agents.
@@ -111,6 +113,14 @@ pub enum ConfigError {
     /// `--public-url` is not an `http(s)://host[:port]` URL.
     #[error("public URL {0:?} must be http(s)://host[:port] without a path")]
     PublicUrl(String),
+    /// An entry of `[http] trusted_proxies` is not an address or block, or there are too many.
+    #[error("[http] trusted_proxies: {entry} {reason}")]
+    TrustedProxy {
+        /// The entry as written, quoted (its first 80 characters), or how many there are.
+        entry: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The card could not be signed.
     #[error("agent {agent:?} card: {source}")]
     Card {
@@ -128,6 +138,9 @@ pub struct FileConfig {
     /// Node settings; each has a flag of `agentnet up` that overrides it.
     #[serde(default)]
     pub node: NodeSection,
+    /// The public listener's trusted reverse proxies.
+    #[serde(default)]
+    pub http: HttpSection,
     /// Task storage.
     #[serde(default)]
     pub tasks: TasksSection,
@@ -159,6 +172,10 @@ pub struct TrustSection {
     /// DIDs or domain names whose agents discovery never returns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
+    /// The operator's own classifier of the texts the node shows (a command, or an HTTP
+    /// endpoint on loopback), consulted beside the rules ([`crate::flags::classifier`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<crate::flags::classifier::Config>,
     /// The weakest level discovery returns: `self-asserted` (all, the default),
     /// `domain-verified`, `endorsed`, `allow-listed`.
     pub min_level: Option<crate::trust::Level>,
@@ -206,6 +223,65 @@ impl TrustSection {
             ));
         }
         Ok((self.endorsers.clone(), depth))
+    }
+}
+
+/// `[http]`: the public listener behind a reverse proxy ([`crate::server::forwarded`]).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// Addresses and CIDR blocks (IPv4 and IPv6, at most
+    /// [`forwarded::MAX_TRUSTED_PROXIES`]) of the reverse proxies in front of the public
+    /// listener: a request from one of them is from the client its `forwarded_header` names.
+    /// Default none: every request is from its TCP peer, and no forwarding header is read.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// The header those proxies write, `x-forwarded-for` (the default) or `forwarded`
+    /// (RFC 7239); the other one is never read.
+    pub forwarded_header: Option<forwarded::Header>,
+}
+
+impl HttpSection {
+    /// The trusted proxies, each entry parsed: a bad one, or too many, is refused by name.
+    pub fn trusted_proxies(&self) -> Result<TrustedProxies, ConfigError> {
+        let max = forwarded::MAX_TRUSTED_PROXIES;
+        if self.trusted_proxies.len() > max {
+            return Err(ConfigError::TrustedProxy {
+                entry: format!("{} entries", self.trusted_proxies.len()),
+                reason: format!("are too many; at most {max} (write a block for many addresses)"),
+            });
+        }
+        let blocks = self
+            .trusted_proxies
+            .iter()
+            .map(|e| {
+                e.parse()
+                    .map_err(|err: forwarded::BlockError| ConfigError::TrustedProxy {
+                        entry: format!("{:?}", e.chars().take(80).collect::<String>()),
+                        reason: err.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(TrustedProxies::new(
+            blocks,
+            self.forwarded_header.unwrap_or_default(),
+        ))
+    }
+
+    /// Every key with the value in effect, each block as the node reads it (what `config
+    /// check` shows).
+    fn filled(&self) -> Result<HttpSection, ConfigError> {
+        self.trusted_proxies()?;
+        let trusted_proxies = self
+            .trusted_proxies
+            .iter()
+            .filter_map(|e| e.parse::<forwarded::Block>().ok())
+            .map(|b| b.to_string())
+            .collect();
+        Ok(HttpSection {
+            trusted_proxies,
+            forwarded_header: Some(self.forwarded_header.unwrap_or_default()),
+        })
     }
 }
 
@@ -297,16 +373,21 @@ impl TasksSection {
     /// The task store's bounds: each key's value, or [`Retention`]'s default; the disk margin
     /// is the advert store's (`--store-min-free-mib`).
     pub fn retention(&self, min_free_bytes: u64) -> Retention {
-        let d = Retention::default();
         let mib = |v: Option<u64>, default: u64| v.map_or(default, |m| m.saturating_mul(1 << 20));
+        let base = Retention::default();
+        // A share not set is scaled from its total, so that a small total keeps small shares.
+        let d = Retention::with_totals(
+            self.max_tasks.unwrap_or(base.max_tasks),
+            mib(self.max_total_mib, base.max_bytes),
+        );
         Retention {
             keep: self
                 .retention_hours
                 .map_or(d.keep, |h| Duration::from_secs(h.saturating_mul(3600))),
-            max_tasks: self.max_tasks.unwrap_or(d.max_tasks),
+            max_tasks: d.max_tasks,
             max_per_owner: self.max_per_owner.unwrap_or(d.max_per_owner),
             max_per_source: self.max_per_source.unwrap_or(d.max_per_source),
-            max_bytes: mib(self.max_total_mib, d.max_bytes),
+            max_bytes: d.max_bytes,
             max_owner_bytes: mib(self.max_per_owner_mib, d.max_owner_bytes),
             max_source_bytes: mib(self.max_per_source_mib, d.max_source_bytes),
             min_free_bytes,
@@ -314,6 +395,59 @@ impl TasksSection {
                 .new_per_second_per_source
                 .unwrap_or(d.new_per_second_per_source),
         }
+    }
+
+    /// A share set above its total is refused: it would let one caller or one network block
+    /// take the whole store. The message names the key and what to set.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let r = self.retention(0);
+        let shares = [
+            (
+                "max_per_owner",
+                self.max_per_owner,
+                r.max_per_owner,
+                "max_tasks",
+                r.max_tasks,
+                "",
+            ),
+            (
+                "max_per_source",
+                self.max_per_source,
+                r.max_per_source,
+                "max_tasks",
+                r.max_tasks,
+                "",
+            ),
+            (
+                "max_per_owner_mib",
+                self.max_per_owner_mib,
+                r.max_owner_bytes >> 20,
+                "max_total_mib",
+                r.max_bytes >> 20,
+                " MiB",
+            ),
+            (
+                "max_per_source_mib",
+                self.max_per_source_mib,
+                r.max_source_bytes >> 20,
+                "max_total_mib",
+                r.max_bytes >> 20,
+                " MiB",
+            ),
+        ];
+        for (key, set, share, total_key, total, unit) in shares {
+            if set.is_some() && share > total {
+                return Err(invalid(
+                    "tasks",
+                    format!(
+                        "[tasks] {key} = {share} is more than {total_key} = {total}{unit}: one \
+                         caller or network block could fill the whole store; set {key} to at \
+                         most {total} (or leave it out: the default is a share of {total_key})"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Every key with the value in effect (what `config check` shows).
@@ -487,6 +621,7 @@ impl FileConfig {
         if self.agent.len() > MAX_AGENTS {
             return Err(invalid("node", format!("more than {MAX_AGENTS} agents")));
         }
+        self.http.trusted_proxies()?;
         if self
             .auth
             .token_ttl_secs
@@ -497,11 +632,16 @@ impl FileConfig {
                 format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
             ));
         }
+        self.tasks.check()?;
         self.trust.policy().map_err(|e| invalid("trust", e))?;
         self.trust.endorsers().map_err(|e| invalid("trust", e))?;
         if let Some(f) = &self.trust.flag_rules {
             crate::flags::Rules::with_file(f)
                 .map_err(|e| invalid("trust", format!("flag_rules: {e}")))?;
+        }
+        if let Some(c) = &self.trust.classifier {
+            c.check()
+                .map_err(|e| invalid("trust", format!("classifier: {e}")))?;
         }
         let mut ids = HashSet::new();
         for a in &self.agent {
@@ -775,6 +915,7 @@ impl FileConfig {
                 mdns: Some(s.mdns),
                 local: Some(s.local),
             },
+            http: self.http.filled()?,
             tasks: self.tasks.filled(),
             auth: self.auth.filled(),
             mcp: McpSection {
@@ -870,6 +1011,40 @@ mod tests {
         cfg.check().map(|()| cfg)
     }
 
+    /// `[trust] classifier` is checked before the node starts: an endpoint off loopback, both
+    /// a command and an endpoint, or a budget out of bounds is refused and named; a loopback
+    /// endpoint or a command is accepted with the default budgets.
+    #[test]
+    fn a_classifier_off_loopback_or_out_of_bounds_is_refused_at_check() {
+        for (bad, why) in [
+            ("{ url = \"http://10.0.0.1:9/judge\" }", "loopback"),
+            ("{ url = \"https://127.0.0.1:9/judge\" }", "plain http"),
+            (
+                "{ command = [\"judge\"], url = \"http://127.0.0.1:9/j\" }",
+                "one of",
+            ),
+            (
+                "{ command = [\"judge\"], max_concurrent = 0 }",
+                "max_concurrent",
+            ),
+            ("{ command = [] }", "program"),
+        ] {
+            let e = config(&format!("[trust]\nclassifier = {bad}\n")).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.contains("classifier") && msg.contains(why),
+                "{bad}: {msg}"
+            );
+        }
+        let c =
+            config("[trust]\nclassifier = { url = \"http://127.0.0.1:8089/judge\" }\n").unwrap();
+        let cl = c.trust.classifier.unwrap();
+        assert_eq!(
+            (cl.timeout_ms, cl.max_bytes, cl.max_concurrent),
+            (2000, 16384, 4)
+        );
+    }
+
     /// An operator's flag rules are read when the file is checked: a missing file or a bad
     /// pattern is named, before the node starts.
     #[test]
@@ -949,6 +1124,48 @@ mod tests {
         assert!(e.to_string().contains("env"), "{e}");
     }
 
+    /// `max_tasks = 3000` under the default `max_per_source` let one address take the whole
+    /// total: a share not set scales with its total, and a share set above it is refused with
+    /// what to set.
+    #[test]
+    fn task_shares_scale_with_their_total_and_never_exceed_it() {
+        let r = config("[tasks]\nmax_tasks = 3000\nmax_total_mib = 64\n")
+            .unwrap()
+            .tasks
+            .retention(0);
+        assert_eq!(
+            (r.max_tasks, r.max_per_source, r.max_per_owner),
+            (3000, 60, 30)
+        );
+        assert_eq!((r.max_source_bytes, r.max_owner_bytes), (8 << 20, 4 << 20));
+        // The defaults are the same fractions of the default totals.
+        let d = config("").unwrap().tasks.retention(0);
+        assert_eq!((d.max_per_source, d.max_per_owner), (20_000, 10_000));
+        assert_eq!(
+            (d.max_source_bytes, d.max_owner_bytes),
+            (128 << 20, 64 << 20)
+        );
+        for (bad, key) in [
+            ("max_tasks = 3000\nmax_per_source = 20000", "max_per_source"),
+            ("max_tasks = 3000\nmax_per_owner = 3001", "max_per_owner"),
+            (
+                "max_total_mib = 64\nmax_per_source_mib = 128",
+                "max_per_source_mib",
+            ),
+            (
+                "max_total_mib = 64\nmax_per_owner_mib = 65",
+                "max_per_owner_mib",
+            ),
+        ] {
+            let e = config(&format!("[tasks]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains("at most"), "{bad}: {e}");
+        }
+        // A share equal to its total is allowed.
+        assert!(config("[tasks]\nmax_tasks = 3000\nmax_per_source = 3000\n").is_ok());
+    }
+
     #[test]
     fn the_tck_kind_takes_no_other_keys() {
         let cfg = config("[[agent]]\nid = \"tck\"\nkind = \"tck\"\npolicy = \"open\"\n").unwrap();
@@ -975,6 +1192,32 @@ mod tests {
             assert!(e.to_string().contains("hidden character"), "{bad}: {e}");
         }
         assert!(config(&agent("description = \"two\\nlines\\tand a tab\"")).is_ok());
+    }
+
+    #[test]
+    fn trusted_proxies_are_checked_entry_by_entry() {
+        let c = config("[http]\ntrusted_proxies = [\"127.0.0.1\", \"2001:db8::/32\"]\n").unwrap();
+        let t = c.http.trusted_proxies().unwrap();
+        assert!(t.trusts("127.0.0.1".parse().unwrap()));
+        assert!(t.trusts("2001:db8:5::1".parse().unwrap()));
+        assert!(!t.trusts("127.0.0.2".parse().unwrap()));
+        assert!(config("")
+            .unwrap()
+            .http
+            .trusted_proxies()
+            .unwrap()
+            .is_empty());
+        let e = config("[http]\ntrusted_proxies = [\"127.0.0.1\", \"10.0.0.0/40\"]\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("[http] trusted_proxies: \"10.0.0.0/40\" "),
+            "{e}"
+        );
+        let many: Vec<String> = (0..=forwarded::MAX_TRUSTED_PROXIES)
+            .map(|i| format!("\"10.0.{i}.0/24\""))
+            .collect();
+        let e = config(&format!("[http]\ntrusted_proxies = [{}]\n", many.join(","))).unwrap_err();
+        assert!(e.to_string().contains("at most 64"), "{e}");
     }
 
     #[test]
@@ -1020,10 +1263,9 @@ mod tests {
             Some(defaults.keep.as_secs() / 3600)
         );
         assert_eq!(back.tasks.max_total_mib, Some(defaults.max_bytes >> 20));
-        assert_eq!(
-            back.tasks.retention(0).max_per_source,
-            defaults.max_per_source
-        );
+        // Scaled from `max_tasks = 5`, and printed: what reads back is what ran.
+        assert_eq!(back.tasks.retention(0).max_per_source, 1);
+        assert_eq!(back.tasks.max_per_source, Some(1));
         let verifier = DidAuthConfig::new(String::new());
         assert_eq!(back.auth.max_nonces, Some(verifier.max_nonces));
         assert_eq!(back.auth.per_source_nonces, Some(verifier.max_nonces / 32));

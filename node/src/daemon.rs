@@ -312,6 +312,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         .map(config::check_public_url)
         .transpose()?;
     opts.hosted.check()?;
+    let trusted_proxies = opts.hosted.http.trusted_proxies()?;
     std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::NodeFile {
         path: opts.data_dir.clone(),
         source,
@@ -557,6 +558,13 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
             .map_err(|e| Error::Trust(format!("flag_rules: {e}")))?,
         None => crate::flags::Rules::default(),
     };
+    let flag_rules = match &opts.hosted.trust.classifier {
+        Some(c) => flag_rules.with_classifier(
+            crate::flags::classifier::Classifier::new(c.clone())
+                .map_err(|e| Error::Trust(format!("classifier: {e}")))?,
+        ),
+        None => flag_rules,
+    };
     // On a local network the agents are on loopback and private addresses by design.
     let flag_rules = Arc::new(if opts.local {
         flag_rules.on_local_network()
@@ -620,6 +628,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
                 &hosted,
             )),
         opts.http_limits,
+        trusted_proxies,
         http_stop.clone(),
     ));
     // `/mcp` beside the admin API, each behind its own guard (`admin::Guard`, `mcp::http`);
@@ -674,6 +683,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         admin_listener,
         admin_router,
         opts.admin_limits,
+        // Loopback only, for the operator's commands: a proxy is never in front of it, and
+        // the loopback checks of `/mcp` and the status page read the TCP peer.
+        server::TrustedProxies::default(),
         http_stop.clone(),
     ));
 

@@ -247,14 +247,15 @@ pub trait Directory: Send + Sync {
         crate::flags::builtin()
     }
     /// The MCP tools `tools` (objects as `tools/list` gave them) of agent `did` against the
-    /// ones accepted, in order (pinned if first seen; all accepted now with `accept`). The
-    /// default: the directory keeps no pins (`None`).
+    /// ones accepted, in order, and the list as a whole against the one accepted (pinned if
+    /// first seen; all accepted now with `accept`). The default: the directory keeps no pins
+    /// (`None`).
     fn pin_tools<'a>(
         &'a self,
         did: &'a str,
         tools: &'a [Value],
         accept: bool,
-    ) -> BoxFuture<'a, Result<Option<Vec<crate::pins::PinState>>, Error>> {
+    ) -> BoxFuture<'a, Result<Option<crate::pins::ToolPins>, Error>> {
         let _ = (did, tools, accept);
         Box::pin(async { Ok(None) })
     }

@@ -14,14 +14,28 @@
 //! # Layout and bounds
 //! One column family, [`CF_ENDORSEMENTS`], of the node's store. Key `e` ‖ issuer ‖ `0x00` ‖
 //! subject: the JSON of a [`Kept`] (the latest statement of that issuer on that subject, a
-//! revocation included, until it expires); `c` ‖ issuer: how many it has (u64 BE); `n`: how
-//! many in all. Of two statements on one pair the later `iat` stands, so a replayed older
-//! endorsement is refused once its revocation is kept. Bounds: [`MAX_PER_ISSUER`] per issuer;
-//! [`MAX_TOTAL`] in all, of which issuers the operator does not trust fill at most
+//! revocation included, until it expires); `c` ‖ issuer: how many it has (u64 BE);
+//! `w` ‖ (u64::MAX − that count, BE) ‖ issuer: empty, the issuers holding the most first;
+//! `p` ‖ peer: how many statements of issuers the operator did not trust that peer delivered
+//! are kept (u64 BE); `n`: how many in all; `W`: the `w` entries of a store written before
+//! them were made. Of two statements on one pair the later `iat` stands, so a replayed older
+//! endorsement is refused once its revocation is kept.
+//!
+//! Bounds: [`MAX_PER_ISSUER`] per issuer; [`MAX_PER_SOURCE`] statements of untrusted issuers
+//! per gossip peer that delivered them (the peer a message came from, as the gossip check is
+//! given it); [`MAX_TOTAL`] in all, of which issuers the operator does not trust fill at most
 //! [`OPEN_SHARE`], so that a flood of strangers' statements never leaves no room for those that
-//! count. The gossip side is bounded before this: per peer by the message rate and in total by
-//! the validation permits the adverts use. Expired statements are swept when the store is
-//! full (at most once a minute) and every re-announcement period.
+//! count. Keys and peer ids are both free to mint, so a full share is not a reason to refuse:
+//! a new statement makes room by taking one statement of the untrusted issuer holding the most
+//! (`w`), provided it holds more than the newcomer's issuer will (an issuer holding the most
+//! takes its own). A flood then churns among its own keys, and a new issuer's first statement
+//! is kept (and forwarded) however full the share is; a trusted issuer's statement at
+//! [`MAX_TOTAL`] makes room the same way. Trusted issuers' statements are never taken. With
+//! as many flooding issuers as the share holds, each at one statement, a newcomer takes the
+//! place of one of them, and may lose it to the next. The gossip side is bounded before this:
+//! per peer by the message rate and in total by the validation permits the adverts use.
+//! Expired statements are swept when the store is full (at most once a minute) and every
+//! re-announcement period.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +54,12 @@ pub const MAX_PER_ISSUER: u64 = 256;
 pub const MAX_TOTAL: u64 = 16_384;
 /// Most statements kept by issuers the operator does not trust.
 pub const OPEN_SHARE: u64 = 12_288;
+/// Most statements of issuers the operator does not trust kept from one gossip peer: a
+/// twelfth of [`OPEN_SHARE`].
+pub const MAX_PER_SOURCE: u64 = 1024;
+/// Most issuers, the largest first, looked at (trusted ones passed over) for a statement to
+/// take when the share is full.
+const RANK_SCAN: usize = 64;
 /// Deepest `endorse_depth`.
 pub const MAX_DEPTH: u8 = 4;
 /// Most endorsers (roots included) the depth walk collects.
@@ -50,6 +70,7 @@ const TRUSTED_TTL: Duration = Duration::from_secs(30);
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 const COUNT_KEY: &[u8] = b"n";
+const RANKED_KEY: &[u8] = b"W";
 
 /// What is kept of one statement.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -58,6 +79,10 @@ pub struct Kept {
     pub jws: String,
     /// What it says (verified when it came).
     pub endorsement: Endorsement,
+    /// The gossip peer it came from, when its issuer was not trusted then (counted against
+    /// that peer's [`MAX_PER_SOURCE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// What [`Endorsements::put`] did.
@@ -158,6 +183,36 @@ fn issuer_key(iss: &str) -> Vec<u8> {
     k
 }
 
+fn rank_key(iss: &[u8], count: u64) -> Vec<u8> {
+    [&b"w"[..], &(u64::MAX - count).to_be_bytes(), iss].concat()
+}
+
+fn source_key(peer: &str) -> Vec<u8> {
+    [&b"p"[..], peer.as_bytes()].concat()
+}
+
+/// The op that sets the counter at `key` to `new` (deleted at 0).
+fn counter_op(key: Vec<u8>, new: u64) -> FamilyOp {
+    if new == 0 {
+        FamilyOp::Delete(key)
+    } else {
+        FamilyOp::Put(key, new.to_be_bytes().to_vec())
+    }
+}
+
+/// The ops that move `iss`'s count from `old` to `new`, its rank entry with it.
+fn issuer_ops(iss: &str, old: u64, new: u64, ops: &mut Vec<FamilyOp>) {
+    ops.push(counter_op(issuer_key(iss), new));
+    if old != new {
+        if old > 0 {
+            ops.push(FamilyOp::Delete(rank_key(iss.as_bytes(), old)));
+        }
+        if new > 0 {
+            ops.push(FamilyOp::Put(rank_key(iss.as_bytes(), new), Vec::new()));
+        }
+    }
+}
+
 fn read_u64(v: Option<Vec<u8>>) -> u64 {
     v.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
         .map(u64::from_be_bytes)
@@ -168,13 +223,92 @@ impl Endorsements {
     /// The endorsements in `store` (opened with [`CF_ENDORSEMENTS`]), counted from `roots` to
     /// `depth` (1 to [`MAX_DEPTH`]).
     pub fn open(store: &Store, roots: Vec<String>, depth: u8) -> Result<Self, StoreError> {
-        Ok(Endorsements {
+        let e = Endorsements {
             family: store.family(CF_ENDORSEMENTS)?,
             write: Mutex::new(None),
             roots,
             depth: depth.clamp(1, MAX_DEPTH),
             trusted: Mutex::new(None),
-        })
+        };
+        e.rank_issuers()?;
+        Ok(e)
+    }
+
+    /// Write the rank entries (`w`) of a store written before they were kept, once.
+    fn rank_issuers(&self) -> Result<(), StoreError> {
+        if self.family.get(RANKED_KEY)?.is_some() {
+            return Ok(());
+        }
+        let mut ops = Vec::new();
+        self.family.scan(b"c", b"d", usize::MAX, |k, v| {
+            let n = read_u64(Some(v.to_vec()));
+            if n > 0 {
+                ops.push(FamilyOp::Put(rank_key(&k[1..], n), Vec::new()));
+            }
+            true
+        })?;
+        ops.push(FamilyOp::Put(RANKED_KEY.to_vec(), Vec::new()));
+        self.family.write(ops)
+    }
+
+    /// Take one statement of the untrusted issuer holding the most, if it holds more than
+    /// `floor` (or is `newcomer`); whether one was taken. Called under the write lock.
+    fn make_room(
+        &self,
+        newcomer: &str,
+        floor: u64,
+        trusted: &HashMap<String, u8>,
+    ) -> Result<bool, StoreError> {
+        let mut holders: Vec<(u64, String)> = Vec::new();
+        let mut passed = 0;
+        self.family
+            .scan(b"w", b"x", RANK_SCAN + trusted.len(), |k, _| {
+                let count = k
+                    .get(1..9)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(|b| u64::MAX - u64::from_be_bytes(b))
+                    .unwrap_or(0);
+                let iss = String::from_utf8_lossy(k.get(9..).unwrap_or_default()).into_owned();
+                if trusted.contains_key(&iss) {
+                    return true;
+                }
+                if count <= floor && iss != newcomer {
+                    return false;
+                }
+                holders.push((count, iss));
+                passed += 1;
+                passed < RANK_SCAN
+            })?;
+        for (count, iss) in holders {
+            let start = pair_key(&iss, "");
+            let mut end = start.clone();
+            if let Some(last) = end.last_mut() {
+                *last = 1;
+            }
+            let mut first: Option<(Vec<u8>, Option<String>)> = None;
+            self.family.scan(&start, &end, 1, |k, v| {
+                let from = serde_json::from_slice::<Kept>(v).ok().and_then(|k| k.from);
+                first = Some((k.to_vec(), from));
+                false
+            })?;
+            let Some((key, from)) = first else {
+                continue;
+            };
+            let mut ops = vec![FamilyOp::Delete(key)];
+            issuer_ops(&iss, count, count.saturating_sub(1), &mut ops);
+            if let Some(peer) = &from {
+                let n = read_u64(self.family.get(&source_key(peer))?);
+                ops.push(counter_op(source_key(peer), n.saturating_sub(1)));
+            }
+            ops.push(counter_op(
+                COUNT_KEY.to_vec(),
+                self.len()?.saturating_sub(1),
+            ));
+            self.family.write(ops)?;
+            tracing::debug!(%iss, "endorsements full: took a statement of the largest issuer");
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     fn kept(&self, key: &[u8]) -> Result<Option<Kept>, StoreError> {
@@ -203,7 +337,21 @@ impl Endorsements {
     /// Keep a statement verified at `now` ([`endorsement::verify`]), within the bounds of the
     /// module documentation.
     pub fn put(&self, jws: &str, e: &Endorsement, now: u64) -> Result<Put, StoreError> {
-        let trusted = self.trusted(now)?.contains_key(&e.iss);
+        self.put_from(jws, e, now, None)
+    }
+
+    /// [`Endorsements::put`] of a statement the gossip peer `from` delivered.
+    pub fn put_from(
+        &self,
+        jws: &str,
+        e: &Endorsement,
+        now: u64,
+        from: Option<&str>,
+    ) -> Result<Put, StoreError> {
+        let endorsers = self.trusted(now)?;
+        let trusted = endorsers.contains_key(&e.iss);
+        // Only strangers' statements count against the peer that brought them.
+        let from = from.filter(|_| !trusted);
         let mut last_sweep = self.write.lock().unwrap_or_else(|p| p.into_inner());
         let key = pair_key(&e.iss, &e.sub);
         let old = self.kept(&key)?;
@@ -215,9 +363,20 @@ impl Endorsements {
                 return Ok(Put::Stale);
             }
         }
+        let old_from = old.as_ref().and_then(|k| k.from.as_deref());
+        if let Some(peer) = from.filter(|p| old_from != Some(*p)) {
+            let n = read_u64(self.family.get(&source_key(peer))?);
+            if n >= MAX_PER_SOURCE {
+                return Ok(Put::Full(format!(
+                    "peer {peer} brought {MAX_PER_SOURCE} statements of issuers this node does \
+                     not trust"
+                )));
+            }
+        }
         let value = serde_json::to_vec(&Kept {
             jws: jws.to_string(),
             endorsement: e.clone(),
+            from: from.map(str::to_owned),
         })
         .map_err(|_| StoreError::InvalidInput {
             what: "endorsement",
@@ -225,6 +384,7 @@ impl Endorsements {
             reason: "does not serialize",
         })?;
         let mut ops = vec![FamilyOp::Put(key, value)];
+        let mut room_made = false;
         if old.is_none() {
             let per = read_u64(self.family.get(&issuer_key(&e.iss))?);
             if per >= MAX_PER_ISSUER {
@@ -241,19 +401,40 @@ impl Endorsements {
                 total = self.len()?;
             }
             if total >= cap {
+                // Trusted or not, the newcomer's issuer is taken from only when it holds the
+                // most; a trusted one's count is no floor (it takes from any stranger).
+                let floor = if trusted { 0 } else { per + 1 };
+                room_made = self.make_room(&e.iss, floor, &endorsers)?;
+                total = self.len()?;
+            }
+            if total >= cap {
                 return Ok(Put::Full(format!(
                     "{total} statements kept, the most for {} issuers",
                     if trusted { "all" } else { "untrusted" }
                 )));
             }
-            ops.push(FamilyOp::Put(
-                issuer_key(&e.iss),
-                (per + 1).to_be_bytes().to_vec(),
-            ));
+            // Read again: making room may have taken one of this issuer's.
+            let per = if room_made {
+                read_u64(self.family.get(&issuer_key(&e.iss))?)
+            } else {
+                per
+            };
+            issuer_ops(&e.iss, per, per + 1, &mut ops);
             ops.push(FamilyOp::Put(
                 COUNT_KEY.to_vec(),
                 (total + 1).to_be_bytes().to_vec(),
             ));
+        }
+        // The peers' counts, read after any room was made.
+        if old_from != from {
+            if let Some(peer) = old_from {
+                let n = read_u64(self.family.get(&source_key(peer))?);
+                ops.push(counter_op(source_key(peer), n.saturating_sub(1)));
+            }
+            if let Some(peer) = from {
+                let n = read_u64(self.family.get(&source_key(peer))?);
+                ops.push(counter_op(source_key(peer), n + 1));
+            }
         }
         self.family.write(ops)?;
         if trusted {
@@ -269,11 +450,21 @@ impl Endorsements {
         jws: &str,
         now: u64,
     ) -> Result<Result<(Endorsement, Put), EndorseError>, StoreError> {
+        self.accept_from(jws, now, None)
+    }
+
+    /// [`Endorsements::accept`] of a statement the gossip peer `from` delivered.
+    pub fn accept_from(
+        &self,
+        jws: &str,
+        now: u64,
+        from: Option<&str>,
+    ) -> Result<Result<(Endorsement, Put), EndorseError>, StoreError> {
         let e = match endorsement::verify(jws, now) {
             Ok(e) => e,
             Err(err) => return Ok(Err(err)),
         };
-        let put = self.put(jws, &e, now)?;
+        let put = self.put_from(jws, &e, now, from)?;
         Ok(Ok((e, put)))
     }
 
@@ -316,15 +507,15 @@ impl Endorsements {
     }
 
     fn sweep_locked(&self, now: u64) -> Result<usize, StoreError> {
-        let mut due: Vec<(Vec<u8>, String)> = Vec::new();
+        let mut due: Vec<(Vec<u8>, String, Option<String>)> = Vec::new();
         self.family.scan(b"e", b"f", usize::MAX, |k, v| {
             match serde_json::from_slice::<Kept>(v) {
                 Ok(kept) if kept.endorsement.exp > now => {}
-                Ok(kept) => due.push((k.to_vec(), kept.endorsement.iss)),
+                Ok(kept) => due.push((k.to_vec(), kept.endorsement.iss, kept.from)),
                 // An unreadable record is removed too: it can never count.
                 Err(_) => {
                     let iss = k[1..].split(|b| *b == 0).next().unwrap_or_default();
-                    due.push((k.to_vec(), String::from_utf8_lossy(iss).into_owned()));
+                    due.push((k.to_vec(), String::from_utf8_lossy(iss).into_owned(), None));
                 }
             }
             true
@@ -333,20 +524,24 @@ impl Endorsements {
             return Ok(0);
         }
         let mut per: HashMap<String, u64> = HashMap::new();
-        for (_, iss) in &due {
+        let mut peers: HashMap<String, u64> = HashMap::new();
+        for (_, iss, from) in &due {
             *per.entry(iss.clone()).or_default() += 1;
+            if let Some(p) = from {
+                *peers.entry(p.clone()).or_default() += 1;
+            }
         }
         let mut ops: Vec<FamilyOp> = due
             .iter()
-            .map(|(k, _)| FamilyOp::Delete(k.clone()))
+            .map(|(k, _, _)| FamilyOp::Delete(k.clone()))
             .collect();
         for (iss, gone) in per {
-            let left = read_u64(self.family.get(&issuer_key(&iss))?).saturating_sub(gone);
-            ops.push(if left == 0 {
-                FamilyOp::Delete(issuer_key(&iss))
-            } else {
-                FamilyOp::Put(issuer_key(&iss), left.to_be_bytes().to_vec())
-            });
+            let had = read_u64(self.family.get(&issuer_key(&iss))?);
+            issuer_ops(&iss, had, had.saturating_sub(gone), &mut ops);
+        }
+        for (peer, gone) in peers {
+            let had = read_u64(self.family.get(&source_key(&peer))?);
+            ops.push(counter_op(source_key(&peer), had.saturating_sub(gone)));
         }
         let total = self.len()?.saturating_sub(due.len() as u64);
         ops.push(FamilyOp::Put(
@@ -476,7 +671,7 @@ impl TopicCheck for Gossip {
                 let jws = std::str::from_utf8(&data)
                     .map_err(|_| EndorseError::Malformed("not UTF-8".into()));
                 match jws {
-                    Ok(jws) => store.accept(jws, unix_now()),
+                    Ok(jws) => store.accept_from(jws, unix_now(), Some(&source.to_string())),
                     Err(e) => Ok(Err(e)),
                 }
             })
@@ -656,13 +851,134 @@ mod tests {
                 OPEN_SHARE.to_be_bytes().to_vec(),
             )])
             .unwrap();
+        // A new stranger takes the place of one statement of the issuer holding the most.
         let stranger = key(8);
         let sub = key(9).did_key().to_string();
         let s = endorse(&stranger, &sub, &[], NOW);
-        assert!(matches!(e.accept(&s, NOW).unwrap(), Ok((_, Put::Full(_)))));
+        assert!(matches!(e.accept(&s, NOW).unwrap(), Ok((_, Put::Stored))));
+        let held =
+            |iss: &SecretKey| read_u64(e.family.get(&issuer_key(iss.did_key().as_str())).unwrap());
+        assert_eq!(held(&flood), MAX_PER_ISSUER - 1);
+        assert_eq!(e.len().unwrap(), OPEN_SHARE);
+        // No stranger holds more than the next one would: refused, nothing taken.
+        let dir2 = tempfile::tempdir().unwrap();
+        let e2 = open(dir2.path(), &[&root], 1);
+        assert!(matches!(e2.accept(&s, NOW).unwrap(), Ok((_, Put::Stored))));
+        e2.family
+            .write(vec![FamilyOp::Put(
+                COUNT_KEY.to_vec(),
+                OPEN_SHARE.to_be_bytes().to_vec(),
+            )])
+            .unwrap();
+        let s2 = endorse(&key(10), &sub, &[], NOW);
+        assert!(matches!(
+            e2.accept(&s2, NOW).unwrap(),
+            Ok((_, Put::Full(_)))
+        ));
+        assert!(e2.get(stranger.did_key().as_str(), &sub).unwrap().is_some());
         // The root still has room.
         let r = endorse(&root, &sub, &[], NOW);
         assert!(matches!(e.accept(&r, NOW).unwrap(), Ok((_, Put::Stored))));
         assert!(e.vouch(&sub, &[], NOW).unwrap().is_some());
+    }
+
+    /// 48 fresh keys at 256 statements each filled strangers' share on every relay, for as
+    /// long as the statements lived; then a statement by an endorser another node trusts was
+    /// refused here (and so never forwarded). A full share now makes room from the issuer
+    /// holding the most: the newcomer is kept, the flood is cut back.
+    #[test]
+    fn a_full_open_share_makes_room_from_the_largest_issuer() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = key(1);
+        let e = open(dir.path(), &[&root], 1);
+        let flood = |i: u32, n: u32| {
+            let iss = format!("did:key:zFlood{i}");
+            let sub = format!("did:key:zSub{n}");
+            (
+                Endorsement::new(&iss, &sub, vec![], NOW, NOW + 3600),
+                format!("jws-{i}-{n}"),
+            )
+        };
+        let mut stored = 0;
+        for i in 0..(OPEN_SHARE / MAX_PER_ISSUER) as u32 {
+            for n in 0..MAX_PER_ISSUER as u32 {
+                let (st, jws) = flood(i, n);
+                if e.put(&jws, &st, NOW).unwrap() == Put::Stored {
+                    stored += 1;
+                }
+            }
+        }
+        assert_eq!(stored, OPEN_SHARE);
+        // A statement by an endorser this node does not trust (another node may).
+        let honest = key(5);
+        let sub = key(6).did_key().to_string();
+        let s = endorse(&honest, &sub, &[], NOW);
+        assert!(
+            matches!(e.accept(&s, NOW).unwrap(), Ok((_, Put::Stored))),
+            "a new issuer's statement is kept on a full share"
+        );
+        assert!(e.get(honest.did_key().as_str(), &sub).unwrap().is_some());
+        assert!(e.len().unwrap() <= OPEN_SHARE);
+        // The flooders keep going: they cut each other back, never the newcomer.
+        for i in 100..110u32 {
+            for n in 0..MAX_PER_ISSUER as u32 {
+                let (st, jws) = flood(i, n);
+                e.put(&jws, &st, NOW).unwrap();
+            }
+        }
+        assert!(e.get(honest.did_key().as_str(), &sub).unwrap().is_some());
+        assert!(e.len().unwrap() <= OPEN_SHARE);
+        // The root still has room.
+        let r = endorse(&root, &sub, &[], NOW);
+        assert!(matches!(e.accept(&r, NOW).unwrap(), Ok((_, Put::Stored))));
+    }
+
+    /// One gossip peer brings at most its share of strangers' statements, whatever the keys;
+    /// another peer, and a trusted issuer's statement through the same peer, still get in.
+    #[test]
+    fn one_peer_brings_at_most_its_share_of_strangers_statements() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = key(1);
+        let e = open(dir.path(), &[&root], 1);
+        let st = |i: u64| {
+            let iss = format!("did:key:zPeerFlood{}", i / MAX_PER_ISSUER);
+            let sub = format!("did:key:zSub{i}");
+            (
+                Endorsement::new(&iss, &sub, vec![], NOW, NOW + 3600),
+                format!("jws-{i}"),
+            )
+        };
+        for i in 0..MAX_PER_SOURCE {
+            let (x, jws) = st(i);
+            assert_eq!(
+                e.put_from(&jws, &x, NOW, Some("peerA")).unwrap(),
+                Put::Stored
+            );
+        }
+        let (x, jws) = st(MAX_PER_SOURCE);
+        assert!(
+            matches!(e.put_from(&jws, &x, NOW, Some("peerA")).unwrap(), Put::Full(ref w) if w.contains("peerA")),
+        );
+        assert_eq!(
+            e.put_from(&jws, &x, NOW, Some("peerB")).unwrap(),
+            Put::Stored
+        );
+        let sub = key(6).did_key().to_string();
+        let r = endorse(&root, &sub, &[], NOW);
+        let (rx, _) = e.accept(&r, NOW).unwrap().unwrap();
+        assert_eq!(e.put_from(&r, &rx, NOW, Some("peerA")).unwrap(), Put::Same);
+        let r2 = endorse(&root, &key(7).did_key().to_string(), &[], NOW);
+        assert!(matches!(
+            e.accept_from(&r2, NOW, Some("peerA")).unwrap(),
+            Ok((_, Put::Stored))
+        ));
+        // Swept, the peer's count goes with its statements.
+        assert_eq!(e.sweep(NOW + 3601).unwrap() as u64, MAX_PER_SOURCE + 3);
+        assert_eq!(read_u64(e.family.get(&source_key("peerA")).unwrap()), 0);
+        let (x, jws) = st(0);
+        assert_eq!(
+            e.put_from(&jws, &x, NOW, Some("peerA")).unwrap(),
+            Put::Stored
+        );
     }
 }

@@ -50,6 +50,10 @@ pub enum PublishError {
     /// The card has no usable skill tags (or too many); nothing to index it under.
     #[error("{0}")]
     Tags(Reject),
+    /// A skill has no id, or two skills share one ([`advert::check_skill_ids`]): every node
+    /// would refuse the card.
+    #[error("{0}")]
+    Skills(Reject),
     /// The lifetime is out of range.
     #[error("ttl of {ttl} s is not within {MIN_TTL}..={max} s")]
     Ttl {
@@ -94,7 +98,7 @@ impl PublishError {
     /// The validator's refusal, if that is what this is.
     pub fn reject(&self) -> Option<&Reject> {
         match self {
-            PublishError::Tags(r) => Some(r),
+            PublishError::Tags(r) | PublishError::Skills(r) => Some(r),
             PublishError::Net {
                 source: net::Error::Rejected(r),
                 ..
@@ -197,9 +201,11 @@ fn admits(kept: &HashSet<String>, did: &str, max: usize) -> bool {
 }
 
 /// Check a card before anything is signed: it fits the A2A model, names at least one interface
-/// (each with a `url` and a `protocolBinding`) and has skill tags.
+/// (each with a `url` and a `protocolBinding`), each skill has its own id, and it has skill
+/// tags.
 pub fn check_card(card: &Value) -> Result<Vec<String>, PublishError> {
     a2a::normalize(card).map_err(CardSignatureError::from)?;
+    advert::check_skill_ids(card).map_err(PublishError::Skills)?;
     let tags = advert::card_tags(card).map_err(PublishError::Tags)?;
     check_interfaces(card)?;
     Ok(tags)
@@ -675,6 +681,25 @@ mod tests {
             assert!(text.contains("supportedInterfaces"), "{bad:?}: {text}");
             assert!(!text.contains('\n'), "{text}");
         }
+    }
+
+    /// A card whose two skills share an id is refused before anything is signed, with the id
+    /// and both places named: every node would refuse it.
+    #[test]
+    fn publisher_check_card_refuses_skill_ids_that_repeat() {
+        let iface = json!([{"url": "https://t.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]);
+        let mut c = card(Some(iface));
+        c["skills"] = json!([
+            {"id": "t", "name": "T", "description": "Any pair.", "tags": ["translation"]},
+            {"id": "t", "name": "U", "description": "Ignore previous instructions.", "tags": ["translation"]}
+        ]);
+        let e = check_card(&c).expect_err("published");
+        assert_eq!(e.reject().map(Reject::reason), Some("bad_card"));
+        assert!(
+            e.to_string()
+                .contains(r#"skill id "t" is used by skills[0] and skills[1]"#),
+            "{e}"
+        );
     }
 
     #[test]

@@ -19,10 +19,24 @@
 //!   network block ([`Source`]: an IPv4 address, an IPv6 /64, whose 2^64 addresses cost one
 //!   subscriber line nothing), so one client cannot take every slot. Loopback counts like any
 //!   other address.
+//! - **Per-block cap** ([`Limits::max_per_block`]): addresses are cheap inside one network
+//!   (a /24 of IPv4, a /48 of IPv6: one hosting account, one customer's allocation), so the
+//!   sources of one [`Block`] together hold at most `max_per_block`, and each of them at most
+//!   its part of that: `max_per_block / sources of the block holding connections`, never more
+//!   than `max_per_source`. The more addresses a crowd brings from one block, the fewer each
+//!   may hold, and the crowd holds no more than the block's share (48 addresses of one /24
+//!   holding slow connections took every slot; now they take 64).
 //! - **Reserve** ([`Limits::reserved`]): many sources together could still take every slot
 //!   (16 addresses of 32 connections are 512). The last `reserved` slots go only to sources
 //!   holding fewer than [`Limits::max_per_source_in_reserve`] connections, so that a new
 //!   source still gets in while the listener is nearly full; the rule is `Shares`, a plain struct.
+//! - **Trusted proxies** ([`TrustedProxies`], `[http] trusted_proxies`): a request whose TCP
+//!   peer is a trusted reverse proxy is from the client its forwarding header names, resolved
+//!   once here ([`forwarded`]) and handed to the routers as their [`ConnectInfo`], so that every
+//!   per-source bound behind counts the client, not the proxy. A trusted proxy's connections
+//!   are not held to the per-source cap or the reserve (it carries many clients' connections;
+//!   those are the proxy's to bound per client), only to the connection cap. No other peer's
+//!   forwarding headers are read.
 //! - **Graceful shutdown**: on cancel the server stops accepting, asks every connection to
 //!   finish its in-flight request and close, and returns when all have closed (the caller
 //!   bounds the wait).
@@ -49,6 +63,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
+pub mod forwarded;
+
+pub use forwarded::TrustedProxies;
+
 /// What one listener lets its clients cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -60,6 +78,10 @@ pub struct Limits {
     pub max_connections: usize,
     /// Open connections from one source (an IPv4 address, an IPv6 /64) at most.
     pub max_per_source: usize,
+    /// Open connections from one [`Block`] (an IPv4 /24, an IPv6 /48) at most, all its
+    /// sources together; each source of a block holds at most this divided by the block's
+    /// sources holding connections.
+    pub max_per_block: usize,
     /// The last this many of `max_connections` go only to sources holding fewer than
     /// `max_per_source_in_reserve`: a full listener still lets a new source in.
     pub reserved: usize,
@@ -72,14 +94,16 @@ impl Limits {
     /// from any real client and short enough that a slow-loris attacker must keep opening
     /// connections; 512 connections keep the node well under the common 1024 descriptor soft
     /// limit next to libp2p and RocksDB; 32 per source leaves room for a NAT of several
-    /// clients while one source alone cannot take more than 1/16 of the slots. The last 128
+    /// clients while one source alone cannot take more than 1/16 of the slots, and a block
+    /// (/24, /48) twice that: a crowd of addresses from one network takes 1/8. The last 128
     /// slots go to sources holding fewer than 4: sources holding their full 32 fill 384 slots
-    /// at most, and it takes 32 more sources to fill the reserve.
+    /// at most, and it takes 32 more sources, from 6 blocks at least, to fill the reserve.
     pub const PUBLIC: Limits = Limits {
         header_read_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         max_connections: 512,
         max_per_source: 32,
+        max_per_block: 64,
         reserved: 128,
         max_per_source_in_reserve: 4,
     };
@@ -91,6 +115,7 @@ impl Limits {
         request_timeout: Duration::from_secs(90),
         max_connections: 64,
         max_per_source: 64,
+        max_per_block: 64,
         reserved: 0,
         max_per_source_in_reserve: 0,
     };
@@ -102,21 +127,55 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nCont
 /// Why [`Shares::take`] refused a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
-    /// The source holds [`Limits::max_per_source`].
+    /// The source holds [`Limits::max_per_source`], or its part of its block's share.
     Source,
+    /// The source's block holds [`Limits::max_per_block`].
+    Block,
     /// Only reserved slots are left and the source holds too many for one.
     Reserve,
     /// Every slot is taken.
     Full,
 }
 
-/// The connections a listener holds, per source and in all: the sharing rule, without sockets.
-/// An entry lives while its source holds a connection, so the map never holds more than
-/// [`Limits::max_connections`] entries.
+/// The network a source belongs to, whose addresses one party gets for little more than one:
+/// an IPv4 /24, an IPv6 /48 (the allocation RIRs' policies give a customer site).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Block {
+    /// The first 24 bits of an IPv4 address.
+    V4(u32),
+    /// The first 48 bits of an IPv6 address.
+    V6(u64),
+    /// [`Source::Local`] (and any source of a kind added later): its own block.
+    Local,
+}
+
+impl Block {
+    /// The block `source` is in.
+    pub fn of(source: Source) -> Block {
+        match source {
+            Source::V4(a) => Block::V4(u32::from(a) >> 8),
+            Source::V6(prefix64) => Block::V6(prefix64 >> 16),
+            // `Source` is non_exhaustive: what it may add later is its own block, as Local is.
+            _ => Block::Local,
+        }
+    }
+}
+
+/// What one block holds: connections, and sources holding at least one.
+#[derive(Debug, Default, Clone, Copy)]
+struct BlockHeld {
+    connections: usize,
+    sources: usize,
+}
+
+/// The connections a listener holds, per source, per block and in all: the sharing rule,
+/// without sockets. An entry lives while its source (block) holds a connection, so neither map
+/// ever holds more than [`Limits::max_connections`] entries.
 #[derive(Debug)]
 struct Shares {
     limits: Limits,
     by_source: HashMap<Source, usize>,
+    by_block: HashMap<Block, BlockHeld>,
     total: usize,
 }
 
@@ -125,36 +184,63 @@ impl Shares {
         Shares {
             limits,
             by_source: HashMap::new(),
+            by_block: HashMap::new(),
             total: 0,
         }
     }
 
-    /// Count one more connection of `source`, or say why not.
-    fn take(&mut self, source: Source) -> Result<(), Refusal> {
+    /// Count one more connection of `source`, or say why not. A `proxy`'s connection (a
+    /// trusted reverse proxy's) is held to the connection cap only.
+    fn take(&mut self, source: Source, proxy: bool) -> Result<(), Refusal> {
         let l = &self.limits;
         let held = self.by_source.get(&source).copied().unwrap_or(0);
+        let block = Block::of(source);
+        let in_block = self.by_block.get(&block).copied().unwrap_or_default();
         if self.total >= l.max_connections {
             return Err(Refusal::Full);
         }
-        if held >= l.max_per_source {
-            return Err(Refusal::Source);
+        if !proxy {
+            // The block's sources once this one holds a connection too.
+            let sources = in_block.sources + usize::from(held == 0);
+            let part = (l.max_per_block / sources.max(1)).max(1);
+            if held >= l.max_per_source.min(part) {
+                return Err(Refusal::Source);
+            }
+            if in_block.connections >= l.max_per_block {
+                return Err(Refusal::Block);
+            }
         }
+        // A proxy's connections are counted too, so that the reserve below sees how full the
+        // listener is.
         let unreserved = l.max_connections.saturating_sub(l.reserved);
-        if self.total >= unreserved && held >= l.max_per_source_in_reserve {
+        if !proxy && self.total >= unreserved && held >= l.max_per_source_in_reserve {
             return Err(Refusal::Reserve);
         }
         *self.by_source.entry(source).or_default() += 1;
+        let b = self.by_block.entry(block).or_default();
+        b.connections += 1;
+        b.sources += usize::from(held == 0);
         self.total += 1;
         Ok(())
     }
 
     /// Count one connection of `source` less.
     fn give_back(&mut self, source: Source) {
-        if let Some(n) = self.by_source.get_mut(&source) {
-            *n = n.saturating_sub(1);
-            self.total = self.total.saturating_sub(1);
-            if *n == 0 {
-                self.by_source.remove(&source);
+        let Some(n) = self.by_source.get_mut(&source) else {
+            return;
+        };
+        *n = n.saturating_sub(1);
+        let gone = *n == 0;
+        if gone {
+            self.by_source.remove(&source);
+        }
+        self.total = self.total.saturating_sub(1);
+        let block = Block::of(source);
+        if let Some(b) = self.by_block.get_mut(&block) {
+            b.connections = b.connections.saturating_sub(1);
+            b.sources = b.sources.saturating_sub(usize::from(gone));
+            if b.connections == 0 {
+                self.by_block.remove(&block);
             }
         }
     }
@@ -171,8 +257,12 @@ fn lock(shares: &Mutex<Shares>) -> std::sync::MutexGuard<'_, Shares> {
 }
 
 impl ShareSlot {
-    fn take(shares: &Arc<Mutex<Shares>>, source: Source) -> Result<ShareSlot, Refusal> {
-        lock(shares).take(source)?;
+    fn take(
+        shares: &Arc<Mutex<Shares>>,
+        source: Source,
+        proxy: bool,
+    ) -> Result<ShareSlot, Refusal> {
+        lock(shares).take(source, proxy)?;
         Ok(ShareSlot {
             shares: shares.clone(),
             source,
@@ -187,11 +277,13 @@ impl Drop for ShareSlot {
 }
 
 /// Serve `router` on the already bound `listener` until `shutdown`; in-flight requests finish,
-/// then every connection closes. Each request carries [`ConnectInfo<SocketAddr>`].
+/// then every connection closes. Each request carries [`ConnectInfo<SocketAddr>`]: its TCP
+/// peer, or the client a trusted proxy of `proxies` forwarded it for.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    proxies: TrustedProxies,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     // At least one slot; at most what `acquire_many` can count.
@@ -220,7 +312,8 @@ pub async fn serve(
             continue;
         };
         let source = Source::of(remote.ip());
-        let share = match ShareSlot::take(&shares, source) {
+        let proxy = proxies.trusts(remote.ip());
+        let share = match ShareSlot::take(&shares, source, proxy) {
             Ok(share) => share,
             Err(why) => {
                 tracing::debug!(%remote, %source, ?why, "HTTP connection share used up; refusing");
@@ -230,8 +323,9 @@ pub async fn serve(
         };
         let router = router.clone();
         let stop = conns_stop.clone();
+        let proxies = proxies.clone();
         tokio::spawn(async move {
-            connection(stream, remote, router, limits, stop).await;
+            connection(stream, remote, router, limits, proxies, stop).await;
             drop(share);
             drop(slot);
         });
@@ -255,14 +349,17 @@ async fn connection(
     remote: SocketAddr,
     router: Router,
     limits: Limits,
+    proxies: TrustedProxies,
     stop: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let router = router.clone();
+        // Per request: a proxy's kept-alive connection carries many clients' requests.
+        let client = proxies.client(remote, req.headers());
         async move {
             let mut req = req.map(Body::new);
-            req.extensions_mut().insert(ConnectInfo(remote));
+            req.extensions_mut().insert(ConnectInfo(client));
             let resp = match tokio::time::timeout(limits.request_timeout, router.oneshot(req)).await
             {
                 Ok(Ok(resp)) => resp,
@@ -327,12 +424,12 @@ mod tests {
     fn slots_are_counted_per_source_and_given_back() {
         let mut m = shares(100, 2, 0, 0);
         let ip = src("192.0.2.1");
-        m.take(ip).unwrap();
-        m.take(ip).unwrap();
-        assert_eq!(m.take(ip), Err(Refusal::Source));
-        m.take(src("192.0.2.2")).unwrap();
+        m.take(ip, false).unwrap();
+        m.take(ip, false).unwrap();
+        assert_eq!(m.take(ip, false), Err(Refusal::Source));
+        m.take(src("192.0.2.2"), false).unwrap();
         m.give_back(ip);
-        m.take(ip).unwrap();
+        m.take(ip, false).unwrap();
         for s in [ip, ip, src("192.0.2.2")] {
             m.give_back(s);
         }
@@ -342,7 +439,7 @@ mod tests {
         m.give_back(ip);
         assert_eq!(m.total, 0);
         let mut none = shares(100, 0, 0, 0);
-        assert_eq!(none.take(ip), Err(Refusal::Source));
+        assert_eq!(none.take(ip, false), Err(Refusal::Source));
         assert!(none.by_source.is_empty());
     }
 
@@ -354,10 +451,13 @@ mod tests {
             "2001:db8:1:2::2",
             "2001:db8:1:2:ffff:ffff:ffff:ffff",
         ] {
-            m.take(src(a)).unwrap();
+            m.take(src(a), false).unwrap();
         }
-        assert_eq!(m.take(src("2001:db8:1:2:abcd::9")), Err(Refusal::Source));
-        m.take(src("2001:db8:1:3::1")).unwrap();
+        assert_eq!(
+            m.take(src("2001:db8:1:2:abcd::9"), false),
+            Err(Refusal::Source)
+        );
+        m.take(src("2001:db8:1:3::1"), false).unwrap();
     }
 
     /// 16 sources of 32 connections each took all 512 slots; with the reserve, the sources
@@ -366,11 +466,12 @@ mod tests {
     fn many_sources_together_leave_the_reserve_to_new_ones() {
         let l = Limits::PUBLIC;
         let mut m = Shares::new(l);
-        let attackers: Vec<Source> = (2..=17).map(|i| src(&format!("127.0.0.{i}"))).collect();
+        // One address in each of 16 blocks: the block share does not bind here.
+        let attackers: Vec<Source> = (2..=17).map(|i| src(&format!("127.{i}.0.1"))).collect();
         let mut held = 0;
         for a in &attackers {
             for _ in 0..l.max_per_source {
-                if m.take(*a).is_ok() {
+                if m.take(*a, false).is_ok() {
                     held += 1;
                 }
             }
@@ -378,23 +479,23 @@ mod tests {
         // 12 sources full (384), then 4 each for the last 4.
         assert_eq!(held, 384 + 4 * 4);
         assert!(held < l.max_connections);
-        assert_eq!(m.take(attackers[0]), Err(Refusal::Source));
-        assert_eq!(m.take(attackers[15]), Err(Refusal::Reserve));
+        assert_eq!(m.take(attackers[0], false), Err(Refusal::Source));
+        assert_eq!(m.take(attackers[15], false), Err(Refusal::Reserve));
         // An honest new source gets in, more than once.
         let honest = src("192.0.2.1");
         for _ in 0..l.max_per_source_in_reserve {
-            m.take(honest).unwrap();
+            m.take(honest, false).unwrap();
         }
-        assert_eq!(m.take(honest), Err(Refusal::Reserve));
+        assert_eq!(m.take(honest, false), Err(Refusal::Reserve));
         // Filling the reserve takes many more sources; then it is full for everyone.
         let mut i = 0u32;
         while m.total < l.max_connections {
-            let s = Source::of(std::net::Ipv4Addr::from(0x0a00_0000 + i).into());
-            m.take(s).unwrap();
+            let s = Source::of(std::net::Ipv4Addr::from(0x0a00_0000 + (i << 8)).into());
+            m.take(s, false).unwrap();
             i += 1;
             assert!(i < 10_000);
         }
-        assert_eq!(m.take(src("198.51.100.1")), Err(Refusal::Full));
+        assert_eq!(m.take(src("198.51.100.1"), false), Err(Refusal::Full));
         // Below the mark again, a source takes up to its full share.
         for a in &attackers[..5] {
             for _ in 0..l.max_per_source {
@@ -403,7 +504,113 @@ mod tests {
         }
         assert_eq!(m.total, l.max_connections - 5 * 32);
         for _ in 0..l.max_per_source {
-            m.take(attackers[0]).unwrap();
+            m.take(attackers[0], false).unwrap();
         }
+    }
+
+    /// 48 addresses of one /24 each opening 32 connections took every slot. Now each holds
+    /// its part of the block's share, which shrinks as the block's addresses grow, and the
+    /// crowd together holds the block's share; other blocks are untouched.
+    #[test]
+    fn a_crowd_of_addresses_from_one_block_holds_one_block_share() {
+        let l = Limits::PUBLIC;
+        let mut m = Shares::new(l);
+        let crowd: Vec<Source> = (2..=49).map(|i| src(&format!("198.51.100.{i}"))).collect();
+        let mut held = vec![0usize; crowd.len()];
+        // Each address in turn, then round after round, as a patient attacker would.
+        for _ in 0..l.max_per_source {
+            for (a, h) in crowd.iter().zip(held.iter_mut()) {
+                if m.take(*a, false).is_ok() {
+                    *h += 1;
+                }
+            }
+        }
+        // Each address's part fell to 64 / 48 = 1 as the crowd grew.
+        assert!(held.iter().all(|h| *h == 1), "{held:?}");
+        assert_eq!(m.take(crowd[0], false), Err(Refusal::Source));
+        // New addresses of the block each get one, until the block holds its share.
+        let late: Vec<Source> = (200..216)
+            .map(|i| src(&format!("198.51.100.{i}")))
+            .collect();
+        for a in &late {
+            m.take(*a, false).unwrap();
+        }
+        assert_eq!(
+            m.by_block[&Block::of(crowd[0])].connections,
+            l.max_per_block
+        );
+        assert_eq!(m.take(src("198.51.100.250"), false), Err(Refusal::Block));
+        // Another block is served up to its full share.
+        for _ in 0..l.max_per_source {
+            m.take(src("198.51.101.7"), false).unwrap();
+        }
+        // One address alone in its block still takes its whole per-source share, and a
+        // second address of that block brings the part down to half the block share.
+        let one = src("203.0.113.1");
+        for _ in 0..l.max_per_source {
+            m.take(one, false).unwrap();
+        }
+        assert_eq!(m.take(one, false), Err(Refusal::Source));
+        let two = src("203.0.113.2");
+        for _ in 0..l.max_per_block / 2 {
+            m.take(two, false).unwrap();
+        }
+        assert_eq!(m.take(two, false), Err(Refusal::Source));
+        assert_eq!(m.take(src("203.0.113.3"), false), Err(Refusal::Block));
+        // Everything given back leaves no entry behind.
+        for (a, h) in crowd.iter().zip(&held) {
+            for _ in 0..*h {
+                m.give_back(*a);
+            }
+        }
+        for a in &late {
+            m.give_back(*a);
+        }
+        for (s, n) in [(src("198.51.101.7"), 32), (one, 32), (two, 32)] {
+            for _ in 0..n {
+                m.give_back(s);
+            }
+        }
+        assert_eq!(m.total, 0);
+        assert!(m.by_source.is_empty() && m.by_block.is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_slash_48_is_one_block() {
+        let mut m = shares(1000, 32, 0, 0);
+        // 64 /64s of one /48 (a customer's allocation): one block share between them.
+        let mut held = 0;
+        for i in 0..64u16 {
+            let s = src(&format!("2001:db8:1:{i:x}::1"));
+            while m.take(s, false).is_ok() {
+                held += 1;
+            }
+        }
+        assert_eq!(held, Limits::PUBLIC.max_per_block);
+        m.take(src("2001:db8:2::1"), false).unwrap();
+    }
+
+    /// A trusted proxy carries many clients' connections: it is held to the connection cap
+    /// only, not to a source's share or the reserve; other sources still are.
+    #[test]
+    fn a_trusted_proxy_is_held_to_the_connection_cap_only() {
+        let mut m = shares(10, 2, 4, 1);
+        let proxy = src("127.0.0.1");
+        for _ in 0..8 {
+            m.take(proxy, true).unwrap();
+        }
+        // The reserve is reached: a source holding one is refused, a new one gets in.
+        let other = src("192.0.2.1");
+        m.take(other, false).unwrap();
+        assert_eq!(m.take(other, false), Err(Refusal::Reserve));
+        m.take(proxy, true).unwrap();
+        assert_eq!(m.take(proxy, true), Err(Refusal::Full));
+        assert_eq!(m.take(src("192.0.2.2"), false), Err(Refusal::Full));
+        for _ in 0..9 {
+            m.give_back(proxy);
+        }
+        m.give_back(other);
+        assert_eq!(m.total, 0);
+        assert!(m.by_source.is_empty() && m.by_block.is_empty());
     }
 }

@@ -21,6 +21,9 @@
 //! | `a2a_index` | `h ‖ D` | tasks holding the chain `D` ‖ 0 (u64 BE each, a counter like `c`) |
 //! | `a2a_index` | `c ‖ A ‖ O` | tasks ‖ bytes of this owner at this agent (u64 BE each) |
 //! | `a2a_index` | `s ‖ source key` | tasks ‖ bytes created from this network block, at every agent |
+//! | `a2a_index` | `w ‖ (u64::MAX − bytes) ‖ source key` | empty: the sources holding tasks, the most bytes first (not the node's own) |
+//! | `a2a_index` | `v ‖ lp(source key) ‖ t ‖ A ‖ O ‖ id` | empty: a source's terminal tasks, oldest first, taken to make room |
+//! | `a2a_index` | `W` | empty: the `w` entries of a store written before them were made |
 //! | `a2a_index` | `C` | tasks ‖ bytes in all |
 //! | `a2a_index` | `q ‖ A ‖ O ‖ id` | a quarantined record, as it was read |
 //! | `a2a_index` | `Q` | records quarantined ever ‖ bytes held in quarantine |
@@ -53,8 +56,22 @@
 //! the task, at every agent together: DIDs are free to mint); the bytes of the records
 //! ([`Retention::max_bytes`], [`Retention::max_owner_bytes`], [`Retention::max_source_bytes`]);
 //! and the free-disk watermark of the node's store ([`Retention::min_free_bytes`]). A new task
-//! beyond any is refused ([`StoreError::Full`], [`StoreError::Refused`]: `RESOURCE_EXHAUSTED`
-//! to the caller), nothing is evicted. An update that grows a task is charged to its owner and
+//! beyond an owner's or a source's share is refused ([`StoreError::Full`],
+//! [`StoreError::Refused`]: `RESOURCE_EXHAUSTED` to the caller).
+//!
+//! A new task that finds the total full (count or bytes) makes room first: the source holding
+//! the most bytes (`w`) loses its oldest terminal task (`v`: completed, failed, canceled,
+//! rejected), again until there is room (at most [`MAX_EVICTIONS`]), so that a new source is
+//! served while the largest holder is cut back, and a handful of blocks cannot keep the store
+//! full for the whole retention. A source is taken from only while it holds at least the
+//! bytes the newcomer will (a newcomer holding the most takes its own oldest). Never taken: a
+//! task that is working or waiting for its caller (`INPUT_REQUIRED`, `AUTH_REQUIRED`: its
+//! caller may still come back), the node's own tasks and its operator's in-process calls
+//! ([`Source::Local`]), tasks charged to no source. When the [`RANK_SCAN`] largest holders
+//! have nothing terminal, the new task is refused as before, and nothing is taken. Taken tasks
+//! are counted ([`TaskDb::evicted`]) and logged; their owners find them gone (not found), as
+//! after the sweep. Terminal tasks written before `v` was kept are not taken (the sweep takes
+//! them). An update that grows a task is charged to its owner and
 //! its creating source and refused past a byte bound or below the watermark; one that does not
 //! grow always passes (a task can always end). [`TaskStore::insert`] (a task admitted before
 //! its turn) passes the bounds except the watermark, so they are passed by at most one task
@@ -108,6 +125,14 @@ const SWEEP_BATCH: usize = 512;
 pub const RESTART_MESSAGE: &str = "the node restarted while this task was working";
 
 const TOTAL_KEY: &[u8] = b"C";
+/// Present once the rank entries (`w`) of every source are written.
+const RANKED_KEY: &[u8] = b"W";
+/// Most tasks one new task takes to make room in a full store (a large new task may need a
+/// few small ones to go).
+const MAX_EVICTIONS: usize = 64;
+/// Most holders, largest first, looked at for a finished task to take; past them a full
+/// store refuses (their tasks are all working or waiting for their callers).
+const RANK_SCAN: usize = 64;
 
 /// How long tasks are kept, how many, and how many bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,17 +141,18 @@ pub struct Retention {
     pub keep: Duration,
     /// Most tasks in all: 1,000,000.
     pub max_tasks: u64,
-    /// Most tasks of one owner at one agent: 10,000 (anonymous callers of an open agent are
-    /// owned by their network block).
+    /// Most tasks of one owner at one agent: 10,000, `max_tasks / 100` (anonymous callers of
+    /// an open agent are owned by their network block).
     pub max_per_owner: u64,
     /// Most tasks created from one network block ([`Source`]), at every agent together:
-    /// 20,000. DIDs are free to mint; the block is what a stranger cannot multiply cheaply.
+    /// 20,000, `max_tasks / 50`. DIDs are free to mint; the block is what a stranger cannot
+    /// multiply cheaply.
     pub max_per_source: u64,
     /// Most bytes of task records in all: 1 GiB.
     pub max_bytes: u64,
-    /// Most bytes of one owner's tasks at one agent: 64 MiB.
+    /// Most bytes of one owner's tasks at one agent: 64 MiB, `max_bytes / 16`.
     pub max_owner_bytes: u64,
-    /// Most bytes of the tasks created from one network block: 128 MiB.
+    /// Most bytes of the tasks created from one network block: 128 MiB, `max_bytes / 8`.
     pub max_source_bytes: u64,
     /// New tasks and growing updates are refused while the store's file system has less free
     /// space than this (the node passes the store's `--store-min-free-mib`): 256 MiB, left to
@@ -150,6 +176,36 @@ impl Default for Retention {
             max_source_bytes: 128 << 20,
             min_free_bytes: 256 << 20,
             new_per_second_per_source: 200,
+        }
+    }
+}
+
+/// `max_tasks / OWNER_SHARE` is the default of [`Retention::max_per_owner`] (10 000 of the
+/// default million).
+pub const OWNER_SHARE: u64 = 100;
+/// `max_tasks / SOURCE_SHARE` is the default of [`Retention::max_per_source`] (20 000 of the
+/// default million).
+pub const SOURCE_SHARE: u64 = 50;
+/// `max_bytes / OWNER_BYTES_SHARE` is the default of [`Retention::max_owner_bytes`] (64 MiB of
+/// the default GiB).
+pub const OWNER_BYTES_SHARE: u64 = 16;
+/// `max_bytes / SOURCE_BYTES_SHARE` is the default of [`Retention::max_source_bytes`] (128 MiB
+/// of the default GiB).
+pub const SOURCE_BYTES_SHARE: u64 = 8;
+
+impl Retention {
+    /// The default bounds with these totals: every share is the default fraction of its total
+    /// ([`OWNER_SHARE`], [`SOURCE_SHARE`], [`OWNER_BYTES_SHARE`], [`SOURCE_BYTES_SHARE`]), at
+    /// least one task and one MiB, so that a small total keeps small shares.
+    pub fn with_totals(max_tasks: u64, max_bytes: u64) -> Retention {
+        Retention {
+            max_tasks,
+            max_per_owner: (max_tasks / OWNER_SHARE).max(1).min(max_tasks),
+            max_per_source: (max_tasks / SOURCE_SHARE).max(1).min(max_tasks),
+            max_bytes,
+            max_owner_bytes: (max_bytes / OWNER_BYTES_SHARE).max(1 << 20).min(max_bytes),
+            max_source_bytes: (max_bytes / SOURCE_BYTES_SHARE).max(1 << 20).min(max_bytes),
+            ..Retention::default()
         }
     }
 }
@@ -422,6 +478,25 @@ fn source_key(source: &[u8]) -> Vec<u8> {
     [&b"s"[..], source].concat()
 }
 
+/// The rank entry of a source holding `bytes`: `w ‖ (u64::MAX − bytes) ‖ source`, so that a
+/// forward scan meets the largest holders first.
+fn rank_key(source: &[u8], bytes: u64) -> Vec<u8> {
+    [&b"w"[..], &(u64::MAX - bytes).to_be_bytes(), source].concat()
+}
+
+/// The prefix of a source's terminal tasks, oldest first: `v ‖ lp(source)`.
+fn terminal_prefix(source: &[u8]) -> Vec<u8> {
+    let mut k = vec![b'v'];
+    lp(&mut k, source);
+    k
+}
+
+/// A source whose tasks are never taken to make room: the node's own writes and its
+/// operator's in-process calls ([`Source::Local`]), and tasks charged to no source.
+fn evictable(source: &[u8]) -> bool {
+    !source.is_empty() && source != LOCAL_SOURCE.as_bytes()
+}
+
 /// How a write is bounded.
 #[derive(Debug, Clone, Copy)]
 enum Write<'a> {
@@ -473,6 +548,14 @@ fn is_running(s: &TaskState) -> bool {
     matches!(s, TaskState::Submitted | TaskState::Working)
 }
 
+/// Finished for good: the only tasks taken to make room in a full store.
+fn is_terminal(s: &TaskState) -> bool {
+    matches!(
+        s,
+        TaskState::Completed | TaskState::Failed | TaskState::Canceled | TaskState::Rejected
+    )
+}
+
 fn state_name(s: &TaskState) -> String {
     serde_json::to_value(s)
         .ok()
@@ -491,6 +574,7 @@ pub struct TaskDb {
     total: AtomicU64,
     bytes: AtomicU64,
     quarantined: AtomicU64,
+    evicted: AtomicU64,
     rate: Mutex<CreationRate>,
 }
 
@@ -554,6 +638,17 @@ impl Scope {
         [&b"b"[..], &self.0, id.as_bytes()].concat()
     }
 
+    /// `v ‖ lp(source) ‖ t ‖ A ‖ O ‖ id`: a terminal task of `source`.
+    fn terminal_key(&self, source: &[u8], t: u64, id: &str) -> Vec<u8> {
+        [
+            &terminal_prefix(source)[..],
+            &t.to_be_bytes(),
+            &self.0,
+            id.as_bytes(),
+        ]
+        .concat()
+    }
+
     fn quarantine_key(&self, id: &str) -> Vec<u8> {
         [&b"q"[..], &self.0, id.as_bytes()].concat()
     }
@@ -589,7 +684,7 @@ impl TaskDb {
         let index = store.family(CF_INDEX).map_err(backend)?;
         let total = Usage::decode(index.get(TOTAL_KEY).map_err(backend)?);
         let quarantined = Usage::decode(index.get(QUARANTINE_KEY).map_err(backend)?).tasks;
-        Ok(Arc::new(TaskDb {
+        let db = Arc::new(TaskDb {
             store: store.clone(),
             tasks,
             index,
@@ -598,8 +693,11 @@ impl TaskDb {
             total: AtomicU64::new(total.tasks),
             bytes: AtomicU64::new(total.bytes),
             quarantined: AtomicU64::new(quarantined),
+            evicted: AtomicU64::new(0),
             rate: Mutex::new(CreationRate::new(retention.new_per_second_per_source)),
-        }))
+        });
+        db.rank_sources()?;
+        Ok(db)
     }
 
     /// The retention in force.
@@ -627,6 +725,162 @@ impl TaskDb {
     /// the `q` prefix up to [`MAX_QUARANTINED`] records.
     pub fn quarantined(&self) -> u64 {
         self.quarantined.load(Ordering::Relaxed)
+    }
+
+    /// Terminal tasks taken since the node started to make room in a full store (see
+    /// "Bounds" in the module doc).
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Write the rank entries (`w`) of a store written before they were kept, once.
+    fn rank_sources(&self) -> Result<(), StoreError> {
+        if self.index.get(RANKED_KEY).map_err(backend)?.is_some() {
+            return Ok(());
+        }
+        let mut ops = Vec::new();
+        self.index
+            .scan(b"s", b"t", usize::MAX, |k, v| {
+                let u = Usage::decode(Some(v.to_vec()));
+                if evictable(&k[1..]) && u.tasks > 0 {
+                    ops.push(FamilyOp::Put(rank_key(&k[1..], u.bytes), Vec::new()));
+                }
+                true
+            })
+            .map_err(backend)?;
+        ops.push(FamilyOp::Put(RANKED_KEY.to_vec(), Vec::new()));
+        self.index.write(ops).map_err(backend)
+    }
+
+    /// The ops that move `source`'s counter from `old` to `new`, its rank entry with it.
+    fn source_ops(source: &[u8], old: Usage, new: Usage, ops: &mut Vec<FamilyOp>) {
+        ops.push(new.op(source_key(source)));
+        if evictable(source) && old != new {
+            // Deleted, then put: the same key (bytes unchanged) ends up put.
+            if old.tasks > 0 {
+                ops.push(FamilyOp::Delete(rank_key(source, old.bytes)));
+            }
+            if new.tasks > 0 {
+                ops.push(FamilyOp::Put(rank_key(source, new.bytes), Vec::new()));
+            }
+        }
+    }
+
+    /// Whether the store's total holds no room for one more task of `size` bytes.
+    fn total_full(&self, size: u64) -> bool {
+        let r = &self.retention;
+        self.total.load(Ordering::Relaxed) >= r.max_tasks
+            || self
+                .bytes
+                .load(Ordering::Relaxed)
+                .saturating_add(size.max(1))
+                > r.max_bytes
+    }
+
+    /// Make room in a full store for a new task of `size` bytes from `newcomer`, taking the
+    /// oldest terminal task of the source holding the most bytes, again until there is room.
+    /// A source is taken from only while it holds at least what the newcomer will (so a
+    /// newcomer that holds the most takes from itself); a source whose tasks are all working
+    /// or waiting for their caller is passed over; the node's own tasks are never taken.
+    /// Whether there is room now. Called under the counts lock.
+    fn make_room(&self, newcomer: &[u8], size: u64) -> Result<bool, StoreError> {
+        let theirs = Usage::decode(self.index.get(&source_key(newcomer)).map_err(backend)?);
+        let floor = theirs.bytes.saturating_add(size.max(1));
+        for _ in 0..MAX_EVICTIONS {
+            if !self.total_full(size) {
+                return Ok(true);
+            }
+            let mut holders = Vec::new();
+            self.index
+                .scan(b"w", b"x", RANK_SCAN, |k, _| {
+                    let held = k
+                        .get(1..9)
+                        .and_then(|b| b.try_into().ok())
+                        .map(|b| u64::MAX - u64::from_be_bytes(b))
+                        .unwrap_or(0);
+                    let source = &k[9.min(k.len())..];
+                    if held < floor && source != newcomer {
+                        return false;
+                    }
+                    holders.push(source.to_vec());
+                    true
+                })
+                .map_err(backend)?;
+            let mut took = false;
+            for source in holders {
+                if self.evict_oldest(&source)? {
+                    took = true;
+                    break;
+                }
+            }
+            if !took {
+                return Ok(false);
+            }
+        }
+        Ok(!self.total_full(size))
+    }
+
+    /// Delete the oldest terminal task of `source`; whether one was. Stale entries met on
+    /// the way are dropped. Called under the counts lock.
+    fn evict_oldest(&self, source: &[u8]) -> Result<bool, StoreError> {
+        let prefix = terminal_prefix(source);
+        let mut found = Vec::new();
+        self.index
+            .scan(&prefix, &prefix_end(&prefix), 8, |k, _| {
+                found.push(k.to_vec());
+                true
+            })
+            .map_err(backend)?;
+        for key in found {
+            let tail = &key[prefix.len()..];
+            let Some(t) = tail.get(..8).and_then(|b| b.try_into().ok()) else {
+                self.index
+                    .write(vec![FamilyOp::Delete(key)])
+                    .map_err(backend)?;
+                continue;
+            };
+            let t = u64::from_be_bytes(t);
+            let Some((scope, id)) = Scope::split(&tail[8..]) else {
+                self.index
+                    .write(vec![FamilyOp::Delete(key)])
+                    .map_err(backend)?;
+                continue;
+            };
+            let acct = self
+                .index
+                .get(&scope.acct_key(&id))
+                .map_err(backend)?
+                .and_then(|v| Acct::decode(&v));
+            let live = acct
+                .as_ref()
+                .is_some_and(|a| !a.running && a.t == t && a.source == source);
+            let stored = self.tasks.get(&scope.task_key(&id)).map_err(backend)?;
+            if !live || stored.is_none() {
+                self.index
+                    .write(vec![FamilyOp::Delete(key)])
+                    .map_err(backend)?;
+                continue;
+            }
+            let mut ops = vec![
+                FamilyOp::Delete(scope.list_key(t, &id)),
+                FamilyOp::Delete(scope.expiry_key(t, &id)),
+                FamilyOp::Delete(scope.acct_key(&id)),
+            ];
+            let mut records = vec![FamilyOp::Delete(scope.task_key(&id))];
+            let total = self.uncharge(&scope, &id, acct.as_ref(), &mut records, &mut ops)?;
+            self.write(records, ops)?;
+            self.total.store(total.tasks, Ordering::Relaxed);
+            self.bytes.store(total.bytes, Ordering::Relaxed);
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+            let (agent, owner) = scope.describe();
+            tracing::info!(
+                %agent, %owner, task = %id.escape_debug(),
+                source = %String::from_utf8_lossy(source),
+                "task store full: took the oldest finished task of the largest holder"
+            );
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// Tasks and bytes charged to one network block.
@@ -782,7 +1036,7 @@ impl TaskDb {
             ops.push(FamilyOp::Delete(scope.expiry_key(t, id)));
         }
         let mut records = vec![FamilyOp::Delete(key)];
-        let total = self.uncharge(scope, acct.as_ref(), &mut records, &mut ops)?;
+        let total = self.uncharge(scope, id, acct.as_ref(), &mut records, &mut ops)?;
         // The quarantine's counter: found ever, then (as bytes) the bytes held; records held
         // are counted by a bounded scan of the `q` range.
         let q = Usage::decode(self.index.get(QUARANTINE_KEY).map_err(backend)?);
@@ -814,12 +1068,14 @@ impl TaskDb {
         Ok(())
     }
 
-    /// The ops that take one task (charged as `acct` says; `None`: no bytes, no source) off
-    /// its owner's, its source's and the store's counts; the store's new totals, to keep once
+    /// The ops that take one task (`id`, charged as `acct` says; `None`: no bytes, no
+    /// source) off its owner's, its source's and the store's counts, and out of its source's
+    /// terminal tasks; the store's new totals, to keep once
     /// the batch is written. Called under the counts lock.
     fn uncharge(
         &self,
         scope: &Scope,
+        id: &str,
         acct: Option<&Acct>,
         records: &mut Vec<FamilyOp>,
         ops: &mut Vec<FamilyOp>,
@@ -829,9 +1085,9 @@ impl TaskDb {
         let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
         ops.push(mine.add(-1, delta).op(scope.count_key()));
         if let Some(a) = acct.filter(|a| !a.source.is_empty()) {
-            let sk = source_key(&a.source);
-            let theirs = Usage::decode(self.index.get(&sk).map_err(backend)?);
-            ops.push(theirs.add(-1, delta).op(sk));
+            let theirs = Usage::decode(self.index.get(&source_key(&a.source)).map_err(backend)?);
+            Self::source_ops(&a.source, theirs, theirs.add(-1, delta), ops);
+            ops.push(FamilyOp::Delete(scope.terminal_key(&a.source, a.t, id)));
         }
         let total = Usage {
             tasks: self.total.load(Ordering::Relaxed),
@@ -920,6 +1176,8 @@ impl TaskDb {
 
     /// Refuse a new task of `scope` from `source` of `size` bytes (0: not known yet) beyond
     /// the bounds ([`StoreError::Full`] for counts, [`StoreError::Refused`] for bytes and disk).
+    /// The owner's and the source's shares are checked first; a full total then makes room
+    /// ([`TaskDb::make_room`]) before it refuses. Called under the counts lock.
     fn check_room(
         &self,
         scope: &Scope,
@@ -929,9 +1187,6 @@ impl TaskDb {
     ) -> Result<(), StoreError> {
         let r = &self.retention;
         self.disk_low(free)?;
-        if self.total.load(Ordering::Relaxed) >= r.max_tasks {
-            return Err(StoreError::Full(r.max_tasks as usize));
-        }
         let mine = Usage::decode(self.index.get(&scope.count_key()).map_err(backend)?);
         if mine.tasks >= r.max_per_owner {
             return Err(StoreError::Full(r.max_per_owner as usize));
@@ -944,7 +1199,12 @@ impl TaskDb {
                 r.max_per_source
             )));
         }
-        self.check_bytes(mine.bytes, theirs.bytes, size.max(1))?;
+        let growth = size.max(1);
+        let over = |used: u64, cap: u64| used.saturating_add(growth) > cap;
+        if over(mine.bytes, r.max_owner_bytes) || over(theirs.bytes, r.max_source_bytes) {
+            // The total is not the reason: say which share is.
+            return self.check_bytes(mine.bytes, theirs.bytes, growth, false);
+        }
         let now = std::time::Instant::now();
         if !self
             .rate
@@ -958,14 +1218,27 @@ impl TaskDb {
                 r.new_per_second_per_source
             )));
         }
+        if self.total_full(size) && !self.make_room(source, size)? {
+            if self.total.load(Ordering::Relaxed) >= r.max_tasks {
+                return Err(StoreError::Full(r.max_tasks as usize));
+            }
+            return self.check_bytes(mine.bytes, theirs.bytes, growth, true);
+        }
         Ok(())
     }
 
-    /// Refuse `growth` bytes beyond the byte bounds, given the owner's and the source's bytes.
-    fn check_bytes(&self, mine: u64, theirs: u64, growth: u64) -> Result<(), StoreError> {
+    /// Refuse `growth` bytes beyond the byte bounds (the total's only when `total`), given
+    /// the owner's and the source's bytes.
+    fn check_bytes(
+        &self,
+        mine: u64,
+        theirs: u64,
+        growth: u64,
+        total: bool,
+    ) -> Result<(), StoreError> {
         let r = &self.retention;
         let over = |used: u64, cap: u64| used.saturating_add(growth) > cap;
-        let which = if over(self.bytes.load(Ordering::Relaxed), r.max_bytes) {
+        let which = if total && over(self.bytes.load(Ordering::Relaxed), r.max_bytes) {
             "the node's task store is full (max_total_mib)"
         } else if over(mine, r.max_owner_bytes) {
             "this caller's tasks at this agent hold their share of bytes (max_per_owner_mib)"
@@ -1043,9 +1316,18 @@ impl TaskDb {
             Some(k) => Usage::decode(self.index.get(k).map_err(backend)?),
             None => Usage::default(),
         };
+        if let Write::Update(old) = how {
+            if evictable(&source) {
+                ops.push(FamilyOp::Delete(scope.terminal_key(
+                    &source,
+                    micros(old),
+                    id,
+                )));
+            }
+        }
         if !new && growth > 0 {
             self.disk_low(free)?;
-            self.check_bytes(mine.bytes, theirs.bytes, growth as u64)?;
+            self.check_bytes(mine.bytes, theirs.bytes, growth as u64, true)?;
         }
         let t = micros(&task.status);
         let running = is_running(&task.status.state);
@@ -1053,6 +1335,12 @@ impl TaskDb {
         entry.push(0);
         entry.extend_from_slice(task.context_id.as_bytes());
         ops.push(FamilyOp::Put(scope.list_key(t, id), entry));
+        if is_terminal(&task.status.state) && evictable(&source) {
+            ops.push(FamilyOp::Put(
+                scope.terminal_key(&source, t, id),
+                Vec::new(),
+            ));
+        }
         if running {
             ops.push(FamilyOp::Put(scope.live_key(id), Vec::new()));
         } else {
@@ -1071,13 +1359,13 @@ impl TaskDb {
             t,
             running,
             chain: digest,
-            source,
+            source: source.clone(),
         };
         ops.push(FamilyOp::Put(acct_key, acct.encode()));
         let n = i64::from(new);
         ops.push(mine.add(n, growth).op(scope.count_key()));
-        if let Some(k) = sk {
-            ops.push(theirs.add(n, growth).op(k));
+        if sk.is_some() {
+            Self::source_ops(&source, theirs, theirs.add(n, growth), &mut ops);
         }
         let total = Usage {
             tasks: self.total.load(Ordering::Relaxed),
@@ -1206,7 +1494,8 @@ impl TaskDb {
                         ops.push(FamilyOp::Delete(scope.list_key(t, &id)));
                         ops.push(FamilyOp::Delete(scope.acct_key(&id)));
                         let mut records = vec![FamilyOp::Delete(scope.task_key(&id))];
-                        let total = self.uncharge(&scope, acct.as_ref(), &mut records, &mut ops)?;
+                        let total =
+                            self.uncharge(&scope, &id, acct.as_ref(), &mut records, &mut ops)?;
                         self.write(records, ops)?;
                         self.total.store(total.tasks, Ordering::Relaxed);
                         self.bytes.store(total.bytes, Ordering::Relaxed);
@@ -1429,6 +1718,7 @@ impl TaskStore for AgentTasks {
 
     fn admit(&self, caller: &Caller) -> Result<(), StoreError> {
         let free = self.db.store.free_disk_bytes();
+        let _g = self.db.counts.lock().unwrap_or_else(|p| p.into_inner());
         self.db.check_room(
             &self.scope(&caller.owner)?,
             caller.source.key().as_bytes(),
@@ -2218,6 +2508,137 @@ mod tests {
         )
         .unwrap();
         assert!(db.bytes() < 120 << 10);
+    }
+
+    /// Nine addresses, one DID each, filled the store with finished tasks; every new task at
+    /// every agent was then refused for the whole retention. A full store now makes room from
+    /// the source holding the most: its oldest terminal task goes, a new source is served.
+    #[test]
+    fn a_full_store_makes_room_from_the_largest_holder_for_a_new_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                max_tasks: 9,
+                max_per_source: 4,
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        let from = |i: u8| {
+            Caller::new(
+                Owner::Caller(format!("did:key:z{i}")),
+                Source::of(std::net::IpAddr::from([10, 0, 0, i])),
+            )
+        };
+        let fill = |c: &Caller, id: &str, t: i64, state: TaskState| {
+            a.admit(c)?;
+            a.insert(c, &task(id, t, state))
+        };
+        // Source 1 holds four finished tasks, 2 and 3 two each (one waiting for input), and the
+        // operator's own one: full.
+        for t in 0..4 {
+            fill(&from(1), &format!("a{t}"), 10 + t, TaskState::Completed).unwrap();
+        }
+        fill(&from(2), "b0", 1, TaskState::Completed).unwrap();
+        fill(&from(2), "b1", 2, TaskState::InputRequired).unwrap();
+        fill(&from(3), "c0", 3, TaskState::Working).unwrap();
+        fill(&from(3), "c1", 4, TaskState::Working).unwrap();
+        let me = Owner::Anonymous(Source::Local);
+        a.put(&me, &task("mine", 0, TaskState::Completed)).unwrap();
+        assert_eq!(db.len(), 9);
+        // A new source is served: the largest holder's oldest finished task made room.
+        fill(&from(4), "d0", 20, TaskState::Working).unwrap();
+        assert_eq!(db.len(), 9);
+        let gone = |c: &Caller, id: &str| a.get(&c.owner, id).unwrap().is_none();
+        assert!(
+            gone(&from(1), "a0"),
+            "the oldest task of the largest holder made room"
+        );
+        assert!(!gone(&from(1), "a1"));
+        let one = Source::of(std::net::IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(db.source_usage(&one).unwrap().0, 3);
+        // Again and again, each new source with a task still working, until every finished
+        // task of a stranger has gone; never one working or waiting for input, never the
+        // operator's.
+        for i in 5..=8 {
+            fill(&from(i), "n", 20 + i64::from(i), TaskState::Working).unwrap();
+            assert_eq!(db.len(), 9);
+        }
+        assert_eq!(db.source_usage(&one).unwrap().0, 0);
+        assert!(!gone(&from(2), "b1"), "a task waiting for input stays");
+        assert!(
+            !gone(&from(3), "c0") && !gone(&from(3), "c1"),
+            "working tasks stay"
+        );
+        assert!(
+            a.get(&me, "mine").unwrap().is_some(),
+            "the operator's task stays"
+        );
+        // Nothing left that may go: a new task is refused, nothing evicted.
+        assert!(matches!(
+            fill(&from(9), "i0", 30, TaskState::Completed),
+            Err(StoreError::Full(_) | StoreError::Refused(_))
+        ));
+        assert_eq!(db.len(), 9);
+        assert!(!gone(&from(2), "b1") && !gone(&from(8), "n"));
+        assert!(a.get(&me, "mine").unwrap().is_some());
+    }
+
+    /// The same with bytes: nine blocks fill the total with an eighth each; a tenth is served
+    /// and the largest holder is cut back.
+    #[test]
+    fn a_store_full_of_bytes_makes_room_from_the_largest_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                max_bytes: 800 << 10,
+                max_source_bytes: 100 << 10,
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        let big = |id: &str, t: i64, kib: usize| {
+            let mut t = task(id, t, TaskState::Completed);
+            t.status.message = Some(Message::new(
+                Role::Agent,
+                vec![Part::text("x".repeat(kib << 10))],
+            ));
+            t
+        };
+        let from = |i: u8| {
+            Caller::new(
+                Owner::Caller(format!("did:key:z{i}")),
+                Source::of(std::net::IpAddr::from([10, 0, 1, i])),
+            )
+        };
+        let mut refused = None;
+        'fill: for i in 1..=9u8 {
+            for n in 0..4 {
+                let c = from(i);
+                let r = a
+                    .admit(&c)
+                    .and_then(|()| a.insert(&c, &big(&format!("t{i}-{n}"), i64::from(n), 30)));
+                if let Err(e) = r {
+                    if !e.to_string().contains("max_per_source_mib") {
+                        refused = Some((i, e));
+                        break 'fill;
+                    }
+                }
+            }
+        }
+        assert!(refused.is_none(), "{refused:?}");
+        assert!(db.bytes() > 780 << 10);
+        let c = from(10);
+        a.admit(&c).unwrap();
+        a.insert(&c, &big("new", 100, 30)).unwrap();
+        assert!(db.bytes() <= (800 << 10) + (31 << 10), "{}", db.bytes());
+        let first = Source::of(std::net::IpAddr::from([10, 0, 1, 1]));
+        assert!(
+            db.source_usage(&first).unwrap().0 < 4,
+            "the oldest holder was cut back"
+        );
     }
 
     #[test]

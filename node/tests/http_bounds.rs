@@ -64,7 +64,13 @@ async fn start(limits: Limits) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
-    let task = tokio::spawn(server::serve(listener, router, limits, stop.clone()));
+    let task = tokio::spawn(server::serve(
+        listener,
+        router,
+        limits,
+        server::TrustedProxies::default(),
+        stop.clone(),
+    ));
     Server { addr, stop, task }
 }
 
@@ -99,6 +105,8 @@ fn limits(header: Duration, max: usize, per_source: usize) -> Limits {
         request_timeout: Duration::from_secs(2),
         max_connections: max,
         max_per_source: per_source,
+        // No block share here: the tests below that need one set it.
+        max_per_block: usize::MAX,
         reserved: 0,
         max_per_source_in_reserve: 0,
     }

@@ -173,15 +173,16 @@ impl Client {
         }
     }
 
-    /// `POST /admin/v1/trust/tools`: agent `did`'s MCP tools against their pins (accepted
-    /// first with `accept`).
+    /// `POST /admin/v1/trust/tools`: agent `did`'s MCP tools against their pins, and the list
+    /// as a whole against its pin (accepted first with `accept`).
     pub async fn trust_tools(
         &self,
         did: &str,
         tools: &[Value],
         accept: bool,
-    ) -> Result<Vec<crate::pins::PinState>, ClientError> {
-        let body = serde_json::json!({ "did": did, "tools": tools, "accept": accept });
+    ) -> Result<crate::pins::ToolPins, ClientError> {
+        let body =
+            serde_json::json!({ "did": did, "tools": tools, "accept": accept, "list": true });
         self.send(
             self.http
                 .post(self.url("/admin/v1/trust/tools"))
@@ -282,7 +283,7 @@ impl Directory for Client {
         did: &'a str,
         tools: &'a [Value],
         accept: bool,
-    ) -> BoxFuture<'a, Result<Option<Vec<crate::pins::PinState>>, ClientError>> {
+    ) -> BoxFuture<'a, Result<Option<crate::pins::ToolPins>, ClientError>> {
         Box::pin(async move {
             Client::trust_tools(self, did, tools, accept)
                 .await

@@ -313,17 +313,24 @@ struct ToolsBody {
     tools: Vec<Value>,
     #[serde(default)]
     accept: bool,
+    /// Answer a [`crate::pins::ToolPins`] (each tool and the list as a whole) rather than the
+    /// array of each tool's state.
+    #[serde(default)]
+    list: bool,
 }
 
 async fn trust_tools(
     State(state): State<AdminState>,
     Json(body): Json<ToolsBody>,
-) -> Result<Json<Vec<crate::pins::PinState>>, ApiError> {
-    Ok(Json(
-        state
-            .pin_tools_of(&body.did, body.tools, body.accept)
-            .await?,
-    ))
+) -> Result<Response, ApiError> {
+    let pins = state
+        .pin_tools_of(&body.did, body.tools, body.accept)
+        .await?;
+    Ok(if body.list {
+        Json(pins).into_response()
+    } else {
+        Json(pins.tools).into_response()
+    })
 }
 
 async fn trust_check(
@@ -468,14 +475,15 @@ impl AdminState {
             .map_err(ApiError::internal)
     }
 
-    /// `POST /admin/v1/trust/tools`: agent `did`'s MCP tools against their pins, in order
-    /// (all accepted first with `accept`); at most [`crate::pins::MAX_TOOLS`] tools.
+    /// `POST /admin/v1/trust/tools`: agent `did`'s MCP tools against their pins, in order, and
+    /// the list as a whole against its pin (all accepted first with `accept`); at most
+    /// [`crate::pins::MAX_TOOLS`] tools.
     pub async fn pin_tools_of(
         &self,
         did: &str,
         tools: Vec<Value>,
         accept: bool,
-    ) -> Result<Vec<crate::pins::PinState>, ApiError> {
+    ) -> Result<crate::pins::ToolPins, ApiError> {
         let Some(pins) = self.pins.clone() else {
             return Err(ApiError::bad_request("this node keeps no pins"));
         };
@@ -494,11 +502,15 @@ impl AdminState {
                 for t in &tools {
                     pins.accept_tool(&d, t, now)?;
                 }
+                pins.accept_tool_list(&d, &tools, now)?;
             }
-            Ok(tools
-                .iter()
-                .map(|t| pins.observe_tool(&d, t, now))
-                .collect())
+            Ok(crate::pins::ToolPins {
+                tools: tools
+                    .iter()
+                    .map(|t| pins.observe_tool(&d, t, now))
+                    .collect(),
+                list: pins.observe_tool_list(&d, &tools, now),
+            })
         })
         .await
         .map_err(ApiError::internal)?
@@ -823,7 +835,7 @@ impl Directory for AdminState {
         did: &'a str,
         tools: &'a [Value],
         accept: bool,
-    ) -> BoxFuture<'a, Result<Option<Vec<crate::pins::PinState>>, ClientError>> {
+    ) -> BoxFuture<'a, Result<Option<crate::pins::ToolPins>, ClientError>> {
         Box::pin(async move { Ok(Some(self.pin_tools_of(did, tools.to_vec(), accept).await?)) })
     }
 }

@@ -68,13 +68,13 @@ async fn remote_mcp(
     Ok((caller, remote))
 }
 
-/// The tools of `remote` as `tools/list` gave them, with their pins (`None`: no node keeps
-/// pins for this process).
+/// The tools of `remote` as `tools/list` gave them, with their pins and the list's (`None`: no
+/// node keeps pins for this process).
 async fn pinned_tools(
     caller: &call::Caller,
     remote: &crate::mcp::client::Remote,
     accept: bool,
-) -> anyhow::Result<(Vec<Value>, Option<Vec<PinState>>)> {
+) -> anyhow::Result<(Vec<Value>, Option<crate::pins::ToolPins>)> {
     let tools: Vec<Value> = remote
         .list_tools(caller)
         .await?
@@ -91,7 +91,8 @@ async fn pinned_tools(
 pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
     let (caller, remote) = remote_mcp(&args.remote).await?;
     let (tools, pins) = pinned_tools(&caller, &remote, args.accept).await?;
-    let pin = |i: usize| pins.as_ref().and_then(|p| p.get(i));
+    let pin = |i: usize| pins.as_ref().and_then(|p| p.tools.get(i));
+    let list = pins.as_ref().map(|p| &p.list);
     let rules = crate::flags::builtin();
     let flags: Vec<Vec<crate::flags::Flag>> = tools.iter().map(|t| rules.tool(t)).collect();
     if args.remote.json {
@@ -114,11 +115,14 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
                 t
             })
             .collect();
-        let out = json!({
+        let mut out = json!({
             "did": remote.did.as_str(),
             "url": remote.endpoint.url.as_str(),
             "tools": listed,
         });
+        if let Some(l) = list {
+            out["list"] = serde_json::to_value(l).unwrap_or(Value::Null);
+        }
         out!("{}", json_line(&out)?)?;
     } else {
         for (i, t) in tools.iter().enumerate() {
@@ -149,9 +153,22 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    match list {
+        Some(PinState::Changed { diff, .. }) => {
+            changed = true;
+            say!("the tool list CHANGED since it was accepted:");
+            for line in diff {
+                say!("  - {}", text::sanitize(line));
+            }
+        }
+        Some(PinState::Unpinned { why }) => {
+            say!("the tool list is not pinned: {}", text::sanitize(why))
+        }
+        _ => {}
+    }
     if changed {
         say!(
-            "`agentnet tool` refuses a changed tool; check them, then accept with `agentnet tools --did {} --accept`",
+            "`agentnet tool` refuses a changed tool, and every tool while the list is changed; check them, then accept with `agentnet tools --did {} --accept`",
             text::sanitize(remote.did.as_str())
         );
     }
@@ -177,7 +194,17 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
             remote.did.as_str()
         ),
         (Some(i), Some(p)) => {
-            if let Some(PinState::Changed { diff, .. }) = p.get(i) {
+            // A tool the accepted list did not have (a renamed one reads as new by its name)
+            // is not called while the list differs from the accepted one.
+            if let PinState::Changed { diff, .. } = &p.list {
+                bail!(
+                    "the tool list of {did} CHANGED since it was accepted ({}): tool {} not called; check it with `agentnet tools --did {did}`, then accept with `agentnet tools --did {did} --accept`",
+                    text::sanitize(&diff.join("; ")),
+                    text::sanitize(&args.name),
+                    did = remote.did.as_str()
+                );
+            }
+            if let Some(PinState::Changed { diff, .. }) = p.tools.get(i) {
                 bail!(
                     "tool {} CHANGED since it was accepted ({}): not called; check it with `agentnet tools --did {did}`, then accept with `agentnet tools --did {did} --accept`",
                     text::sanitize(&args.name),
@@ -190,15 +217,37 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
             say!("warning: no node keeps pins for this call: the tool is not checked against the one accepted")
         }
     }
+    // A tool whose definition hides characters (Unicode tags, bidi controls, zero-width) is
+    // refused as a card that does is refused by every node: listed, with its flag, not called.
+    if let Some(i) = at {
+        if let Some(f) = crate::flags::builtin()
+            .tool(&tools[i])
+            .into_iter()
+            .find(|f| f.rule == "hidden-characters")
+        {
+            bail!(
+                "tool {} holds hidden characters at {} ({}): not called; nodes refuse cards that hide text, and tools alike",
+                text::sanitize(&args.name),
+                text::sanitize(&f.at),
+                f.excerpt
+            );
+        }
+    }
     let result = remote.call_tool(&caller, &args.name, tool_args).await?;
     let failed = result.is_error == Some(true);
+    // What the tool answered is the remote server's text, read for red flags like its
+    // description: shown, never a reason to withhold the result.
+    let flags = tool_result_flags(&result);
     if args.remote.json {
-        let out = json!({
+        let mut out = json!({
             "did": remote.did.as_str(),
             "url": remote.endpoint.url.as_str(),
             "tool": args.name,
             "result": result,
         });
+        if !flags.is_empty() {
+            out["flags"] = serde_json::to_value(&flags)?;
+        }
         out!("{}", json_line(&out)?)?;
     } else {
         let texts: Vec<String> = result
@@ -214,6 +263,7 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
         for t in texts {
             out!("{}", text::sanitize(&t))?;
         }
+        super::network::say_flags(&format!("tool {}", args.name), &flags);
     }
     if failed {
         say!("error: the tool reported an error (isError)");
@@ -288,6 +338,7 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         call::Outcome::Task(t) => (Some(t.status.state.clone()), Some(t.id.clone())),
         call::Outcome::Message(_) => (None, None),
     };
+    let flags = answer_flags(&outcome);
     // The receipt of a task that ended: verified, then logged by the node (never a reason to
     // fail the call: a warning, and `receipt` in --json).
     let recorded = match &outcome {
@@ -344,11 +395,15 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         if let Some(p) = &agent.pin {
             out["pin"] = serde_json::to_value(p)?;
         }
+        if !flags.is_empty() {
+            out["flags"] = serde_json::to_value(&flags)?;
+        }
         out!("{}", json_line(&out)?)?;
     } else {
         for t in call::texts(&outcome) {
             out!("{}", text::sanitize(&t))?;
         }
+        super::network::say_flags(agent.did.as_str(), &flags);
         if let call::Outcome::Task(t) = &outcome {
             if matches!(
                 t.status.state,
@@ -390,12 +445,18 @@ async fn anp_call(caller: &call::Caller, ad: &str, args: &CallArgs) -> anyhow::R
         .find_anp(ad, args.did.as_deref(), &mut progress)
         .await?;
     let result = caller.call_anp(&agent, &args.text).await?;
+    let mut texts = Vec::new();
+    json_strings(&result, "result".into(), &mut texts);
+    let flags = crate::flags::builtin().answer(&texts);
     if args.json {
-        let out = json!({
+        let mut out = json!({
             "did": agent.did,
             "interface": {"url": agent.rpc_url.as_str(), "binding": "ANP JSON-RPC", "method": agent.method},
             "result": result,
         });
+        if !flags.is_empty() {
+            out["flags"] = serde_json::to_value(&flags)?;
+        }
         out!("{}", json_line(&out)?)?;
     } else {
         let text = match result.get("text").or(Some(&result)) {
@@ -403,6 +464,7 @@ async fn anp_call(caller: &call::Caller, ad: &str, args: &CallArgs) -> anyhow::R
             _ => result.to_string(),
         };
         out!("{}", text::sanitize(&text))?;
+        super::network::say_flags(&agent.did, &flags);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -459,4 +521,55 @@ fn answer_command(args: &CallArgs, did: &str, task: &str) -> String {
         .map(|w| shell_word(w))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The red flags of an A2A answer's texts: its status message (`status`), then its artifacts'
+/// or message's texts (`texts[i]`), as MCP `send_message` reads them.
+fn answer_flags(outcome: &call::Outcome) -> Vec<crate::flags::Flag> {
+    let texts = call::texts(outcome);
+    let status = match outcome {
+        call::Outcome::Task(t) => call::status_text(t),
+        call::Outcome::Message(_) => None,
+    };
+    let mut at: Vec<(String, &str)> = status
+        .iter()
+        .map(|s| ("status".into(), s.as_str()))
+        .collect();
+    at.extend(
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("texts[{i}]"), t.as_str())),
+    );
+    crate::flags::builtin().answer(&at)
+}
+
+/// The red flags of an MCP tool's result: every string of it (text blocks, structured
+/// content), with its path.
+fn tool_result_flags(result: &rmcp::model::CallToolResult) -> Vec<crate::flags::Flag> {
+    let v = serde_json::to_value(result).unwrap_or(Value::Null);
+    let mut texts = Vec::new();
+    json_strings(&v, "result".into(), &mut texts);
+    crate::flags::builtin().answer(&texts)
+}
+
+/// Every string of `v` with its path, at most 512.
+fn json_strings<'a>(v: &'a Value, at: String, out: &mut Vec<(String, &'a str)>) {
+    if out.len() >= 512 {
+        return;
+    }
+    match v {
+        Value::String(s) => out.push((at, s)),
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                json_strings(x, format!("{at}[{i}]"), out);
+            }
+        }
+        Value::Object(m) => {
+            for (k, x) in m {
+                json_strings(x, format!("{at}.{k}"), out);
+            }
+        }
+        _ => {}
+    }
 }

@@ -473,11 +473,13 @@ impl TurnTools {
                 &crate::call::Outcome::Task(Box::new(t)),
                 None,
                 full,
+                &crate::flags::builtin(),
             ))),
             Ok(SendMessageResponse::Message(m)) => Ok(Json(super::task_result(
                 &crate::call::Outcome::Message(Box::new(m)),
                 None,
                 full,
+                &crate::flags::builtin(),
             ))),
             Err(e) => Err(format!("the agent refused the message: {e}")),
         }
