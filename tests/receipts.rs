@@ -851,3 +851,119 @@ fn an_edited_export_is_refused_against_the_node_s_did() {
     );
     drop(node);
 }
+
+/// `SendMessage` of `text` to the A2A endpoint `url`, anonymously, from the loopback address
+/// `from` (any 127.0.0.0/8 address binds on Linux): a stranger's call.
+fn stranger_sends(from: &str, url: &str, text: &str) -> Value {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"role": "ROLE_USER", "parts": [{"text": text}],
+            "messageId": format!("m-stranger-{n}")}}});
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = agentnet_did::http::client_builder()
+            .local_address(from.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap();
+        let r = client
+            .post(url)
+            .header("content-type", "application/a2a+json")
+            .header("A2A-Version", "1.0")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json().await.unwrap()
+    })
+}
+
+/// Issue 43, item 4: strangers (anonymous callers from four network blocks) call a hosted
+/// `proxy` agent until the entries it writes on their behalf fill strangers' share of the
+/// audit log (lowered in `[audit]` so that a few dozen calls do it). Their further entries are
+/// refused, with a log line; the share is never exceeded; a stranger's large message is kept
+/// as its digest only. The operator's own `agentnet call` afterwards still gets its receipt
+/// logged, and the log verifies against the node's DID.
+#[test]
+fn strangers_fill_only_their_share_and_the_operator_s_receipts_are_still_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = start(&tmp.path().join("b"), ECHO, &[]);
+    let b_addr = b.info["listen"][0].as_str().unwrap().to_string();
+    let share_kib = 16;
+    let config = format!(
+        r#"
+[audit]
+strangers_kib = {share_kib}
+strangers_per_owner_kib = 8
+strangers_per_source_kib = 8
+
+[[agent]]
+id = "via"
+kind = "proxy"
+policy = "open"
+upstream = "{}/a2a/echo"
+allow_private = true
+publish = false
+"#,
+        http(&b)
+    );
+    let checked = tmp.path().join("a.toml");
+    std::fs::write(&checked, &config).unwrap();
+    let o = agentnet(&["config", "check", "--config", p(&checked)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = start(&tmp.path().join("a"), &config, &["--bootstrap", &b_addr]);
+    let did = a.info["did"].as_str().unwrap().to_string();
+    let url = format!("{}/a2a/via", http(&a));
+
+    // A stranger's 40 KiB message: its entry keeps the digest.
+    let big = "x".repeat(40 << 10);
+    let v = stranger_sends("127.0.0.2", &url, &big);
+    assert!(v.get("error").is_none(), "{v}");
+    for i in 0..40 {
+        let from = format!("127.0.0.{}", 2 + i % 4);
+        let v = stranger_sends(&from, &url, &format!("stranger call {i}"));
+        assert!(v.get("error").is_none(), "{v}");
+    }
+    let log = audit(&a.dir);
+    let entries = log["entries"].as_array().unwrap();
+    let strangers: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e.get("onBehalf").is_some())
+        .collect();
+    assert!(
+        !strangers.is_empty(),
+        "no stranger's entry was logged: {log}"
+    );
+    assert!(
+        strangers.len() < 41,
+        "every stranger's entry was logged: the share did not bound them"
+    );
+    let bytes: usize = strangers
+        .iter()
+        .map(|e| agentnet_did::jcs::canonicalize(e).len())
+        .sum();
+    assert!(
+        bytes <= share_kib << 10,
+        "strangers' entries hold {bytes} bytes, over their {share_kib} KiB share"
+    );
+    let first = strangers[0];
+    assert_eq!(first["request"]["message"], Value::Null, "{first}");
+    assert_eq!(first["request"]["omitted"], "too large", "{first}");
+    assert!(
+        a.log()
+            .contains("audit entry on behalf of a remote caller refused"),
+        "no log line says a stranger's entry was refused: {}",
+        a.log()
+    );
+
+    // The operator's own call is logged all the same.
+    let out = call(&a.dir, "receipt-echo", "the operator's own call");
+    assert_eq!(out["receipt"]["status"], "logged", "{out}");
+    let log = audit(&a.dir);
+    let last = log["entries"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["writer"], "call", "{last}");
+    assert!(last.get("onBehalf").is_none(), "{last}");
+    let o = agentnet(&["audit", "verify", "--did", &did, "--data-dir", p(&a.dir)]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}

@@ -16,6 +16,9 @@
 //! | `r ‖ receipt digest (hex)` | the seq of the entry holding that receipt: a receipt is logged once |
 //! | `R` | entries on behalf of remote callers (u64 BE) |
 //! | `o ‖ owner key` | entries on behalf of that remote caller (u64 BE) |
+//! | `B` | bytes of the entries on behalf of remote callers (u64 BE) |
+//! | `b ‖ owner key` | bytes of the entries on behalf of that remote caller (u64 BE) |
+//! | `s ‖ source` | bytes of the entries on behalf of callers from that network block (u64 BE) |
 //!
 //! # Checkpoints
 //!
@@ -39,12 +42,18 @@
 //!
 //! # Bounds
 //!
-//! [`Limits`]: entries in all, bytes in all, bytes of one entry; entries a `proxy` appends on
-//! behalf of remote callers, in all (half the log) and per caller. An append past a bound is
-//! refused ([`AuditError::Full`]) and the writer says so; nothing is dropped or overwritten.
-//! The request message is kept when its JCS bytes fit [`Limits::max_message_bytes`], else its
-//! digest only (`request.message` is `null`, `request.omitted` says why).
+//! [`Limits`]: entries in all, bytes in all, bytes of one entry. Entries a `proxy` appends on
+//! behalf of remote callers (strangers) have their own share: entries in all (half the log)
+//! and per caller; bytes in all (a quarter of the log), per caller (the calling DID, or the
+//! network block of an anonymous caller) and per source (the network block the call came
+//! from). A stranger's entry past its share is refused ([`AuditError::StrangersFull`], counted
+//! by [`AuditLog::strangers_refused`]); the node's own entries are held to the totals only, so
+//! strangers can take at most their share and the node keeps the rest whatever they do. An
+//! append past a bound is refused and the writer says so; nothing is dropped or overwritten.
+//! The request message is kept when its JCS bytes fit [`Limits::max_message_bytes`] (16 KiB),
+//! else its digest only (`request.message` is `null`, `request.omitted` says why).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agentnet_did::checkpoint::{self, Checkpoint};
@@ -67,6 +76,7 @@ pub const MAX_PAGE_BYTES: usize = 4 << 20;
 
 const HEAD_KEY: &[u8] = b"H";
 const REMOTE_KEY: &[u8] = b"R";
+const REMOTE_BYTES_KEY: &[u8] = b"B";
 
 /// The log's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +87,10 @@ pub struct Limits {
     pub max_bytes: u64,
     /// Most bytes of one entry: 1 MiB (a receipt is at most 256 KiB).
     pub max_entry_bytes: usize,
-    /// A request message larger than this (JCS bytes) is kept as its digest alone: 256 KiB.
+    /// A request message larger than this (JCS bytes) is kept as its digest alone: 16 KiB.
+    /// The receipt covers the message's digest, which is all a verifier needs; the bytes are
+    /// kept for reading the log. 16 KiB holds an ordinary turn's text, and keeps a stranger's
+    /// entry (message and receipt) a few KiB, not the 256 KiB a message may be.
     pub max_message_bytes: usize,
     /// Most entries appended on behalf of remote callers (a `proxy` agent's upstream
     /// receipts): 500,000, half the log, so that strangers calling a proxy cannot take the room
@@ -86,6 +99,29 @@ pub struct Limits {
     /// Most entries on behalf of one remote caller (a DID; anonymous callers by network
     /// block): 10,000.
     pub max_per_owner: u64,
+    /// Most bytes of the entries on behalf of remote callers, all together: a quarter of
+    /// [`Limits::max_bytes`] (256 MiB); the rest is the node's own whatever strangers do.
+    pub max_remote_bytes: u64,
+    /// Most bytes of them on behalf of one remote caller: a 64th of the strangers' share.
+    pub max_remote_owner_bytes: u64,
+    /// Most bytes of them from callers of one network block (IPv4 address, IPv6 /64): a 16th
+    /// of the strangers' share.
+    pub max_remote_source_bytes: u64,
+}
+
+impl Limits {
+    /// The default bounds for a log of at most `max_bytes` bytes: the strangers' shares scale
+    /// with it (a quarter in all, a 16th of that per source, a 64th per caller).
+    pub fn with_total_bytes(max_bytes: u64) -> Self {
+        let strangers = max_bytes / 4;
+        Limits {
+            max_bytes,
+            max_remote_bytes: strangers,
+            max_remote_owner_bytes: strangers / 64,
+            max_remote_source_bytes: strangers / 16,
+            ..Limits::default()
+        }
+    }
 }
 
 impl Default for Limits {
@@ -94,9 +130,12 @@ impl Default for Limits {
             max_entries: 1_000_000,
             max_bytes: 1 << 30,
             max_entry_bytes: 1 << 20,
-            max_message_bytes: 256 << 10,
+            max_message_bytes: 16 << 10,
             max_remote_entries: 500_000,
             max_per_owner: 10_000,
+            max_remote_bytes: (1 << 30) / 4,
+            max_remote_owner_bytes: (1 << 30) / 4 / 64,
+            max_remote_source_bytes: (1 << 30) / 4 / 16,
         }
     }
 }
@@ -123,6 +162,11 @@ pub enum AuditError {
     /// A bound refused the entry; nothing was appended (see [`Limits`]).
     #[error("audit log full: {0}; export it (`agentnet audit export FILE`) and keep the export; a new data directory starts a new log")]
     Full(String),
+    /// A remote caller's entry (a `proxy`'s, `onBehalf`) past the strangers' share, or its
+    /// caller's or network block's part of it; nothing was appended, and the node's own
+    /// entries are not affected.
+    #[error("audit entry on behalf of a remote caller refused: {0}; the node's own entries still have their room (raise [audit] strangers_kib, or its per-owner and per-source shares, to keep more)")]
+    StrangersFull(String),
     /// The store failed.
     #[error("audit log: {0}")]
     Backend(String),
@@ -201,6 +245,10 @@ pub struct NewEntry {
     /// The remote caller the writer worked for ([`Entry::on_behalf`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_behalf: Option<String>,
+    /// The network block that remote caller called from (`Source`'s key): what the per-source
+    /// share counts. Not stored in the entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf_source: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -240,6 +288,8 @@ pub struct AuditLog {
     limits: Limits,
     head: Mutex<Head>,
     signer: Option<Signer>,
+    /// Remote callers' entries refused because their share was full, since the node started.
+    strangers_refused: AtomicU64,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -310,6 +360,7 @@ impl AuditLog {
             limits,
             head: Mutex::new(head),
             signer,
+            strangers_refused: AtomicU64::new(0),
         }))
     }
 
@@ -318,6 +369,12 @@ impl AuditLog {
     pub fn signed_head(&self) -> (u64, String, Option<String>) {
         let h = self.head.lock().unwrap_or_else(|p| p.into_inner());
         (h.seq, h.digest.clone(), h.checkpoint.clone())
+    }
+
+    /// Entries on behalf of remote callers refused since the log was opened because their
+    /// share was full ([`AuditError::StrangersFull`]).
+    pub fn strangers_refused(&self) -> u64 {
+        self.strangers_refused.load(Ordering::Relaxed)
     }
 
     /// How many entries.
@@ -396,35 +453,24 @@ impl AuditLog {
                 head.bytes, self.limits.max_bytes
             )));
         }
-        // Remote callers' entries: their share of the log, and each caller's.
-        let mut counters = Vec::new();
-        if let Some(o) = &entry.on_behalf {
-            let read = |k: &[u8]| -> Result<u64, AuditError> {
-                Ok(self
-                    .family
-                    .get(k)
-                    .map_err(backend)?
-                    .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
-                    .unwrap_or(0))
-            };
-            let okey = [&b"o"[..], o.as_bytes()].concat();
-            let (remote, mine) = (read(REMOTE_KEY)?, read(&okey)?);
-            if remote >= self.limits.max_remote_entries {
-                return Err(AuditError::Full(format!(
-                    "{remote} entries on behalf of remote callers, their share"
-                )));
-            }
-            if mine >= self.limits.max_per_owner {
-                return Err(AuditError::Full(format!(
-                    "{mine} entries on behalf of {o}, the bound per caller"
-                )));
-            }
-            counters.push(FamilyOp::Put(
-                REMOTE_KEY.to_vec(),
-                (remote + 1).to_be_bytes().to_vec(),
-            ));
-            counters.push(FamilyOp::Put(okey, (mine + 1).to_be_bytes().to_vec()));
-        }
+        // Remote callers' entries: their share of the log, and each caller's and source's.
+        let counters = match &entry.on_behalf {
+            Some(o) => match self.strangers_room(o, new.on_behalf_source.as_deref(), &bytes)? {
+                Ok(c) => c,
+                Err(why) => {
+                    self.strangers_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        on_behalf = %o,
+                        source = new.on_behalf_source.as_deref().unwrap_or("-"),
+                        task = %entry.task_id,
+                        refused = self.strangers_refused(),
+                        "audit entry on behalf of a remote caller refused: {why}"
+                    );
+                    return Err(AuditError::StrangersFull(why));
+                }
+            },
+            None => Vec::new(),
+        };
         let mut next = Head {
             seq: entry.seq,
             digest: receipt::digest(&bytes),
@@ -445,6 +491,70 @@ impl AuditLog {
         self.family.write(ops).map_err(backend)?;
         *head = next;
         Ok(entry)
+    }
+
+    /// The counters to write for a remote caller's entry of `bytes` on behalf of `owner` from
+    /// `source`, or why its share has no room for it (the outer error: the store failed).
+    fn strangers_room(
+        &self,
+        owner: &str,
+        source: Option<&str>,
+        bytes: &[u8],
+    ) -> Result<Result<Vec<FamilyOp>, String>, AuditError> {
+        let read = |k: &[u8]| -> Result<u64, AuditError> {
+            Ok(self
+                .family
+                .get(k)
+                .map_err(backend)?
+                .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
+                .unwrap_or(0))
+        };
+        let l = &self.limits;
+        let n = bytes.len() as u64;
+        let okey = [&b"o"[..], owner.as_bytes()].concat();
+        let obkey = [&b"b"[..], owner.as_bytes()].concat();
+        // An entry whose writer gave no source is counted under its owner's key.
+        let skey = [&b"s"[..], source.unwrap_or(owner).as_bytes()].concat();
+        let (count, mine) = (read(REMOTE_KEY)?, read(&okey)?);
+        let (all_bytes, owner_bytes, source_bytes) =
+            (read(REMOTE_BYTES_KEY)?, read(&obkey)?, read(&skey)?);
+        if count >= l.max_remote_entries {
+            return Ok(Err(format!(
+                "{count} entries on behalf of remote callers, their share"
+            )));
+        }
+        if mine >= l.max_per_owner {
+            return Ok(Err(format!(
+                "{mine} entries on behalf of {owner}, the bound per caller"
+            )));
+        }
+        if all_bytes + n > l.max_remote_bytes {
+            return Ok(Err(format!(
+                "remote callers' entries hold {all_bytes} bytes of their {}-byte share",
+                l.max_remote_bytes
+            )));
+        }
+        if owner_bytes + n > l.max_remote_owner_bytes {
+            return Ok(Err(format!(
+                "entries on behalf of {owner} hold {owner_bytes} bytes of the {}-byte share per caller",
+                l.max_remote_owner_bytes
+            )));
+        }
+        if source_bytes + n > l.max_remote_source_bytes {
+            return Ok(Err(format!(
+                "entries on behalf of callers from {} hold {source_bytes} bytes of the {}-byte share per source",
+                source.unwrap_or(owner),
+                l.max_remote_source_bytes
+            )));
+        }
+        let put = |k: Vec<u8>, v: u64| FamilyOp::Put(k, v.to_be_bytes().to_vec());
+        Ok(Ok(vec![
+            put(REMOTE_KEY.to_vec(), count + 1),
+            put(okey, mine + 1),
+            put(REMOTE_BYTES_KEY.to_vec(), all_bytes + n),
+            put(obkey, owner_bytes + n),
+            put(skey, source_bytes + n),
+        ]))
     }
 
     /// Up to `limit` raw entries after `after` (seq), at most [`MAX_PAGE_BYTES`] (at least
@@ -963,7 +1073,9 @@ impl Recorder {
     /// Verify and log the receipt of `task`, which `agent` ran for `caller` after `message`:
     /// the caller's message as the agent holds it ([`request_of`]), which the receipt must
     /// cover. `sent`: the parts the writer sent, when it knows them; `message` must hold the
-    /// same, else the receipt is refused ([`AuditError::NotSent`]).
+    /// same, else the receipt is refused ([`AuditError::NotSent`]). `on_behalf`: the remote
+    /// caller the writer worked for (its owner key) and the network block it called from,
+    /// which the strangers' share counts.
     #[allow(clippy::too_many_arguments)]
     pub async fn record(
         &self,
@@ -973,7 +1085,7 @@ impl Recorder {
         task: &agentnet_a2a::types::Task,
         message: Option<&agentnet_a2a::types::Message>,
         sent: Option<&[agentnet_a2a::types::Part]>,
-        on_behalf: Option<&str>,
+        on_behalf: Option<(&str, &str)>,
     ) -> Recorded {
         let Some(jws) = receipt_of(task) else {
             return Recorded::None;
@@ -999,7 +1111,8 @@ impl Recorder {
             caller: caller.map(str::to_string),
             receipt: jws.clone(),
             message: serde_json::to_value(message).ok(),
-            on_behalf: on_behalf.map(str::to_string),
+            on_behalf: on_behalf.map(|o| o.0.to_string()),
+            on_behalf_source: on_behalf.map(|o| o.1.to_string()),
         };
         let digest = receipt::receipt_digest(&jws);
         let refused = |reason: String| Recorded::Refused { reason };
@@ -1052,7 +1165,7 @@ fn api_error(status: u16, reason: &str, error: impl std::fmt::Display) -> axum::
 
 /// The admin routes (mounted behind the admin guard by the daemon): `POST /admin/v1/audit`
 /// appends a [`NewEntry`] whose receipt verifies; `GET /admin/v1/audit?after=N&limit=M`
-/// returns `{entries: [...], head: {seq, digest, checkpoint}}`; `GET /admin/v1/audit/verify` a [`Report`].
+/// returns `{entries: [...], head: {seq, digest, checkpoint}, strangersRefused: n}`; `GET /admin/v1/audit/verify` a [`Report`].
 pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
     use axum::extract::{RawQuery, State};
     use axum::response::IntoResponse;
@@ -1067,6 +1180,7 @@ pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
                 e @ (AuditError::Receipt(_) | AuditError::NoRequest | AuditError::NotSent { .. }),
             ) => api_error(400, "receipt_invalid", e),
             Err(e @ AuditError::Full(_)) => api_error(507, "audit_full", e),
+            Err(e @ AuditError::StrangersFull(_)) => api_error(507, "audit_strangers_full", e),
             Err(e) => api_error(500, "internal", e),
         }
     }
@@ -1095,7 +1209,8 @@ pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
                     .collect();
                 let (seq, digest, checkpoint) = s.log.signed_head();
                 axum::Json(json!({"entries": entries,
-                    "head": {"seq": seq, "digest": digest, "checkpoint": checkpoint}}))
+                    "head": {"seq": seq, "digest": digest, "checkpoint": checkpoint},
+                    "strangersRefused": s.log.strangers_refused()}))
                 .into_response()
             }
             Ok(Err(e)) => api_error(500, "internal", e),
@@ -1155,6 +1270,7 @@ mod tests {
                 caller: Some("did:key:zMe".into()),
                 receipt: jws,
                 on_behalf: None,
+                on_behalf_source: None,
                 message: Some(hi(&format!("task-{i}"))),
             };
             log.append(new, &r).unwrap();
@@ -1183,6 +1299,7 @@ mod tests {
             receipt: jws,
             message: None,
             on_behalf: None,
+            on_behalf_source: None,
         };
         assert_eq!(log.append(again, &rc).unwrap().seq, 2);
         assert_eq!(log.len(), 3);
@@ -1256,6 +1373,7 @@ mod tests {
                 receipt: jws,
                 message: None,
                 on_behalf: None,
+                on_behalf_source: None,
             };
             let got = log.append(new, &r);
             if i < 2 {
@@ -1302,6 +1420,7 @@ mod tests {
                 receipt: jws,
                 message: None,
                 on_behalf: on_behalf.map(str::to_string),
+                on_behalf_source: None,
             };
             log.append(new, &r)
         };
@@ -1314,6 +1433,100 @@ mod tests {
         assert!(e.to_string().contains("share"), "{e}");
         append(None).expect("the node's own calls still have room");
         assert_eq!(log.len(), 4);
+    }
+
+    /// Strangers' bytes: an entry on behalf of a remote caller is counted per caller, per
+    /// network block and in total, and refused (and counted) past any of them; a large
+    /// message is kept as its digest only; the node's own entries still go in afterwards.
+    #[test]
+    fn strangers_bytes_have_their_share_per_source_per_owner_and_in_total() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_families(
+            dir.path(),
+            agentnet_discovery::store::Limits::default(),
+            &[CF_AUDIT],
+        )
+        .unwrap();
+        let mut limits = Limits::with_total_bytes(1 << 20);
+        limits.max_remote_bytes = 12_000;
+        limits.max_remote_owner_bytes = 5_000;
+        limits.max_remote_source_bytes = 8_000;
+        let log = AuditLog::open(&store, limits, None).unwrap();
+        let key = SecretKey::from_seed(&[3; 32]);
+        let mut n = 0;
+        let mut append = |on_behalf: Option<(&str, &str)>, text: &str| {
+            n += 1;
+            let task = format!("t{n}");
+            let mut m = hi(&task);
+            m["parts"][0]["text"] = json!(text);
+            let t = json!({"id": task, "contextId": "c", "history": [m.clone()],
+                "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
+            let did = key.did_key();
+            let r = Receipt::for_task(
+                &t,
+                did.as_str(),
+                Some("did:key:zMe"),
+                "2026-01-01T00:00:00Z",
+                vec![],
+            );
+            let jws = receipt::sign(&r, &key, &did.with_fragment(did.method_specific_id()));
+            let new = NewEntry {
+                writer: "proxy".into(),
+                task_id: task,
+                agent: did.to_string(),
+                caller: Some("did:key:zMe".into()),
+                receipt: jws,
+                message: Some(m),
+                on_behalf: on_behalf.map(|o| o.0.to_string()),
+                on_behalf_source: on_behalf.map(|o| o.1.to_string()),
+            };
+            log.append(new, &r)
+        };
+        // A 100 KiB message from a stranger: kept as its digest, the entry a few KiB.
+        let big = "x".repeat(100 << 10);
+        let e = append(Some(("c:did:key:zA", "192.0.2.1")), &big).unwrap();
+        assert_eq!(e.request.message, None);
+        assert_eq!(e.request.omitted.as_deref(), Some("too large"));
+        assert!(e.bytes().len() < 4_000, "{}", e.bytes().len());
+        // One caller's share (5 000 bytes) fills; another caller of the same block goes on.
+        let mut refused = None;
+        for _ in 0..4 {
+            if let Err(e) = append(Some(("c:did:key:zA", "192.0.2.1")), "hi") {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the per-caller share refused an entry");
+        assert!(matches!(e, AuditError::StrangersFull(_)), "{e}");
+        assert!(e.to_string().contains("per caller"), "{e}");
+        // The block's share (8 000 bytes) fills with fresh DIDs.
+        let mut refused = None;
+        for i in 0..8 {
+            if let Err(e) = append(Some((&format!("c:did:key:zB{i}"), "192.0.2.1")), "hi") {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the per-source share refused an entry");
+        assert!(e.to_string().contains("per source"), "{e}");
+        // Strangers from other blocks fill the total (12 000 bytes).
+        let mut refused = None;
+        for i in 0..12 {
+            let src = format!("198.51.100.{i}");
+            if let Err(e) = append(Some((&format!("c:did:key:zC{i}"), &src)), "hi") {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the strangers' share refused an entry");
+        assert!(e.to_string().contains("their 12000-byte share"), "{e}");
+        assert_eq!(log.strangers_refused(), 3);
+        // The node's own entries are not affected.
+        let before = log.len();
+        for _ in 0..3 {
+            append(None, "mine").expect("the node's own entry is logged");
+        }
+        assert_eq!(log.len(), before + 3);
     }
 
     /// The user message `text` as an agent's history holds it (task `t1`, context `c`).
@@ -1384,6 +1597,7 @@ mod tests {
             receipt: receipt_of(&forged).unwrap(),
             message: Some(asked("what I asked")),
             on_behalf: None,
+            on_behalf_source: None,
         };
         let e = verify_and_append(&log, &resolver(), new.clone())
             .await
@@ -1543,6 +1757,7 @@ mod tests {
                 caller: Some("did:key:zMe".into()),
                 receipt: jws,
                 on_behalf: None,
+                on_behalf_source: None,
                 message: Some(hi(&task)),
             };
             log.append(new, &r).unwrap();

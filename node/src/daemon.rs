@@ -405,7 +405,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     // The audit log of the receipts this node's callers (CLI, MCP, proxy agents) get.
     let audit_log = crate::audit::AuditLog::open(
         &store,
-        crate::audit::Limits::default(),
+        opts.hosted.audit.limits(),
         Some(SecretKey::from_seed(&key.seed())),
     )
     .map_err(|e| Error::Audit(e.to_string()))?;
