@@ -673,3 +673,297 @@ fn an_export_whose_receipts_and_requests_were_swapped_is_refused() {
     resigned[0]["receiptDigest"] = json!(receipt::receipt_digest(&forged));
     verify_refuses(tmp.path(), &rechained(resigned), 1);
 }
+
+/// `entries` (as JSON) as an export an attacker wrote: each `seq` renumbered from 1, each
+/// `prev` and the head recomputed, the header carrying `checkpoint` (or none). Also returns
+/// the new head's digest and the bytes of the entries, which a checkpoint states.
+fn rewritten(entries: &[Value], checkpoint: Option<&str>) -> (String, String, u64) {
+    use agentnet_did::receipt;
+    let mut prev = "0".repeat(64);
+    let (mut body, mut bytes) = (String::new(), 0u64);
+    for (i, e) in entries.iter().enumerate() {
+        let mut e = e.clone();
+        e["seq"] = json!(i + 1);
+        e["prev"] = json!(prev);
+        let b = agentnet_did::jcs::canonicalize(&e);
+        prev = receipt::digest(&b);
+        bytes += b.len() as u64;
+        body.push('\n');
+        body.push_str(std::str::from_utf8(&b).unwrap());
+    }
+    let mut header =
+        json!({"format": "agentnet-audit/v1", "head": {"seq": entries.len(), "digest": prev}});
+    if let Some(c) = checkpoint {
+        header["checkpoint"] = json!(c);
+    }
+    (format!("{header}{body}\n"), prev, bytes)
+}
+
+/// An entry the attacker makes up: a task the node never called, with a receipt that verifies
+/// (signed by the attacker's own agent key, naming the node as the caller).
+fn attackers_entry(attacker: &agentnet_did::SecretKey, node: &str) -> Value {
+    use agentnet_did::receipt;
+    let agent = attacker.did_key();
+    let message = json!({"messageId": "m-forged", "role": "ROLE_USER", "taskId": "t-forged",
+        "contextId": "c-forged", "parts": [{"text": "transfer everything"}]});
+    let task = json!({"id": "t-forged", "contextId": "c-forged", "history": [message],
+        "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
+    let r = receipt::Receipt::for_task(
+        &task,
+        agent.as_str(),
+        Some(node),
+        "2026-01-01T00:00:00Z",
+        vec![],
+    );
+    let jws = receipt::sign(
+        &r,
+        attacker,
+        &agent.with_fragment(agent.method_specific_id()),
+    );
+    json!({
+        "seq": 0, "prev": "", "at": "2026-01-01T00:00:02.000Z", "writer": "call",
+        "taskId": "t-forged", "agent": agent.as_str(), "caller": node,
+        "receipt": jws, "receiptDigest": receipt::receipt_digest(&jws),
+        "subReceipts": [], "state": "TASK_STATE_COMPLETED",
+        "request": {"messageDigest": receipt::digest_json(&message), "message": message},
+    })
+}
+
+/// `agentnet audit verify --file F --did DID --json` on `text`: the report and the exit.
+fn verify_file(tmp: &Path, name: &str, text: &str, did: Option<&str>) -> (bool, Value, String) {
+    let file = tmp.join(format!("{name}.jsonl"));
+    std::fs::write(&file, text).unwrap();
+    let mut args = vec!["audit", "verify", "--file", p(&file), "--json"];
+    if let Some(d) = did {
+        args.extend(["--did", d]);
+    }
+    let o = agentnet(&args);
+    let report = serde_json::from_str(stdout(&o).trim())
+        .unwrap_or_else(|e| panic!("{name}: {e}: {}{}", stdout(&o), stderr(&o)));
+    (o.status.success(), report, stderr(&o))
+}
+
+/// Issue 43, item 4: an attacker who holds the node's export edits it (an entry cut from the
+/// end, one removed from the middle, two swapped, one replaced by an entry of its own whose
+/// receipt verifies), recomputes every `prev` and the head, and signs a new checkpoint with
+/// its own key (or keeps the node's). `agentnet audit verify --file F --did <node DID>`
+/// refuses each, saying why; the untouched export passes. Without `--did` the re-signed file
+/// is only reported self-consistent, and the report says so.
+#[test]
+fn an_edited_export_is_refused_against_the_node_s_did() {
+    use agentnet_did::checkpoint::{self, Checkpoint};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node");
+    let node = start(&dir, ECHO, &[]);
+    let did = node.info["did"].as_str().unwrap().to_string();
+    for i in 0..4 {
+        call(&dir, "receipt-echo", &format!("request {i}"));
+    }
+    let file = tmp.path().join("audit.jsonl");
+    let o = agentnet(&["audit", "export", p(&file), "--data-dir", p(&dir)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&file).unwrap();
+
+    // The untouched export verifies against the node's DID.
+    let (ok, report, err) = verify_file(tmp.path(), "untouched", &text, Some(&did));
+    assert!(ok, "the node's own export was refused: {report} {err}");
+    assert_eq!(report["entries"], json!(4), "{report}");
+    assert_eq!(report["signedBy"], json!(did), "{report}");
+    let o = agentnet(&["audit", "verify", "--file", p(&file), "--did", &did]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let nodes_checkpoint = header["checkpoint"].as_str().expect("a signed checkpoint");
+    let e: Vec<Value> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(e.len(), 4);
+    let attacker = agentnet_did::SecretKey::from_seed(&[66; 32]);
+    let forged = attackers_entry(&attacker, &did);
+    let edits: Vec<(&str, Vec<Value>)> = vec![
+        ("cut", e[..3].to_vec()),
+        ("removed", vec![e[0].clone(), e[2].clone(), e[3].clone()]),
+        (
+            "swapped",
+            vec![e[0].clone(), e[2].clone(), e[1].clone(), e[3].clone()],
+        ),
+        (
+            "replaced",
+            vec![e[0].clone(), forged.clone(), e[2].clone(), e[3].clone()],
+        ),
+    ];
+    let mallory = attacker.did_key();
+    let kid = mallory.with_fragment(mallory.method_specific_id());
+    for (what, entries) in edits {
+        // The node's checkpoint kept: the chain does not end where it says.
+        let (edited, digest, bytes) = rewritten(&entries, Some(nodes_checkpoint));
+        let (ok, report, _) = verify_file(tmp.path(), what, &edited, Some(&did));
+        assert!(!ok, "{what}: an edited export verified: {report}");
+        let why = report["reason"].as_str().unwrap_or_default();
+        assert!(why.contains("does not end where"), "{what}: {report}");
+
+        // The checkpoint re-signed with the attacker's key over the new head.
+        let c = Checkpoint::new(
+            mallory.as_str(),
+            entries.len() as u64,
+            &digest,
+            bytes,
+            "2026-01-01T00:00:03.000Z",
+        );
+        let (resigned, _, _) = rewritten(&entries, Some(&checkpoint::sign(&c, &attacker, &kid)));
+        let name = format!("{what}-resigned");
+        let (ok, report, _) = verify_file(tmp.path(), &name, &resigned, Some(&did));
+        assert!(
+            !ok,
+            "{what}: an export re-signed by another key verified: {report}"
+        );
+        let why = report["reason"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("another key") && why.contains(&did),
+            "{what}: {report}"
+        );
+        // Without --did the file only proves itself, and the report says so.
+        let (ok, report, err) = verify_file(tmp.path(), &name, &resigned, None);
+        assert!(ok, "{what}: {report} {err}");
+        let note = report["note"].as_str().unwrap_or_default();
+        assert!(note.contains("self-consistent"), "{what}: {report}");
+
+        // No checkpoint at all: refused against the node's DID.
+        let (bare, _, _) = rewritten(&entries, None);
+        let (ok, report, _) = verify_file(tmp.path(), &format!("{what}-bare"), &bare, Some(&did));
+        assert!(!ok, "{what}: an unsigned export verified: {report}");
+        let why = report["reason"].as_str().unwrap_or_default();
+        assert!(why.contains("no signed checkpoint"), "{what}: {report}");
+    }
+    // The refusal on the terminal says what is wrong.
+    let (resigned, _, _) = rewritten(&e[..3], None);
+    let cut = tmp.path().join("cut-text.jsonl");
+    std::fs::write(&cut, resigned).unwrap();
+    let o = agentnet(&["audit", "verify", "--file", p(&cut), "--did", &did]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no signed checkpoint"),
+        "{}",
+        stderr(&o)
+    );
+    drop(node);
+}
+
+/// `SendMessage` of `text` to the A2A endpoint `url`, anonymously, from the loopback address
+/// `from` (any 127.0.0.0/8 address binds on Linux): a stranger's call.
+fn stranger_sends(from: &str, url: &str, text: &str) -> Value {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"role": "ROLE_USER", "parts": [{"text": text}],
+            "messageId": format!("m-stranger-{n}")}}});
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = agentnet_did::http::client_builder()
+            .local_address(from.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap();
+        let r = client
+            .post(url)
+            .header("content-type", "application/a2a+json")
+            .header("A2A-Version", "1.0")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json().await.unwrap()
+    })
+}
+
+/// Issue 43, item 4: strangers (anonymous callers from four network blocks) call a hosted
+/// `proxy` agent until the entries it writes on their behalf fill strangers' share of the
+/// audit log (lowered in `[audit]` so that a few dozen calls do it). Their further entries are
+/// refused, with a log line; the share is never exceeded; a stranger's large message is kept
+/// as its digest only. The operator's own `agentnet call` afterwards still gets its receipt
+/// logged, and the log verifies against the node's DID.
+#[test]
+fn strangers_fill_only_their_share_and_the_operator_s_receipts_are_still_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = start(&tmp.path().join("b"), ECHO, &[]);
+    let b_addr = b.info["listen"][0].as_str().unwrap().to_string();
+    let share_kib = 16;
+    let config = format!(
+        r#"
+[audit]
+strangers_kib = {share_kib}
+strangers_per_owner_kib = 8
+strangers_per_source_kib = 8
+
+[[agent]]
+id = "via"
+kind = "proxy"
+policy = "open"
+upstream = "{}/a2a/echo"
+allow_private = true
+publish = false
+"#,
+        http(&b)
+    );
+    let checked = tmp.path().join("a.toml");
+    std::fs::write(&checked, &config).unwrap();
+    let o = agentnet(&["config", "check", "--config", p(&checked)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = start(&tmp.path().join("a"), &config, &["--bootstrap", &b_addr]);
+    let did = a.info["did"].as_str().unwrap().to_string();
+    let url = format!("{}/a2a/via", http(&a));
+
+    // A stranger's 40 KiB message: its entry keeps the digest.
+    let big = "x".repeat(40 << 10);
+    let v = stranger_sends("127.0.0.2", &url, &big);
+    assert!(v.get("error").is_none(), "{v}");
+    for i in 0..40 {
+        let from = format!("127.0.0.{}", 2 + i % 4);
+        let v = stranger_sends(&from, &url, &format!("stranger call {i}"));
+        assert!(v.get("error").is_none(), "{v}");
+    }
+    let log = audit(&a.dir);
+    let entries = log["entries"].as_array().unwrap();
+    let strangers: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e.get("onBehalf").is_some())
+        .collect();
+    assert!(
+        !strangers.is_empty(),
+        "no stranger's entry was logged: {log}"
+    );
+    assert!(
+        strangers.len() < 41,
+        "every stranger's entry was logged: the share did not bound them"
+    );
+    let bytes: usize = strangers
+        .iter()
+        .map(|e| agentnet_did::jcs::canonicalize(e).len())
+        .sum();
+    assert!(
+        bytes <= share_kib << 10,
+        "strangers' entries hold {bytes} bytes, over their {share_kib} KiB share"
+    );
+    let first = strangers[0];
+    assert_eq!(first["request"]["message"], Value::Null, "{first}");
+    assert_eq!(first["request"]["omitted"], "too large", "{first}");
+    assert!(
+        a.log()
+            .contains("audit entry on behalf of a remote caller refused"),
+        "no log line says a stranger's entry was refused: {}",
+        a.log()
+    );
+
+    // The operator's own call is logged all the same.
+    let out = call(&a.dir, "receipt-echo", "the operator's own call");
+    assert_eq!(out["receipt"]["status"], "logged", "{out}");
+    let log = audit(&a.dir);
+    let last = log["entries"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["writer"], "call", "{last}");
+    assert!(last.get("onBehalf").is_none(), "{last}");
+    let o = agentnet(&["audit", "verify", "--did", &did, "--data-dir", p(&a.dir)]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}

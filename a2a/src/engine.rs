@@ -969,6 +969,7 @@ impl Engine {
             task_id: task.id.clone(),
             context_id: task.context_id.clone(),
             caller: owner.clone(),
+            source: caller.source,
             message,
             history,
             cancel,

@@ -14,7 +14,7 @@ use a2a::{Artifact, Message};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{BoxFuture, Owner};
+use crate::auth::{BoxFuture, Owner, Source};
 
 /// One turn of work on a task.
 #[derive(Debug, Clone)]
@@ -26,6 +26,8 @@ pub struct Turn {
     pub context_id: String,
     /// Who sent the message.
     pub caller: Owner,
+    /// The network block the message came from (what per-source shares are counted by).
+    pub source: Source,
     /// The message that started this turn.
     pub message: Message,
     /// The task's stored history before this message (oldest first, bounded by the engine's

@@ -37,6 +37,7 @@
 pub mod a2a;
 pub mod batch;
 pub mod card;
+pub mod checkpoint;
 pub mod delegation;
 pub mod di;
 pub mod didkey;

@@ -12,10 +12,23 @@
 //! | key | value |
 //! |---|---|
 //! | `e ‖ seq (u64 BE)` | the entry's JCS bytes, `seq` from 1 |
-//! | `H` | the head: `{"seq": n, "digest": "<hex>", "bytes": b}` (JCS) |
+//! | `H` | the head: `{"seq": n, "digest": "<hex>", "bytes": b, "checkpoint": "<JWS>"}` |
 //! | `r ‖ receipt digest (hex)` | the seq of the entry holding that receipt: a receipt is logged once |
 //! | `R` | entries on behalf of remote callers (u64 BE) |
 //! | `o ‖ owner key` | entries on behalf of that remote caller (u64 BE) |
+//! | `B` | bytes of the entries on behalf of remote callers (u64 BE) |
+//! | `b ‖ owner key` | bytes of the entries on behalf of that remote caller (u64 BE) |
+//! | `s ‖ source` | bytes of the entries on behalf of callers from that network block (u64 BE) |
+//!
+//! # Checkpoints
+//!
+//! A log opened with the node's key ([`AuditLog::open`]) signs its head after every append:
+//! a [`checkpoint`] (entries, last digest, bytes, time) by the node's DID, stored with the head
+//! in the same write and put in the export's header. `agentnet audit verify --file F --did D`
+//! then refuses an export whose chain does not end where D signed that it ended
+//! ([`verify_export`]): whoever edits the file can recompute every `prev` and the head, not the
+//! signature. An export without a checkpoint (an older node's) verifies as before and is
+//! reported unsigned.
 //!
 //! # Writers
 //!
@@ -29,16 +42,23 @@
 //!
 //! # Bounds
 //!
-//! [`Limits`]: entries in all, bytes in all, bytes of one entry; entries a `proxy` appends on
-//! behalf of remote callers, in all (half the log) and per caller. An append past a bound is
-//! refused ([`AuditError::Full`]) and the writer says so; nothing is dropped or overwritten.
-//! The request message is kept when its JCS bytes fit [`Limits::max_message_bytes`], else its
-//! digest only (`request.message` is `null`, `request.omitted` says why).
+//! [`Limits`]: entries in all, bytes in all, bytes of one entry. Entries a `proxy` appends on
+//! behalf of remote callers (strangers) have their own share: entries in all (half the log)
+//! and per caller; bytes in all (a quarter of the log), per caller (the calling DID, or the
+//! network block of an anonymous caller) and per source (the network block the call came
+//! from). A stranger's entry past its share is refused ([`AuditError::StrangersFull`], counted
+//! by [`AuditLog::strangers_refused`]); the node's own entries are held to the totals only, so
+//! strangers can take at most their share and the node keeps the rest whatever they do. An
+//! append past a bound is refused and the writer says so; nothing is dropped or overwritten.
+//! The request message is kept when its JCS bytes fit [`Limits::max_message_bytes`] (16 KiB),
+//! else its digest only (`request.message` is `null`, `request.omitted` says why).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use agentnet_did::checkpoint::{self, Checkpoint};
 use agentnet_did::receipt::{self, Expected, Receipt, ReceiptError};
-use agentnet_did::Resolver;
+use agentnet_did::{DidUrl, Resolver, SecretKey};
 use agentnet_discovery::store::{Family, FamilyOp, Store};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -56,6 +76,7 @@ pub const MAX_PAGE_BYTES: usize = 4 << 20;
 
 const HEAD_KEY: &[u8] = b"H";
 const REMOTE_KEY: &[u8] = b"R";
+const REMOTE_BYTES_KEY: &[u8] = b"B";
 
 /// The log's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +87,10 @@ pub struct Limits {
     pub max_bytes: u64,
     /// Most bytes of one entry: 1 MiB (a receipt is at most 256 KiB).
     pub max_entry_bytes: usize,
-    /// A request message larger than this (JCS bytes) is kept as its digest alone: 256 KiB.
+    /// A request message larger than this (JCS bytes) is kept as its digest alone: 16 KiB.
+    /// The receipt covers the message's digest, which is all a verifier needs; the bytes are
+    /// kept for reading the log. 16 KiB holds an ordinary turn's text, and keeps a stranger's
+    /// entry (message and receipt) a few KiB, not the 256 KiB a message may be.
     pub max_message_bytes: usize,
     /// Most entries appended on behalf of remote callers (a `proxy` agent's upstream
     /// receipts): 500,000, half the log, so that strangers calling a proxy cannot take the room
@@ -75,6 +99,29 @@ pub struct Limits {
     /// Most entries on behalf of one remote caller (a DID; anonymous callers by network
     /// block): 10,000.
     pub max_per_owner: u64,
+    /// Most bytes of the entries on behalf of remote callers, all together: a quarter of
+    /// [`Limits::max_bytes`] (256 MiB); the rest is the node's own whatever strangers do.
+    pub max_remote_bytes: u64,
+    /// Most bytes of them on behalf of one remote caller: a 64th of the strangers' share.
+    pub max_remote_owner_bytes: u64,
+    /// Most bytes of them from callers of one network block (IPv4 address, IPv6 /64): a 16th
+    /// of the strangers' share.
+    pub max_remote_source_bytes: u64,
+}
+
+impl Limits {
+    /// The default bounds for a log of at most `max_bytes` bytes: the strangers' shares scale
+    /// with it (a quarter in all, a 16th of that per source, a 64th per caller).
+    pub fn with_total_bytes(max_bytes: u64) -> Self {
+        let strangers = max_bytes / 4;
+        Limits {
+            max_bytes,
+            max_remote_bytes: strangers,
+            max_remote_owner_bytes: strangers / 64,
+            max_remote_source_bytes: strangers / 16,
+            ..Limits::default()
+        }
+    }
 }
 
 impl Default for Limits {
@@ -83,9 +130,12 @@ impl Default for Limits {
             max_entries: 1_000_000,
             max_bytes: 1 << 30,
             max_entry_bytes: 1 << 20,
-            max_message_bytes: 256 << 10,
+            max_message_bytes: 16 << 10,
             max_remote_entries: 500_000,
             max_per_owner: 10_000,
+            max_remote_bytes: (1 << 30) / 4,
+            max_remote_owner_bytes: (1 << 30) / 4 / 64,
+            max_remote_source_bytes: (1 << 30) / 4 / 16,
         }
     }
 }
@@ -112,6 +162,11 @@ pub enum AuditError {
     /// A bound refused the entry; nothing was appended (see [`Limits`]).
     #[error("audit log full: {0}; export it (`agentnet audit export FILE`) and keep the export; a new data directory starts a new log")]
     Full(String),
+    /// A remote caller's entry (a `proxy`'s, `onBehalf`) past the strangers' share, or its
+    /// caller's or network block's part of it; nothing was appended, and the node's own
+    /// entries are not affected.
+    #[error("audit entry on behalf of a remote caller refused: {0}; the node's own entries still have their room (raise [audit] strangers_kib, or its per-owner and per-source shares, to keep more)")]
+    StrangersFull(String),
     /// The store failed.
     #[error("audit log: {0}")]
     Backend(String),
@@ -190,6 +245,10 @@ pub struct NewEntry {
     /// The remote caller the writer worked for ([`Entry::on_behalf`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_behalf: Option<String>,
+    /// The network block that remote caller called from (`Source`'s key): what the per-source
+    /// share counts. Not stored in the entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf_source: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -197,14 +256,50 @@ struct Head {
     seq: u64,
     digest: String,
     bytes: u64,
+    /// The node's signed [`Checkpoint`] of this head (absent in logs of older nodes, and in
+    /// logs opened without a key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checkpoint: Option<String>,
+}
+
+/// The key that signs checkpoints: the node's.
+struct Signer {
+    key: SecretKey,
+    kid: DidUrl,
+}
+
+impl Signer {
+    fn sign(&self, head: &Head) -> String {
+        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let c = Checkpoint::new(
+            self.kid.did().as_str(),
+            head.seq,
+            &head.digest,
+            head.bytes,
+            &at,
+        );
+        checkpoint::sign(&c, &self.key, &self.kid)
+    }
 }
 
 /// The audit log in the node's store.
-#[derive(Debug)]
 pub struct AuditLog {
     family: Family,
     limits: Limits,
     head: Mutex<Head>,
+    signer: Option<Signer>,
+    /// Remote callers' entries refused because their share was full, since the node started.
+    strangers_refused: AtomicU64,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("AuditLog")
+            .field("limits", &self.limits)
+            .field("signer", &self.signer.as_ref().map(|s| s.kid.to_string()))
+            .finish_non_exhaustive()
+    }
 }
 
 fn backend(e: impl std::fmt::Display) -> AuditError {
@@ -220,23 +315,66 @@ fn entry_key(seq: u64) -> Vec<u8> {
 }
 
 impl AuditLog {
-    /// The log in `store`, opened with [`CF_AUDIT`].
-    pub fn open(store: &Store, limits: Limits) -> Result<Arc<AuditLog>, AuditError> {
+    /// The log in `store`, opened with [`CF_AUDIT`]. With `key` (the node's), every append
+    /// signs a [`Checkpoint`] of the new head as the key's did:key; a head that carries no
+    /// checkpoint by that key (a log an older node kept) is signed now. Without a key (a CLI
+    /// reading a stopped node's store) the log is read-only in practice: nothing is signed.
+    pub fn open(
+        store: &Store,
+        limits: Limits,
+        key: Option<SecretKey>,
+    ) -> Result<Arc<AuditLog>, AuditError> {
         let family = store.family(CF_AUDIT).map_err(backend)?;
-        let head = match family.get(HEAD_KEY).map_err(backend)? {
+        let mut head = match family.get(HEAD_KEY).map_err(backend)? {
             Some(b) => serde_json::from_slice(&b)
                 .map_err(|e| AuditError::Backend(format!("reading the log's head: {e}")))?,
             None => Head {
                 seq: 0,
                 digest: GENESIS.into(),
                 bytes: 0,
+                checkpoint: None,
             },
         };
+        let signer = key.map(|key| {
+            let did = key.did_key();
+            let kid = did.with_fragment(did.method_specific_id());
+            Signer { key, kid }
+        });
+        if let Some(s) = &signer {
+            let current = head.checkpoint.as_deref().is_some_and(|jws| {
+                let key = agentnet_did::PublicKey::Ed25519(s.key.public());
+                checkpoint::verify_with_key(jws, &key, Some(s.kid.did().as_str())).is_ok_and(|c| {
+                    c.seq == head.seq && c.digest == head.digest && c.bytes == head.bytes
+                })
+            });
+            if !current {
+                head.checkpoint = Some(s.sign(&head));
+                let bytes = serde_json::to_vec(&head).map_err(backend)?;
+                family
+                    .write(vec![FamilyOp::Put(HEAD_KEY.to_vec(), bytes)])
+                    .map_err(backend)?;
+            }
+        }
         Ok(Arc::new(AuditLog {
             family,
             limits,
             head: Mutex::new(head),
+            signer,
+            strangers_refused: AtomicU64::new(0),
         }))
+    }
+
+    /// The head (last seq, its digest) and the node's signed checkpoint of it, if the log
+    /// keeps them, read together.
+    pub fn signed_head(&self) -> (u64, String, Option<String>) {
+        let h = self.head.lock().unwrap_or_else(|p| p.into_inner());
+        (h.seq, h.digest.clone(), h.checkpoint.clone())
+    }
+
+    /// Entries on behalf of remote callers refused since the log was opened because their
+    /// share was full ([`AuditError::StrangersFull`]).
+    pub fn strangers_refused(&self) -> u64 {
+        self.strangers_refused.load(Ordering::Relaxed)
     }
 
     /// How many entries.
@@ -315,40 +453,31 @@ impl AuditLog {
                 head.bytes, self.limits.max_bytes
             )));
         }
-        // Remote callers' entries: their share of the log, and each caller's.
-        let mut counters = Vec::new();
-        if let Some(o) = &entry.on_behalf {
-            let read = |k: &[u8]| -> Result<u64, AuditError> {
-                Ok(self
-                    .family
-                    .get(k)
-                    .map_err(backend)?
-                    .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
-                    .unwrap_or(0))
-            };
-            let okey = [&b"o"[..], o.as_bytes()].concat();
-            let (remote, mine) = (read(REMOTE_KEY)?, read(&okey)?);
-            if remote >= self.limits.max_remote_entries {
-                return Err(AuditError::Full(format!(
-                    "{remote} entries on behalf of remote callers, their share"
-                )));
-            }
-            if mine >= self.limits.max_per_owner {
-                return Err(AuditError::Full(format!(
-                    "{mine} entries on behalf of {o}, the bound per caller"
-                )));
-            }
-            counters.push(FamilyOp::Put(
-                REMOTE_KEY.to_vec(),
-                (remote + 1).to_be_bytes().to_vec(),
-            ));
-            counters.push(FamilyOp::Put(okey, (mine + 1).to_be_bytes().to_vec()));
-        }
-        let next = Head {
+        // Remote callers' entries: their share of the log, and each caller's and source's.
+        let counters = match &entry.on_behalf {
+            Some(o) => match self.strangers_room(o, new.on_behalf_source.as_deref(), &bytes)? {
+                Ok(c) => c,
+                Err(why) => {
+                    self.strangers_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        on_behalf = %o,
+                        source = new.on_behalf_source.as_deref().unwrap_or("-"),
+                        task = %entry.task_id,
+                        refused = self.strangers_refused(),
+                        "audit entry on behalf of a remote caller refused: {why}"
+                    );
+                    return Err(AuditError::StrangersFull(why));
+                }
+            },
+            None => Vec::new(),
+        };
+        let mut next = Head {
             seq: entry.seq,
             digest: receipt::digest(&bytes),
             bytes: head.bytes + bytes.len() as u64,
+            checkpoint: None,
         };
+        next.checkpoint = self.signer.as_ref().map(|s| s.sign(&next));
         let head_bytes = serde_json::to_vec(&next).map_err(backend)?;
         let mut ops = vec![
             FamilyOp::Put(entry_key(entry.seq), bytes),
@@ -362,6 +491,70 @@ impl AuditLog {
         self.family.write(ops).map_err(backend)?;
         *head = next;
         Ok(entry)
+    }
+
+    /// The counters to write for a remote caller's entry of `bytes` on behalf of `owner` from
+    /// `source`, or why its share has no room for it (the outer error: the store failed).
+    fn strangers_room(
+        &self,
+        owner: &str,
+        source: Option<&str>,
+        bytes: &[u8],
+    ) -> Result<Result<Vec<FamilyOp>, String>, AuditError> {
+        let read = |k: &[u8]| -> Result<u64, AuditError> {
+            Ok(self
+                .family
+                .get(k)
+                .map_err(backend)?
+                .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
+                .unwrap_or(0))
+        };
+        let l = &self.limits;
+        let n = bytes.len() as u64;
+        let okey = [&b"o"[..], owner.as_bytes()].concat();
+        let obkey = [&b"b"[..], owner.as_bytes()].concat();
+        // An entry whose writer gave no source is counted under its owner's key.
+        let skey = [&b"s"[..], source.unwrap_or(owner).as_bytes()].concat();
+        let (count, mine) = (read(REMOTE_KEY)?, read(&okey)?);
+        let (all_bytes, owner_bytes, source_bytes) =
+            (read(REMOTE_BYTES_KEY)?, read(&obkey)?, read(&skey)?);
+        if count >= l.max_remote_entries {
+            return Ok(Err(format!(
+                "{count} entries on behalf of remote callers, their share"
+            )));
+        }
+        if mine >= l.max_per_owner {
+            return Ok(Err(format!(
+                "{mine} entries on behalf of {owner}, the bound per caller"
+            )));
+        }
+        if all_bytes + n > l.max_remote_bytes {
+            return Ok(Err(format!(
+                "remote callers' entries hold {all_bytes} bytes of their {}-byte share",
+                l.max_remote_bytes
+            )));
+        }
+        if owner_bytes + n > l.max_remote_owner_bytes {
+            return Ok(Err(format!(
+                "entries on behalf of {owner} hold {owner_bytes} bytes of the {}-byte share per caller",
+                l.max_remote_owner_bytes
+            )));
+        }
+        if source_bytes + n > l.max_remote_source_bytes {
+            return Ok(Err(format!(
+                "entries on behalf of callers from {} hold {source_bytes} bytes of the {}-byte share per source",
+                source.unwrap_or(owner),
+                l.max_remote_source_bytes
+            )));
+        }
+        let put = |k: Vec<u8>, v: u64| FamilyOp::Put(k, v.to_be_bytes().to_vec());
+        Ok(Ok(vec![
+            put(REMOTE_KEY.to_vec(), count + 1),
+            put(okey, mine + 1),
+            put(REMOTE_BYTES_KEY.to_vec(), all_bytes + n),
+            put(obkey, owner_bytes + n),
+            put(skey, source_bytes + n),
+        ]))
     }
 
     /// Up to `limit` raw entries after `after` (seq), at most [`MAX_PAGE_BYTES`] (at least
@@ -395,7 +588,8 @@ impl AuditLog {
         self.family.write(vec![op]).map_err(backend)
     }
 
-    /// Re-check every entry (see [`Verifier`]) and the head.
+    /// Re-check every entry (see [`Verifier`]), the head, and the head's checkpoint (signed by
+    /// this log's key, when it has one).
     pub async fn verify(self: &Arc<Self>, resolver: &Resolver) -> Report {
         let mut v = Verifier::new();
         let mut after = 0;
@@ -418,9 +612,24 @@ impl AuditLog {
             }
             after = last;
         }
-        let (seq, digest) = self.head();
-        v.finish(Some((seq, &digest)))
+        let (seq, digest, signed) = self.signed_head();
+        let did = self.signer.as_ref().map(|s| s.kid.did().to_string());
+        let trust = match &did {
+            Some(d) => Trust::Given(d),
+            None => Trust::FromFile,
+        };
+        v.finish_signed((seq, &digest), signed.as_deref(), trust, resolver)
+            .await
     }
+}
+
+/// Whose signature an export's checkpoint must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust<'a> {
+    /// The node's DID, known to the verifier (`--did`): the checkpoint must be signed by it.
+    Given(&'a str),
+    /// Whatever DID the checkpoint names: proves only that the file is self-consistent.
+    FromFile,
 }
 
 /// The result of `audit verify`.
@@ -434,9 +643,19 @@ pub struct Report {
     /// The first bad entry: its seq.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bad_entry: Option<u64>,
-    /// What is wrong with it.
+    /// What is wrong with it (or with the checkpoint, when `bad_entry` is absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The DID whose signed checkpoint the chain ends at; absent when unsigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
+    /// When that checkpoint was signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_at: Option<String>,
+    /// What an `ok` proves, when it proves less than "the log the node signed": an unsigned
+    /// export, or a signer's DID taken from the file itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Checks entries in order: each is canonical JSON of an [`Entry`], its seq follows the last
@@ -448,6 +667,7 @@ pub struct Verifier {
     seq: u64,
     digest: String,
     entries: u64,
+    bytes: u64,
     bad: Option<(u64, String)>,
 }
 
@@ -464,6 +684,7 @@ impl Verifier {
             seq: 0,
             digest: GENESIS.into(),
             entries: 0,
+            bytes: 0,
             bad: None,
         }
     }
@@ -547,6 +768,7 @@ impl Verifier {
         self.seq = key_seq;
         self.digest = receipt::digest(bytes);
         self.entries += 1;
+        self.bytes += bytes.len() as u64;
         Ok(())
     }
 
@@ -576,13 +798,83 @@ impl Verifier {
             entries: self.entries,
             bad_entry: bad.as_ref().map(|b| b.0),
             reason: bad.map(|b| b.1),
+            signed_by: None,
+            signed_at: None,
+            note: None,
         }
+    }
+
+    /// The report ([`Verifier::finish`]), and the chain held against `signed`, the node's
+    /// checkpoint: it must verify as `trust` says and name the chain's last entry, its count
+    /// and its bytes. Without a checkpoint the report says the log is unsigned, or, when the
+    /// verifier was given a DID, refuses it.
+    pub async fn finish_signed(
+        self,
+        head: (u64, &str),
+        signed: Option<&str>,
+        trust: Trust<'_>,
+        resolver: &Resolver,
+    ) -> Report {
+        let (seq, digest, bytes) = (self.seq, self.digest.clone(), self.bytes);
+        let mut report = self.finish(Some(head));
+        if !report.ok {
+            return report;
+        }
+        let refuse = |mut r: Report, why: String| {
+            r.ok = false;
+            r.reason = Some(why);
+            r
+        };
+        let Some(jws) = signed else {
+            return match trust {
+                Trust::Given(did) => refuse(
+                    report,
+                    format!("the log carries no signed checkpoint, so nothing shows that {did} kept it: its chain could have been recomputed by whoever held the file"),
+                ),
+                Trust::FromFile => {
+                    report.note = Some("unsigned: the log carries no checkpoint (an older node's export); its chain is self-consistent, which anyone who holds the file can make it".into());
+                    report
+                }
+            };
+        };
+        let expected = match trust {
+            Trust::Given(d) => Some(d),
+            Trust::FromFile => None,
+        };
+        let c = match checkpoint::verify(jws, resolver, expected).await {
+            Ok(c) => c,
+            Err(e) => return refuse(report, format!("its checkpoint does not verify: {e}")),
+        };
+        if c.seq != seq || c.digest != digest || c.bytes != bytes {
+            return refuse(
+                report,
+                format!(
+                    "the chain does not end where {} signed that it ended ({} entries, {} bytes, last digest {}; found {seq} entries, {bytes} bytes, last digest {digest}): entries were cut, removed, reordered, replaced or added and the chain recomputed",
+                    c.node, c.seq, c.bytes, c.digest
+                ),
+            );
+        }
+        if trust == Trust::FromFile {
+            report.note = Some(format!(
+                "signed by {}, a DID taken from the file itself: this proves only that the file is self-consistent; pass --did with the node's DID, learnt elsewhere, to check that the node signed it",
+                c.node
+            ));
+        }
+        report.signed_by = Some(c.node);
+        report.signed_at = Some(c.at);
+        report
     }
 }
 
 /// Verify an export file (`agentnet audit export`): JSON lines, the first
-/// `{"format": "agentnet-audit/v1", "head": {"seq", "digest"}}`, then each entry's stored bytes.
-pub async fn verify_export(text: &str, resolver: &Resolver) -> Result<Report, String> {
+/// `{"format": "agentnet-audit/v1", "head": {"seq", "digest"}, "checkpoint": "<JWS>"}`, then
+/// each entry's stored bytes; the chain must end at the checkpoint, signed as `trust` says
+/// ([`Verifier::finish_signed`]).
+pub async fn verify_export(
+    text: &str,
+    resolver: &Resolver,
+    trust: Trust<'_>,
+) -> Result<Report, String> {
     let mut lines = text.lines();
     let first = lines
         .next()
@@ -610,12 +902,25 @@ pub async fn verify_export(text: &str, resolver: &Resolver) -> Result<Report, St
             .unwrap_or(v.seq + 1);
         v.check(seq, line.as_bytes(), resolver).await;
     }
-    Ok(v.finish(Some((head_seq, &head_digest))))
+    let signed = match header.get("checkpoint") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err("the header's checkpoint is not a string (a compact JWS)".into()),
+    };
+    Ok(
+        v.finish_signed((head_seq, &head_digest), signed, trust, resolver)
+            .await,
+    )
 }
 
-/// The export header line for a log whose head is `(seq, digest)`.
-pub fn export_header(seq: u64, digest: &str) -> String {
-    json!({"format": EXPORT_FORMAT, "head": {"seq": seq, "digest": digest}}).to_string()
+/// The export header line for a log whose head is `(seq, digest)`, with the node's signed
+/// checkpoint of it when the log keeps them.
+pub fn export_header(seq: u64, digest: &str, checkpoint: Option<&str>) -> String {
+    let mut h = json!({"format": EXPORT_FORMAT, "head": {"seq": seq, "digest": digest}});
+    if let Some(c) = checkpoint {
+        h["checkpoint"] = json!(c);
+    }
+    h.to_string()
 }
 
 /// Verify `new`'s receipt as a writer must before it appends: it names `new`'s task, agent and
@@ -657,7 +962,7 @@ pub fn open_dir(path: &std::path::Path) -> Result<(Store, Arc<AuditLog>), AuditE
         &[CF_AUDIT],
     )
     .map_err(backend)?;
-    let log = AuditLog::open(&store, Limits::default())?;
+    let log = AuditLog::open(&store, Limits::default(), None)?;
     Ok((store, log))
 }
 
@@ -768,7 +1073,9 @@ impl Recorder {
     /// Verify and log the receipt of `task`, which `agent` ran for `caller` after `message`:
     /// the caller's message as the agent holds it ([`request_of`]), which the receipt must
     /// cover. `sent`: the parts the writer sent, when it knows them; `message` must hold the
-    /// same, else the receipt is refused ([`AuditError::NotSent`]).
+    /// same, else the receipt is refused ([`AuditError::NotSent`]). `on_behalf`: the remote
+    /// caller the writer worked for (its owner key) and the network block it called from,
+    /// which the strangers' share counts.
     #[allow(clippy::too_many_arguments)]
     pub async fn record(
         &self,
@@ -778,7 +1085,7 @@ impl Recorder {
         task: &agentnet_a2a::types::Task,
         message: Option<&agentnet_a2a::types::Message>,
         sent: Option<&[agentnet_a2a::types::Part]>,
-        on_behalf: Option<&str>,
+        on_behalf: Option<(&str, &str)>,
     ) -> Recorded {
         let Some(jws) = receipt_of(task) else {
             return Recorded::None;
@@ -804,7 +1111,8 @@ impl Recorder {
             caller: caller.map(str::to_string),
             receipt: jws.clone(),
             message: serde_json::to_value(message).ok(),
-            on_behalf: on_behalf.map(str::to_string),
+            on_behalf: on_behalf.map(|o| o.0.to_string()),
+            on_behalf_source: on_behalf.map(|o| o.1.to_string()),
         };
         let digest = receipt::receipt_digest(&jws);
         let refused = |reason: String| Recorded::Refused { reason };
@@ -857,7 +1165,7 @@ fn api_error(status: u16, reason: &str, error: impl std::fmt::Display) -> axum::
 
 /// The admin routes (mounted behind the admin guard by the daemon): `POST /admin/v1/audit`
 /// appends a [`NewEntry`] whose receipt verifies; `GET /admin/v1/audit?after=N&limit=M`
-/// returns `{entries: [...], head: {seq, digest}}`; `GET /admin/v1/audit/verify` a [`Report`].
+/// returns `{entries: [...], head: {seq, digest, checkpoint}, strangersRefused: n}`; `GET /admin/v1/audit/verify` a [`Report`].
 pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
     use axum::extract::{RawQuery, State};
     use axum::response::IntoResponse;
@@ -872,6 +1180,7 @@ pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
                 e @ (AuditError::Receipt(_) | AuditError::NoRequest | AuditError::NotSent { .. }),
             ) => api_error(400, "receipt_invalid", e),
             Err(e @ AuditError::Full(_)) => api_error(507, "audit_full", e),
+            Err(e @ AuditError::StrangersFull(_)) => api_error(507, "audit_strangers_full", e),
             Err(e) => api_error(500, "internal", e),
         }
     }
@@ -898,9 +1207,11 @@ pub fn router(log: Arc<AuditLog>, resolver: Resolver) -> axum::Router {
                     .into_iter()
                     .map(|(seq, b)| json!({"seq": seq, "raw": String::from_utf8_lossy(&b)}))
                     .collect();
-                let (seq, digest) = s.log.head();
-                axum::Json(json!({"entries": entries, "head": {"seq": seq, "digest": digest}}))
-                    .into_response()
+                let (seq, digest, checkpoint) = s.log.signed_head();
+                axum::Json(json!({"entries": entries,
+                    "head": {"seq": seq, "digest": digest, "checkpoint": checkpoint},
+                    "strangersRefused": s.log.strangers_refused()}))
+                .into_response()
             }
             Ok(Err(e)) => api_error(500, "internal", e),
             Err(e) => api_error(500, "internal", e),
@@ -959,6 +1270,7 @@ mod tests {
                 caller: Some("did:key:zMe".into()),
                 receipt: jws,
                 on_behalf: None,
+                on_behalf_source: None,
                 message: Some(hi(&format!("task-{i}"))),
             };
             log.append(new, &r).unwrap();
@@ -987,6 +1299,7 @@ mod tests {
             receipt: jws,
             message: None,
             on_behalf: None,
+            on_behalf_source: None,
         };
         assert_eq!(log.append(again, &rc).unwrap().seq, 2);
         assert_eq!(log.len(), 3);
@@ -1046,6 +1359,7 @@ mod tests {
                 max_entries: 2,
                 ..Limits::default()
             },
+            None,
         )
         .unwrap();
         let key = SecretKey::from_seed(&[3; 32]);
@@ -1059,6 +1373,7 @@ mod tests {
                 receipt: jws,
                 message: None,
                 on_behalf: None,
+                on_behalf_source: None,
             };
             let got = log.append(new, &r);
             if i < 2 {
@@ -1089,6 +1404,7 @@ mod tests {
                 max_per_owner: 2,
                 ..Limits::default()
             },
+            None,
         )
         .unwrap();
         let key = SecretKey::from_seed(&[3; 32]);
@@ -1104,6 +1420,7 @@ mod tests {
                 receipt: jws,
                 message: None,
                 on_behalf: on_behalf.map(str::to_string),
+                on_behalf_source: None,
             };
             log.append(new, &r)
         };
@@ -1116,6 +1433,100 @@ mod tests {
         assert!(e.to_string().contains("share"), "{e}");
         append(None).expect("the node's own calls still have room");
         assert_eq!(log.len(), 4);
+    }
+
+    /// Strangers' bytes: an entry on behalf of a remote caller is counted per caller, per
+    /// network block and in total, and refused (and counted) past any of them; a large
+    /// message is kept as its digest only; the node's own entries still go in afterwards.
+    #[test]
+    fn strangers_bytes_have_their_share_per_source_per_owner_and_in_total() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_families(
+            dir.path(),
+            agentnet_discovery::store::Limits::default(),
+            &[CF_AUDIT],
+        )
+        .unwrap();
+        let mut limits = Limits::with_total_bytes(1 << 20);
+        limits.max_remote_bytes = 12_000;
+        limits.max_remote_owner_bytes = 5_000;
+        limits.max_remote_source_bytes = 8_000;
+        let log = AuditLog::open(&store, limits, None).unwrap();
+        let key = SecretKey::from_seed(&[3; 32]);
+        let mut n = 0;
+        let mut append = |on_behalf: Option<(&str, &str)>, text: &str| {
+            n += 1;
+            let task = format!("t{n}");
+            let mut m = hi(&task);
+            m["parts"][0]["text"] = json!(text);
+            let t = json!({"id": task, "contextId": "c", "history": [m.clone()],
+                "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
+            let did = key.did_key();
+            let r = Receipt::for_task(
+                &t,
+                did.as_str(),
+                Some("did:key:zMe"),
+                "2026-01-01T00:00:00Z",
+                vec![],
+            );
+            let jws = receipt::sign(&r, &key, &did.with_fragment(did.method_specific_id()));
+            let new = NewEntry {
+                writer: "proxy".into(),
+                task_id: task,
+                agent: did.to_string(),
+                caller: Some("did:key:zMe".into()),
+                receipt: jws,
+                message: Some(m),
+                on_behalf: on_behalf.map(|o| o.0.to_string()),
+                on_behalf_source: on_behalf.map(|o| o.1.to_string()),
+            };
+            log.append(new, &r)
+        };
+        // A 100 KiB message from a stranger: kept as its digest, the entry a few KiB.
+        let big = "x".repeat(100 << 10);
+        let e = append(Some(("c:did:key:zA", "192.0.2.1")), &big).unwrap();
+        assert_eq!(e.request.message, None);
+        assert_eq!(e.request.omitted.as_deref(), Some("too large"));
+        assert!(e.bytes().len() < 4_000, "{}", e.bytes().len());
+        // One caller's share (5 000 bytes) fills; another caller of the same block goes on.
+        let mut refused = None;
+        for _ in 0..4 {
+            if let Err(e) = append(Some(("c:did:key:zA", "192.0.2.1")), "hi") {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the per-caller share refused an entry");
+        assert!(matches!(e, AuditError::StrangersFull(_)), "{e}");
+        assert!(e.to_string().contains("per caller"), "{e}");
+        // The block's share (8 000 bytes) fills with fresh DIDs.
+        let mut refused = None;
+        for i in 0..8 {
+            if let Err(e) = append(Some((&format!("c:did:key:zB{i}"), "192.0.2.1")), "hi") {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the per-source share refused an entry");
+        assert!(e.to_string().contains("per source"), "{e}");
+        // Strangers from other blocks fill the total (12 000 bytes).
+        let mut refused = None;
+        for i in 0..12 {
+            let src = format!("198.51.100.{i}");
+            if let Err(e) = append(Some((&format!("c:did:key:zC{i}"), &src)), "hi") {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the strangers' share refused an entry");
+        assert!(e.to_string().contains("their 12000-byte share"), "{e}");
+        assert_eq!(log.strangers_refused(), 3);
+        // The node's own entries are not affected.
+        let before = log.len();
+        for _ in 0..3 {
+            append(None, "mine").expect("the node's own entry is logged");
+        }
+        assert_eq!(log.len(), before + 3);
     }
 
     /// The user message `text` as an agent's history holds it (task `t1`, context `c`).
@@ -1186,6 +1597,7 @@ mod tests {
             receipt: receipt_of(&forged).unwrap(),
             message: Some(asked("what I asked")),
             on_behalf: None,
+            on_behalf_source: None,
         };
         let e = verify_and_append(&log, &resolver(), new.clone())
             .await
@@ -1225,9 +1637,15 @@ mod tests {
     /// `lines` (entries as JSON) as an export whose chain is whole: each `prev`, and the head,
     /// recomputed, as whoever edits an export can do.
     fn rechained(lines: Vec<Value>) -> String {
+        rechained_with(lines, None)
+    }
+
+    /// [`rechained`], each `seq` renumbered from 1, the header carrying `checkpoint`.
+    fn rechained_with(lines: Vec<Value>, checkpoint: Option<&str>) -> String {
         let mut prev = GENESIS.to_string();
         let mut body = String::new();
-        for mut e in lines {
+        for (i, mut e) in lines.into_iter().enumerate() {
+            e["seq"] = json!(i as u64 + 1);
             e["prev"] = json!(prev);
             let bytes = agentnet_did::jcs::canonicalize(&e);
             prev = receipt::digest(&bytes);
@@ -1235,7 +1653,7 @@ mod tests {
             body.push_str(std::str::from_utf8(&bytes).unwrap());
         }
         let n = body.lines().filter(|l| !l.is_empty()).count() as u64;
-        format!("{}{body}", export_header(n, &prev))
+        format!("{}{body}", export_header(n, &prev, checkpoint))
     }
 
     fn entry_json(key: &SecretKey, seq: u64, request: &Value, receipt: &str) -> Value {
@@ -1261,14 +1679,18 @@ mod tests {
         let bad = forged["metadata"][receipt::METADATA_KEY].as_str().unwrap();
 
         let ok = rechained(vec![entry_json(&key, 1, &mine, good)]);
-        let r = verify_export(&ok, &resolver()).await.unwrap();
+        let r = verify_export(&ok, &resolver(), Trust::FromFile)
+            .await
+            .unwrap();
         assert!(r.ok, "{r:?}");
 
         let text = rechained(vec![
             entry_json(&key, 1, &mine, good),
             entry_json(&key, 2, &mine, bad),
         ]);
-        let r = verify_export(&text, &resolver()).await.unwrap();
+        let r = verify_export(&text, &resolver(), Trust::FromFile)
+            .await
+            .unwrap();
         assert!(!r.ok, "an entry whose receipt covers other work verified");
         assert_eq!(r.bad_entry, Some(2), "{r:?}");
         let why = r.reason.unwrap_or_default();
@@ -1276,7 +1698,7 @@ mod tests {
 
         let mut none = entry_json(&key, 1, &mine, good);
         none["request"] = json!({"messageDigest": null, "message": null});
-        let r = verify_export(&rechained(vec![none]), &resolver())
+        let r = verify_export(&rechained(vec![none]), &resolver(), Trust::FromFile)
             .await
             .unwrap();
         assert_eq!(r.bad_entry, Some(1), "{r:?}");
@@ -1293,15 +1715,231 @@ mod tests {
     async fn an_export_verifies_offline_and_a_changed_line_is_named() {
         let (_d, _s, log) = log_with(3);
         let (seq, digest) = log.head();
-        let mut text = export_header(seq, &digest);
+        let mut text = export_header(seq, &digest, None);
         for (_, b) in log.raw_page(0, 10).unwrap() {
             text.push('\n');
             text.push_str(std::str::from_utf8(&b).unwrap());
         }
-        let r = verify_export(&text, &resolver()).await.unwrap();
+        let r = verify_export(&text, &resolver(), Trust::FromFile)
+            .await
+            .unwrap();
         assert!(r.ok, "{r:?}");
         let bad = text.replace("task-2", "task-7");
-        let r = verify_export(&bad, &resolver()).await.unwrap();
+        let r = verify_export(&bad, &resolver(), Trust::FromFile)
+            .await
+            .unwrap();
         assert_eq!(r.bad_entry, Some(3), "{r:?}");
+    }
+
+    /// The node's key in the signed-log tests.
+    fn node_key() -> SecretKey {
+        SecretKey::from_seed(&[9; 32])
+    }
+
+    /// A log of `n` entries kept with the node's key: it signs a checkpoint at every append.
+    fn signed_log(n: usize) -> (tempfile::TempDir, Store, Arc<AuditLog>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_families(
+            dir.path(),
+            agentnet_discovery::store::Limits::default(),
+            &[CF_AUDIT],
+        )
+        .unwrap();
+        let log = AuditLog::open(&store, Limits::default(), Some(node_key())).unwrap();
+        let key = SecretKey::from_seed(&[3; 32]);
+        for i in 0..n {
+            let task = format!("task-{i}");
+            let (jws, r) = receipt_for(&key, &task);
+            let new = NewEntry {
+                writer: "call".into(),
+                task_id: task.clone(),
+                agent: key.did_key().to_string(),
+                caller: Some("did:key:zMe".into()),
+                receipt: jws,
+                on_behalf: None,
+                on_behalf_source: None,
+                message: Some(hi(&task)),
+            };
+            log.append(new, &r).unwrap();
+        }
+        (dir, store, log)
+    }
+
+    /// The export `agentnet audit export` writes of `log`.
+    fn export_of(log: &AuditLog) -> String {
+        let (seq, digest, checkpoint) = log.signed_head();
+        let mut text = export_header(seq, &digest, checkpoint.as_deref());
+        for (_, b) in log.raw_page(0, MAX_PAGE).unwrap() {
+            text.push('\n');
+            text.push_str(std::str::from_utf8(&b).unwrap());
+        }
+        text
+    }
+
+    /// An export's header (as JSON) and entries (as JSON values).
+    fn parts_of(text: &str) -> (Value, Vec<Value>) {
+        let mut lines = text.lines();
+        let header = serde_json::from_str(lines.next().unwrap()).unwrap();
+        let entries = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+        (header, entries)
+    }
+
+    /// A well-formed entry for a task the log never held, with a valid receipt by the agent.
+    fn stranger_entry(task: &str) -> Value {
+        let key = SecretKey::from_seed(&[3; 32]);
+        let (jws, _) = receipt_for(&key, task);
+        let m = hi(task);
+        json!({
+            "seq": 0, "prev": "", "at": "2026-01-01T00:00:02Z", "writer": "call",
+            "taskId": task, "agent": key.did_key().to_string(), "caller": "did:key:zMe",
+            "receipt": jws, "receiptDigest": receipt::receipt_digest(&jws),
+            "subReceipts": [], "state": "TASK_STATE_COMPLETED",
+            "request": {"messageDigest": receipt::digest_json(&m), "message": m},
+        })
+    }
+
+    /// The attacker holds an export of the node's signed log and edits it: cuts the last
+    /// entry, removes one, reorders two, replaces one, forges one, and recomputes every `prev`
+    /// and the head each time. Without a checkpoint each edit verifies (what every export did
+    /// before checkpoints); with the node's checkpoint, each is refused, checked against the
+    /// node's DID and against the DID the file names.
+    #[tokio::test]
+    async fn recomputed_chains_are_refused_by_the_signed_checkpoint() {
+        let (_d, _s, log) = signed_log(4);
+        let node = node_key().did_key().to_string();
+        let text = export_of(&log);
+        let r = verify_export(&text, &resolver(), Trust::Given(&node))
+            .await
+            .unwrap();
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.signed_by.as_deref(), Some(node.as_str()));
+        assert_eq!(r.note, None);
+        let (header, entries) = parts_of(&text);
+        let checkpoint = header["checkpoint"].as_str().unwrap();
+        let attacks: Vec<(&str, Vec<Value>)> = vec![
+            ("cut", entries[..3].to_vec()),
+            (
+                "removed",
+                vec![entries[0].clone(), entries[2].clone(), entries[3].clone()],
+            ),
+            (
+                "reordered",
+                vec![
+                    entries[0].clone(),
+                    entries[2].clone(),
+                    entries[1].clone(),
+                    entries[3].clone(),
+                ],
+            ),
+            (
+                "replaced",
+                vec![
+                    entries[0].clone(),
+                    stranger_entry("task-x"),
+                    entries[2].clone(),
+                    entries[3].clone(),
+                ],
+            ),
+            ("forged", {
+                let mut e = entries.clone();
+                e.push(stranger_entry("task-x"));
+                e
+            }),
+        ];
+        for (what, lines) in attacks {
+            // The chain alone is whole: the old verifier accepts the edit.
+            let bare = rechained_with(lines.clone(), None);
+            let r = verify_export(&bare, &resolver(), Trust::FromFile)
+                .await
+                .unwrap();
+            assert!(r.ok, "{what}: the recomputed chain itself is whole: {r:?}");
+            assert!(r.note.unwrap().starts_with("unsigned"), "{what}");
+            // With the node's checkpoint kept, it is refused.
+            let edited = rechained_with(lines, Some(checkpoint));
+            for trust in [Trust::Given(&node), Trust::FromFile] {
+                let r = verify_export(&edited, &resolver(), trust).await.unwrap();
+                assert!(!r.ok, "{what} ({trust:?}) verified: {r:?}");
+                let why = r.reason.unwrap_or_default();
+                assert!(why.contains("does not end where"), "{what}: {why}");
+            }
+            // Stripped of its checkpoint, it is refused by whoever knows the node's DID.
+            let r = verify_export(&bare, &resolver(), Trust::Given(&node))
+                .await
+                .unwrap();
+            assert!(!r.ok, "{what}: an unsigned export verified against {node}");
+            assert!(r.reason.unwrap().contains("no signed checkpoint"), "{what}");
+        }
+    }
+
+    /// The attacker removes an entry, recomputes the chain and signs a checkpoint of it with
+    /// a key of its own: refused against the node's DID; against the DID in the file it is
+    /// only self-consistent, and the report says so.
+    #[tokio::test]
+    async fn a_checkpoint_re_signed_by_another_key_is_refused() {
+        let (_d, _s, log) = signed_log(3);
+        let node = node_key().did_key().to_string();
+        let (_, entries) = parts_of(&export_of(&log));
+        let lines = vec![entries[0].clone(), entries[2].clone()];
+        let bare = rechained_with(lines.clone(), None);
+        let (h, _) = parts_of(&bare);
+        let bytes: u64 = bare.lines().skip(1).map(|l| l.len() as u64).sum();
+        let mallory = SecretKey::from_seed(&[66; 32]);
+        let did = mallory.did_key();
+        let forged = checkpoint::sign(
+            &Checkpoint::new(
+                did.as_str(),
+                2,
+                h["head"]["digest"].as_str().unwrap(),
+                bytes,
+                "2026-01-01T00:00:03Z",
+            ),
+            &mallory,
+            &did.with_fragment(did.method_specific_id()),
+        );
+        let edited = rechained_with(lines, Some(&forged));
+        let r = verify_export(&edited, &resolver(), Trust::Given(&node))
+            .await
+            .unwrap();
+        assert!(!r.ok, "a checkpoint by another key verified: {r:?}");
+        assert!(
+            r.reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("another key"),
+            "{r:?}"
+        );
+        let r = verify_export(&edited, &resolver(), Trust::FromFile)
+            .await
+            .unwrap();
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.signed_by.as_deref(), Some(did.as_str()));
+        assert!(r.note.unwrap().contains("self-consistent"));
+    }
+
+    /// A log an older node kept (no checkpoint) is signed when the node opens it with its key,
+    /// and its stored checkpoint verifies; an export without one still verifies, as unsigned.
+    #[tokio::test]
+    async fn an_older_log_is_signed_on_open_and_older_exports_read_as_unsigned() {
+        let (dir, store, log) = log_with(2);
+        let old = export_of(&log);
+        assert!(!old.lines().next().unwrap().contains("checkpoint"));
+        let r = verify_export(&old, &resolver(), Trust::FromFile)
+            .await
+            .unwrap();
+        assert!(r.ok && r.signed_by.is_none(), "{r:?}");
+        assert!(r.note.unwrap().starts_with("unsigned"));
+        drop(log);
+        let log = AuditLog::open(&store, Limits::default(), Some(node_key())).unwrap();
+        let node = node_key().did_key().to_string();
+        let r = verify_export(&export_of(&log), &resolver(), Trust::Given(&node))
+            .await
+            .unwrap();
+        assert!(r.ok, "{r:?}");
+        let r = log.verify(&resolver()).await;
+        assert!(
+            r.ok && r.signed_by.as_deref() == Some(node.as_str()),
+            "{r:?}"
+        );
+        drop((store, dir));
     }
 }

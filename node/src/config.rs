@@ -144,6 +144,9 @@ pub struct FileConfig {
     /// Task storage.
     #[serde(default)]
     pub tasks: TasksSection,
+    /// The audit log's budget, and strangers' share of it.
+    #[serde(default)]
+    pub audit: AuditSection,
     /// The DID verifier's bounds.
     #[serde(default)]
     pub auth: AuthSection,
@@ -345,6 +348,104 @@ pub struct TasksSection {
     pub max_per_source_mib: Option<u64>,
     /// New tasks per second from one network block (bursts of ten seconds' worth); 0: no bound.
     pub new_per_second_per_source: Option<u32>,
+}
+
+/// `[audit]`: the audit log's budget (`node/src/audit.rs`, "Bounds"). The entries a hosted
+/// `proxy` agent writes on behalf of remote callers (strangers) have their own share of it, in
+/// all, per caller and per network block; the node's own entries keep the rest.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSection {
+    /// Most KiB of entries in all: 1 048 576 (1 GiB).
+    pub max_total_kib: Option<u64>,
+    /// Most KiB of the entries on behalf of remote callers, all together: a quarter of
+    /// `max_total_kib`. Must be less than it: the rest is the node's own.
+    pub strangers_kib: Option<u64>,
+    /// Most KiB of them on behalf of one remote caller (a DID, or an anonymous caller's
+    /// network block): a 64th of `strangers_kib`.
+    pub strangers_per_owner_kib: Option<u64>,
+    /// Most KiB of them from callers of one network block (IPv4 address, IPv6 /64): a 16th
+    /// of `strangers_kib`.
+    pub strangers_per_source_kib: Option<u64>,
+}
+
+impl AuditSection {
+    /// The log's bounds: each key's value; a share not set scales with its total
+    /// ([`crate::audit::Limits::with_total_bytes`]).
+    pub fn limits(&self) -> crate::audit::Limits {
+        let kib = |v: u64| v.saturating_mul(1 << 10);
+        let total = self
+            .max_total_kib
+            .map_or(crate::audit::Limits::default().max_bytes, kib);
+        let mut l = crate::audit::Limits::with_total_bytes(total);
+        if let Some(s) = self.strangers_kib {
+            let d = crate::audit::Limits::with_total_bytes(kib(s).saturating_mul(4));
+            l.max_remote_bytes = kib(s);
+            l.max_remote_owner_bytes = d.max_remote_owner_bytes;
+            l.max_remote_source_bytes = d.max_remote_source_bytes;
+        }
+        if let Some(v) = self.strangers_per_owner_kib {
+            l.max_remote_owner_bytes = kib(v);
+        }
+        if let Some(v) = self.strangers_per_source_kib {
+            l.max_remote_source_bytes = kib(v);
+        }
+        l
+    }
+
+    /// Strangers' share must leave the node room of its own, and no part of it may exceed
+    /// it; the message names the key and what to set.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let l = self.limits();
+        let (total, strangers) = (l.max_bytes >> 10, l.max_remote_bytes >> 10);
+        if total == 0 {
+            return Err(invalid(
+                "audit",
+                "[audit] max_total_kib = 0 leaves no room for any receipt; set it above 0".into(),
+            ));
+        }
+        if strangers >= total {
+            return Err(invalid(
+                "audit",
+                format!(
+                    "[audit] strangers_kib = {strangers} is not less than max_total_kib =                      {total}: remote callers of a proxy agent could fill the whole log and                      the node's own receipts would be refused; set strangers_kib below {total}                      (or leave it out: the default is a quarter of max_total_kib)"
+                ),
+            ));
+        }
+        for (key, set, share) in [
+            (
+                "strangers_per_owner_kib",
+                self.strangers_per_owner_kib,
+                l.max_remote_owner_bytes >> 10,
+            ),
+            (
+                "strangers_per_source_kib",
+                self.strangers_per_source_kib,
+                l.max_remote_source_bytes >> 10,
+            ),
+        ] {
+            if set.is_some() && share > strangers {
+                return Err(invalid(
+                    "audit",
+                    format!(
+                        "[audit] {key} = {share} is more than strangers_kib = {strangers}: one                          caller or network block could take the whole strangers' share; set                          {key} to at most {strangers} (or leave it out: the default is a share                          of strangers_kib)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every key with the value in effect (what `config check` shows).
+    fn filled(&self) -> AuditSection {
+        let l = self.limits();
+        AuditSection {
+            max_total_kib: Some(l.max_bytes >> 10),
+            strangers_kib: Some(l.max_remote_bytes >> 10),
+            strangers_per_owner_kib: Some(l.max_remote_owner_bytes >> 10),
+            strangers_per_source_kib: Some(l.max_remote_source_bytes >> 10),
+        }
+    }
 }
 
 /// `[auth]`.
@@ -633,6 +734,7 @@ impl FileConfig {
             ));
         }
         self.tasks.check()?;
+        self.audit.check()?;
         self.trust.policy().map_err(|e| invalid("trust", e))?;
         self.trust.endorsers().map_err(|e| invalid("trust", e))?;
         if let Some(f) = &self.trust.flag_rules {
@@ -917,6 +1019,7 @@ impl FileConfig {
             },
             http: self.http.filled()?,
             tasks: self.tasks.filled(),
+            audit: self.audit.filled(),
             auth: self.auth.filled(),
             mcp: McpSection {
                 allow_private: Some(self.mcp.allow_private.unwrap_or(s.local)),
@@ -1164,6 +1267,56 @@ mod tests {
         }
         // A share equal to its total is allowed.
         assert!(config("[tasks]\nmax_tasks = 3000\nmax_per_source = 3000\n").is_ok());
+    }
+
+    /// `[audit]`: strangers' shares scale with their totals, must leave the node room of its
+    /// own, and no part of them may exceed the strangers' share.
+    #[test]
+    fn audit_shares_scale_and_strangers_never_take_the_whole_log() {
+        let d = config("").unwrap().audit.limits();
+        assert_eq!(d, crate::audit::Limits::default());
+        assert_eq!(
+            (
+                d.max_remote_bytes,
+                d.max_remote_source_bytes,
+                d.max_remote_owner_bytes
+            ),
+            (256 << 20, 16 << 20, 4 << 20)
+        );
+        let l = config("[audit]\nmax_total_kib = 4096\n")
+            .unwrap()
+            .audit
+            .limits();
+        assert_eq!(
+            (l.max_bytes, l.max_remote_bytes, l.max_remote_source_bytes),
+            (4 << 20, 1 << 20, 64 << 10)
+        );
+        let l = config("[audit]\nstrangers_kib = 64\n")
+            .unwrap()
+            .audit
+            .limits();
+        assert_eq!(
+            (l.max_remote_bytes, l.max_remote_owner_bytes),
+            (64 << 10, 1 << 10)
+        );
+        for (bad, key) in [
+            ("max_total_kib = 100\nstrangers_kib = 100", "strangers_kib"),
+            (
+                "strangers_kib = 64\nstrangers_per_owner_kib = 65",
+                "strangers_per_owner_kib",
+            ),
+            (
+                "strangers_kib = 64\nstrangers_per_source_kib = 65",
+                "strangers_per_source_kib",
+            ),
+            ("max_total_kib = 0", "max_total_kib"),
+        ] {
+            let e = config(&format!("[audit]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+        assert!(config("[audit]\nstrangers_kib = 64\nstrangers_per_source_kib = 64\n").is_ok());
     }
 
     #[test]

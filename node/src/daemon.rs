@@ -403,8 +403,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let mcp_resolver_audit = resolver.clone();
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
     // The audit log of the receipts this node's callers (CLI, MCP, proxy agents) get.
-    let audit_log = crate::audit::AuditLog::open(&store, crate::audit::Limits::default())
-        .map_err(|e| Error::Audit(e.to_string()))?;
+    let audit_log = crate::audit::AuditLog::open(
+        &store,
+        opts.hosted.audit.limits(),
+        Some(SecretKey::from_seed(&key.seed())),
+    )
+    .map_err(|e| Error::Audit(e.to_string()))?;
     let audit = crate::audit::Recorder::Local(audit_log.clone(), mcp_resolver.clone());
     // The operator's card pins: discovery shows agents against them, proxies check their
     // upstreams' cards.

@@ -22,12 +22,18 @@ pub(super) struct AuditArgs {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Re-check every entry's receipt signature and every link of the chain; names the first
-    /// bad entry and exits non-zero.
+    /// Re-check every entry's receipt signature and every link of the chain, and that the
+    /// chain ends at the node's signed checkpoint; names the first bad entry and exits
+    /// non-zero.
     Verify {
         /// Check an export file (`agentnet audit export`) instead, offline: no node needed.
         #[arg(long)]
         file: Option<PathBuf>,
+        /// The node's DID, learnt elsewhere than from the file: its checkpoint must be signed
+        /// by it. Without it the DID the export names is used, which proves only that the
+        /// file is self-consistent.
+        #[arg(long)]
+        did: Option<String>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -65,8 +71,9 @@ pub(super) fn recorder(reach: &Reach, dir: &Path) -> anyhow::Result<Recorder> {
     })
 }
 
-/// The log's raw entries and head: through the running node, else from its store directly.
-async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String)> {
+/// The log's raw entries, head and signed checkpoint: through the running node, else from its
+/// store directly.
+async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String, Option<String>)> {
     let dir = data_dir::resolve(node.data_dir.as_deref())?;
     // A node that was killed leaves its node.json: then the store is read directly.
     let running = node.node.is_some()
@@ -94,9 +101,10 @@ async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String)>
                     .as_str()
                     .unwrap_or(audit::GENESIS)
                     .to_string(),
+                page["head"]["checkpoint"].as_str().map(str::to_string),
             );
             if entries.is_empty() {
-                return Ok((out, head.0, head.1));
+                return Ok((out, head.0, head.1, head.2));
             }
             for e in entries {
                 after = e["seq"].as_u64().unwrap_or(after + 1);
@@ -107,7 +115,7 @@ async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String)>
     } else {
         let path = dir.join(daemon::STORE_DIR);
         if !path.exists() {
-            return Ok((Vec::new(), 0, audit::GENESIS.into()));
+            return Ok((Vec::new(), 0, audit::GENESIS.into(), None));
         }
         let log = tokio::task::spawn_blocking(move || audit::open_dir(&path))
             .await?
@@ -118,7 +126,7 @@ async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String)>
                 )
             })?
             .1;
-        let (seq, digest) = log.head();
+        let (seq, digest, checkpoint) = log.signed_head();
         let mut out = Vec::new();
         let mut after = 0;
         loop {
@@ -131,7 +139,7 @@ async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String)>
             out.extend(page.into_iter().map(|p| p.1));
             after = last;
         }
-        Ok((out, seq, digest))
+        Ok((out, seq, digest, checkpoint))
     }
 }
 
@@ -144,6 +152,7 @@ pub(super) async fn audit_cmd(args: AuditArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         Some(AuditCommand::Verify {
             file: Some(f),
+            did,
             json,
             node,
             net,
@@ -164,19 +173,20 @@ pub(super) async fn audit_cmd(args: AuditArgs) -> anyhow::Result<ExitCode> {
                 );
             }
             let text = String::from_utf8(text).context("the export file is not UTF-8")?;
-            let report = audit::verify_export(&text, &resolver)
+            let report = audit::verify_export(&text, &resolver, trust(did.as_deref()))
                 .await
                 .map_err(anyhow::Error::msg)?;
             print_report(&report, json)
         }
         Some(AuditCommand::Verify {
             file: None,
+            did,
             json,
             node,
             net,
         }) => {
             let resolver = resolver_for(&node, &net)?;
-            let (raw, seq, digest) = read_all(&node).await?;
+            let (raw, seq, digest, checkpoint) = read_all(&node).await?;
             let mut v = audit::Verifier::new();
             for b in &raw {
                 let s = serde_json::from_slice::<Value>(b)
@@ -185,11 +195,19 @@ pub(super) async fn audit_cmd(args: AuditArgs) -> anyhow::Result<ExitCode> {
                     .unwrap_or(0);
                 v.check(s, b, &resolver).await;
             }
-            print_report(&v.finish(Some((seq, &digest))), json)
+            let report = v
+                .finish_signed(
+                    (seq, &digest),
+                    checkpoint.as_deref(),
+                    trust(did.as_deref()),
+                    &resolver,
+                )
+                .await;
+            print_report(&report, json)
         }
         Some(AuditCommand::Export { file, node }) => {
-            let (raw, seq, digest) = read_all(&node).await?;
-            let mut text = audit::export_header(seq, &digest);
+            let (raw, seq, digest, checkpoint) = read_all(&node).await?;
+            let mut text = audit::export_header(seq, &digest, checkpoint.as_deref());
             for b in &raw {
                 text.push('\n');
                 text.push_str(&String::from_utf8_lossy(b));
@@ -210,7 +228,7 @@ pub(super) async fn audit_cmd(args: AuditArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         None => {
-            let (raw, seq, digest) = read_all(&args.node).await?;
+            let (raw, seq, digest, _) = read_all(&args.node).await?;
             let entries: Vec<Entry> = raw
                 .iter()
                 .filter_map(|b| serde_json::from_slice(b).ok())
@@ -300,15 +318,40 @@ fn print_tree(all: &[Entry], shown: &[&Entry]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--did`: the checkpoint must be that DID's; without it, the DID the log names.
+fn trust(did: Option<&str>) -> audit::Trust<'_> {
+    match did {
+        Some(d) => audit::Trust::Given(d),
+        None => audit::Trust::FromFile,
+    }
+}
+
 fn print_report(r: &Report, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         out!("{}", json_line(&serde_json::to_value(r)?)?)?;
     } else if r.ok {
-        out!("ok: {} entries, every receipt and link verified", r.entries)?;
-    } else {
+        match &r.signed_by {
+            Some(d) => out!(
+                "ok: {} entries, every receipt and link verified, ending at the checkpoint {} signed at {}",
+                r.entries,
+                text::sanitize(d),
+                text::sanitize(r.signed_at.as_deref().unwrap_or(""))
+            )?,
+            None => out!("ok: {} entries, every receipt and link verified", r.entries)?,
+        }
+        if let Some(n) = &r.note {
+            say!("note: {}", text::sanitize(n));
+        }
+    } else if let Some(bad) = r.bad_entry {
         say!(
             "error: audit entry {} is bad: {} ({} entries before it verified)",
-            r.bad_entry.unwrap_or(0),
+            bad,
+            text::sanitize(r.reason.as_deref().unwrap_or("")),
+            r.entries
+        );
+    } else {
+        say!(
+            "error: the audit log is refused: {} ({} entries checked)",
             text::sanitize(r.reason.as_deref().unwrap_or("")),
             r.entries
         );

@@ -66,7 +66,7 @@ impl ProxyAgent {
                 upstream,
                 Some(held),
                 Some(&sent.parts),
-                Some(&turn.caller.key()),
+                Some((&turn.caller.key(), &turn.source.key())),
             )
             .await
         {
