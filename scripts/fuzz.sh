@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the parsers that read what strangers send the node, with AFL++ (docs/GUIDE.md,
+# Fuzz the parsers that read what strangers send the node, with AFL++ (README.md,
 # "Fuzzing"): `scripts/fuzz.sh [TARGET|all] [SECONDS]`, SECONDS per target (default 180), one
 # afl-fuzz at a time. Prints, per target, the executions, executions a second, corpus entries,
 # edges found, crashes and hangs; the findings stay in $FUZZ_OUT/<target>/default/{crashes,hangs}.
