@@ -46,6 +46,8 @@ if grep -q 'Compiling librocksdb-sys' "$BUILD_LOG"; then
 fi
 
 echo "== cargo test --workspace"
+# agentnet-fuzz's tests are the fuzzers' short pass: every target over its corpus, its
+# regressions and a fixed batch of mutations (README.md, "Fuzzing"; AFL runs are scripts/fuzz.sh).
 cargo test --workspace --lib --bins --tests --examples --locked
 cargo test --workspace --doc --locked
 
