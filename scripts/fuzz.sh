@@ -4,7 +4,7 @@
 # afl-fuzz at a time. Prints, per target, the executions, executions a second, corpus entries,
 # edges found, crashes and hangs; the findings stay in $FUZZ_OUT/<target>/default/{crashes,hangs}.
 #
-# Installs what it needs when absent: make and a C compiler (apt), and cargo-afl (crates.io),
+# Installs what it needs when absent: make, a C compiler and clang (apt), and cargo-afl (crates.io),
 # whose install builds AFL++ itself from the sources in the crate (about a minute). Builds the
 # targets with AFL's instrumentation (`cargo afl build --release`) in a target directory of its
 # own: the instrumentation flags differ from every other build's, so nothing there is shared.
@@ -38,8 +38,9 @@ export CARGO_TARGET_DIR="${AGENTNET_FUZZ_TARGET_DIR:-$HOME/.cache/agentnet/fuzz-
 FUZZ_OUT="${FUZZ_OUT:-$HOME/.cache/agentnet/fuzz-out}"
 
 echo "== tools"
-if ! command -v make >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make gcc >/dev/null
+# cargo-afl builds AFL++ from its sources, whose compiler wrappers need clang.
+if ! command -v make >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1 || ! command -v clang >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make gcc clang >/dev/null
 fi
 # cargo-afl's version must match the `afl` crate in Cargo.lock (its runtime links into the targets).
 AFL_VERSION="$(awk '/^name = "afl"$/ {getline; gsub(/"/, "", $3); print $3}' Cargo.lock)"
