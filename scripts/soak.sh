@@ -3,11 +3,13 @@
 # of mixed load"). Builds the release node and the load generator (`agentnet-sim --bin soak`),
 # starts two nodes on loopback in a temporary directory, the soaked one hosting an open echo
 # agent (with its MCP face) and a DID-signed one, the other its peer over libp2p, then runs the
-# generator: capacity first, then MINUTES minutes at half of it, one JSON line a minute.
+# generator: capacity first, then MINUTES minutes at half of it, one JSON line a minute, then
+# AFTER minutes of the node idle.
 #
 #   scripts/soak.sh [MINUTES]        # default 60; env: OUT (default ./soak-out), INTERVAL_SECS
 #                                    # (60), RATE (0: half the measured capacity), MEASURE_SECS (25),
-#                                    # SOAK_TMP (/dev/shm: where the data directories go)
+#                                    # SOAK_TMP (/dev/shm: where the data directories go), AFTER (3:
+#                                    # intervals sampled once the load stopped)
 #
 # Writes $OUT/results.jsonl, $OUT/soak.svg and the nodes' logs ($OUT/node.err, $OUT/peer.err).
 set -euo pipefail
@@ -17,6 +19,7 @@ OUT=$(realpath -m "${OUT:-soak-out}")
 INTERVAL_SECS=${INTERVAL_SECS:-60}
 RATE=${RATE:-0}
 MEASURE_SECS=${MEASURE_SECS:-25}
+AFTER=${AFTER:-3}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/agentnet/target}"
 
 echo "== build (release)"
@@ -99,5 +102,5 @@ sleep 3
 
 echo "== soak: $MINUTES x ${INTERVAL_SECS}s, started $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$SOAK" --data "$DIR/node" --peer-data "$DIR/peer" --out "$OUT" --minutes "$MINUTES" \
-  --interval-secs "$INTERVAL_SECS" --rate "$RATE" --measure-secs "$MEASURE_SECS"
+  --interval-secs "$INTERVAL_SECS" --rate "$RATE" --measure-secs "$MEASURE_SECS" --after "$AFTER"
 echo "== done $(date -u +%FT%TZ): $OUT/results.jsonl, $OUT/soak.svg"

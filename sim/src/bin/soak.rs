@@ -77,6 +77,9 @@ struct Args {
     /// The length of an interval, seconds (a developer's short run: 10).
     #[arg(long, default_value_t = 60)]
     interval_secs: u64,
+    /// Intervals sampled after the load stops (the node idle: what it gives back).
+    #[arg(long, default_value_t = 0)]
+    after: u64,
     /// Requests per second of the soak; 0: half the capacity measured first.
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
@@ -965,6 +968,32 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     dispatcher.abort();
+    let stopped = Instant::now();
+    for m in 1..=args.after {
+        tokio::time::sleep_until((stopped + interval * m as u32).into()).await;
+        let w = std::mem::take(&mut *window.lock().unwrap_or_else(|p| p.into_inner()));
+        let node_now = node_sample(node.pid, &data);
+        let cpu = node_now["node_cpu_s"].as_f64();
+        let mut line = json!({
+            "after_minute": m,
+            "t": unix_now(),
+            "late_requests": w.lat_us.values().map(Vec::len).sum::<usize>(),
+            "node": node_now,
+            "status": status(&admin_http, &admin, &token).await,
+        });
+        if let (Some(a), Some(b)) = (cpu_prev, cpu) {
+            line["node_cpu_per_s"] = json!(round2((b - a) / args.interval_secs as f64));
+        }
+        cpu_prev = cpu;
+        write(&mut results, &line)?;
+        eprintln!(
+            "soak: idle minute {m}: rss {} KiB, fds {}, tasks {}, adverts {}",
+            line["node"]["rss_kib"],
+            line["node"]["fds"],
+            line["status"]["tasks"],
+            line["status"]["adverts"]
+        );
+    }
     plot_file(&results_path, &out.join("soak.svg"))
 }
 
