@@ -63,13 +63,13 @@ use tokio::sync::Semaphore;
 )]
 struct Args {
     /// The soaked node's data directory (its node.json and admin.token).
-    #[arg(long, required_unless_present = "plot")]
+    #[arg(long, required_unless_present_any = ["plot", "summary"])]
     data: Option<PathBuf>,
     /// The peer's data directory: the node that gossips advertisements to the soaked one.
-    #[arg(long, required_unless_present = "plot")]
+    #[arg(long, required_unless_present_any = ["plot", "summary"])]
     peer_data: Option<PathBuf>,
     /// Where results.jsonl and soak.svg go.
-    #[arg(long, required_unless_present = "plot")]
+    #[arg(long, required_unless_present_any = ["plot", "summary"])]
     out: Option<PathBuf>,
     /// How many intervals the soak runs.
     #[arg(long, default_value_t = 60)]
@@ -90,8 +90,12 @@ struct Args {
     #[arg(long, default_value_t = 96)]
     measure_concurrency: usize,
     /// Only draw the figure of an earlier run's results.jsonl.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "summary")]
     plot: Option<PathBuf>,
+    /// Only summarize an earlier run's results.jsonl: a table of some minutes, and each
+    /// resource's slope over the first and the second half of the run.
+    #[arg(long)]
+    summary: Option<PathBuf>,
     /// The figure (with --plot).
     #[arg(long)]
     svg: Option<PathBuf>,
@@ -665,9 +669,10 @@ fn read_node(dir: &Path) -> Result<(NodeFile, String), String> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let r = match &args.plot {
-        Some(p) => plot_file(p, args.svg.as_deref().unwrap_or(Path::new("soak.svg"))),
-        None => run(args).await,
+    let r = match (&args.plot, &args.summary) {
+        (Some(p), _) => plot_file(p, args.svg.as_deref().unwrap_or(Path::new("soak.svg"))),
+        (None, Some(p)) => summarize(p),
+        (None, None) => run(args).await,
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -995,6 +1000,122 @@ async fn run(args: Args) -> Result<(), String> {
         );
     }
     plot_file(&results_path, &out.join("soak.svg"))
+}
+
+/// The least-squares slope of `pts` (per unit of x), `None` under two points.
+fn slope(pts: &[(f64, f64)]) -> Option<f64> {
+    let n = pts.len() as f64;
+    if pts.len() < 2 {
+        return None;
+    }
+    let (mx, my) = (
+        pts.iter().map(|p| p.0).sum::<f64>() / n,
+        pts.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// The median of `v` (sorted here).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Print a Markdown table of minutes 1, 15, 30, 45 and the last, and each resource's slope per
+/// minute over the first and the second half of the run (a resource that only grows while the
+/// store warms up flattens in the second half; one that grows without bound does not).
+fn summarize(results: &Path) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(results).map_err(|e| format!("{}: {e}", results.display()))?;
+    let all: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let lines: Vec<&Value> = all.iter().filter(|v| v.get("minute").is_some()).collect();
+    let last = lines.len();
+    if last == 0 {
+        return Err("no minute lines".into());
+    }
+    let mib = |v: &Value| v.as_f64().map(|b| b / 1024.0 / 1024.0);
+    println!("| minute | req/s | errors | p50 ms | p99 ms | RSS MiB | open files | tasks | task MiB | data dir MiB | adverts | load (1 min) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut shown: Vec<usize> = [1, 15, 30, 45, last]
+        .into_iter()
+        .filter(|m| *m <= last)
+        .collect();
+    shown.dedup();
+    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.1}"));
+    for m in shown {
+        let v = lines[m - 1];
+        println!(
+            "| {m} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            f(&v["req_per_s"]),
+            v["errors"],
+            f(&v["p50_ms"]),
+            f(&v["p99_ms"]),
+            f(&json!(v["node"]["rss_kib"].as_f64().map(|k| k / 1024.0))),
+            v["node"]["fds"],
+            v["status"]["tasks"],
+            f(&json!(mib(&v["status"]["task_bytes"]))),
+            f(&json!(mib(&v["node"]["data_dir_bytes"]))),
+            v["status"]["adverts"],
+            f(&v["node"]["loadavg"][0]),
+        );
+    }
+    for v in all.iter().filter(|v| v.get("after_minute").is_some()) {
+        println!(
+            "| idle {} | | | | | {} | {} | {} | {} | {} | {} | {} |",
+            v["after_minute"],
+            f(&json!(v["node"]["rss_kib"].as_f64().map(|k| k / 1024.0))),
+            v["node"]["fds"],
+            v["status"]["tasks"],
+            f(&json!(mib(&v["status"]["task_bytes"]))),
+            f(&json!(mib(&v["node"]["data_dir_bytes"]))),
+            v["status"]["adverts"],
+            f(&v["node"]["loadavg"][0]),
+        );
+    }
+    let half = last / 2;
+    type Get = fn(&Value) -> Option<f64>;
+    let measures: [(&str, Get); 7] = [
+        ("RSS, MiB", |v| {
+            Some(v["node"]["rss_kib"].as_f64()? / 1024.0)
+        }),
+        ("open files", |v| v["node"]["fds"].as_f64()),
+        ("threads", |v| v["node"]["threads"].as_f64()),
+        ("tasks", |v| v["status"]["tasks"].as_f64()),
+        ("data dir, MiB", |v| {
+            Some(v["node"]["data_dir_bytes"].as_f64()? / 1024.0 / 1024.0)
+        }),
+        ("adverts", |v| v["status"]["adverts"].as_f64()),
+        ("p99, ms", |v| v["p99_ms"].as_f64()),
+    ];
+    println!();
+    println!("| measure | slope per minute, minutes 1-{half} | slope per minute, minutes {}-{last} | median, first half | median, second half |", half + 1);
+    println!("|---|---|---|---|---|");
+    for (name, get) in measures {
+        let pts = |r: &[&Value]| -> Vec<(f64, f64)> {
+            r.iter()
+                .filter_map(|v| Some((v["minute"].as_f64()?, get(v)?)))
+                .collect()
+        };
+        let (a, b) = (pts(&lines[..half]), pts(&lines[half..]));
+        let s = |p: &[(f64, f64)]| slope(p).map_or("-".into(), |x| format!("{x:.3}"));
+        println!(
+            "| {name} | {} | {} | {:.1} | {:.1} |",
+            s(&a),
+            s(&b),
+            median(a.iter().map(|p| p.1).collect()),
+            median(b.iter().map(|p| p.1).collect()),
+        );
+    }
+    Ok(())
 }
 
 /// The figure of a results.jsonl: four panels by minute (RSS, open files, the task store,
