@@ -209,8 +209,9 @@ impl From<NodeFileError> for Error {
 
 /// How often expired tasks are swept.
 const TASK_SWEEP: Duration = Duration::from_secs(60);
-/// Most tasks deleted per sweep.
-const TASK_SWEEP_MAX: usize = 10_000;
+/// Most tasks deleted in one blocking call of a sweep; a sweep makes as many calls as it
+/// takes to delete every expired task.
+const TASK_SWEEP_BATCH: usize = 10_000;
 /// How often the node gossips its own endorsements again.
 const ENDORSE_REANNOUNCE: Duration = Duration::from_secs(600);
 
@@ -540,8 +541,11 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
                     _ = tokio::time::sleep(TASK_SWEEP) => {}
                 }
                 let db = db.clone();
+                let go_on = stop.clone();
                 match tokio::task::spawn_blocking(move || {
-                    db.sweep(chrono::Utc::now(), TASK_SWEEP_MAX)
+                    db.sweep_due(chrono::Utc::now(), TASK_SWEEP_BATCH, || {
+                        !go_on.is_cancelled()
+                    })
                 })
                 .await
                 {

@@ -1509,6 +1509,27 @@ impl TaskDb {
         Ok(deleted)
     }
 
+    /// Delete every task [`TaskDb::sweep`] would, `batch` at a time, until none is due or
+    /// `go_on` says stop. Returns how many. One batch a minute is not enough for a busy node:
+    /// at 815 requests a second a node made 49 000 tasks a minute, and its store grew by the
+    /// difference until it refused new tasks while holding expired ones.
+    pub fn sweep_due(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        batch: usize,
+        go_on: impl Fn() -> bool,
+    ) -> Result<usize, StoreError> {
+        let batch = batch.max(1);
+        let mut deleted = 0;
+        loop {
+            let n = self.sweep(now, batch)?;
+            deleted += n;
+            if n < batch || !go_on() {
+                return Ok(deleted);
+            }
+        }
+    }
+
     /// The `limit` tasks of every agent and owner whose status changed last, newest first
     /// (the admin status page). Read from the accounting entries (`b`) and the list index,
     /// never the task records: at most [`MAX_SCAN`] entries are read, and when there are more
@@ -2109,6 +2130,39 @@ mod tests {
         // The owner has room again.
         a.put(&o, &task("another", fresh, TaskState::Completed))
             .unwrap();
+    }
+
+    #[test]
+    fn a_sweep_goes_on_past_one_batch_until_nothing_is_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_s, db) = open(
+            dir.path(),
+            Retention {
+                keep: Duration::from_secs(60),
+                ..Default::default()
+            },
+        );
+        let a = db.agent("echo");
+        let o = Owner::Caller("did:key:o".into());
+        let now = chrono::Utc::now();
+        let old = (now - chrono::Duration::seconds(120)).timestamp_micros();
+        for i in 0..7 {
+            a.put(&o, &task(&format!("old-{i}"), old, TaskState::Completed))
+                .unwrap();
+        }
+        a.put(
+            &o,
+            &task("fresh", now.timestamp_micros(), TaskState::Completed),
+        )
+        .unwrap();
+        // Asked to stop after the first batch, it deletes one batch.
+        assert_eq!(db.sweep_due(now, 2, || false).unwrap(), 2);
+        assert_eq!(db.len(), 6);
+        // Otherwise it goes on to the last expired task, and no further.
+        assert_eq!(db.sweep_due(now, 2, || true).unwrap(), 5);
+        assert_eq!(db.len(), 1);
+        assert!(a.get(&o, "fresh").unwrap().is_some());
+        assert_eq!(db.sweep_due(now, 2, || true).unwrap(), 0);
     }
 
     /// A task whose metadata is nested `depth` levels: serde_json writes it, and reads back
