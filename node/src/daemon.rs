@@ -207,11 +207,13 @@ impl From<NodeFileError> for Error {
     }
 }
 
-/// How often expired tasks are swept.
-const TASK_SWEEP: Duration = Duration::from_secs(60);
-/// Most tasks deleted in one blocking call of a sweep; a sweep makes as many calls as it
-/// takes to delete every expired task.
-const TASK_SWEEP_BATCH: usize = 10_000;
+/// How often expired tasks are swept: often, so that each sweep is short.
+const TASK_SWEEP: Duration = Duration::from_secs(10);
+/// Tasks deleted under one hold of the store's count lock; a sweep takes as many batches as it
+/// needs to delete every expired task ([`TaskDb::sweep_due`]).
+const TASK_SWEEP_BATCH: usize = 128;
+/// The pause between two batches, for the writers waiting on the lock.
+const TASK_SWEEP_PAUSE: Duration = Duration::from_millis(10);
 /// How often the node gossips its own endorsements again.
 const ENDORSE_REANNOUNCE: Duration = Duration::from_secs(600);
 
@@ -543,9 +545,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
                 let db = db.clone();
                 let go_on = stop.clone();
                 match tokio::task::spawn_blocking(move || {
-                    db.sweep_due(chrono::Utc::now(), TASK_SWEEP_BATCH, || {
-                        !go_on.is_cancelled()
-                    })
+                    db.sweep_due(
+                        chrono::Utc::now(),
+                        TASK_SWEEP_BATCH,
+                        TASK_SWEEP_PAUSE,
+                        || !go_on.is_cancelled(),
+                    )
                 })
                 .await
                 {
