@@ -48,7 +48,17 @@ if [ "${#missing[@]}" -eq 0 ]; then
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "scripts/system-deps.sh: installing ${missing[*]} (libclang-dev: RocksDB's bindings; chromium: the status page test; iproute2: the network namespace test)" >&2
+why() {
+  case "$1" in
+    libclang-dev) echo "libclang-dev (RocksDB's bindings)" ;;
+    chromium) echo "chromium (the status page test)" ;;
+    iproute2) echo "iproute2 (the network namespace test)" ;;
+  esac
+}
+what=()
+for p in "${missing[@]}"; do what+=("$(why "$p")"); done
+# Name only what is installed: on a fresh machine, run.sh installs libclang-dev alone.
+(IFS=,; echo "scripts/system-deps.sh: installing ${what[*]}" | sed 's/,/, /g') >&2
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 if ! have_libclang; then

@@ -28,6 +28,9 @@ bash scripts/tests/shared-build.sh
 echo "== build: the agentnet binary, exactly as scripts/run.sh builds it"
 cargo build --locked -p agentnet --bin agentnet
 
+echo "== scripts/run.sh: flags go to the testnet, commands to agentnet"
+bash scripts/tests/run-args.sh
+
 echo "== docs/GUIDE.md quick start, run as written"
 bash scripts/tests/guide.sh
 

@@ -1024,3 +1024,40 @@ async fn fresh_did_web_issuers_cost_their_host_one_budget_whatever_the_addresses
         "{got} GETs at one host for {sent} links from six addresses (at most {allowed})"
     );
 }
+
+/// `delegate` refuses what would make a useless or misread link: a duration without its unit,
+/// and an audience no agent could verify. Nothing is written.
+#[test]
+fn delegate_refuses_a_bare_duration_and_an_audience_that_does_not_resolve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let principal = Who::new(tmp.path(), "principal");
+    let to = Who::new(tmp.path(), "to").did();
+    let out = tmp.path().join("chain.json");
+    let delegate = |to: &str, valid_for: &str| {
+        agentnet(&[
+            "delegate",
+            "--data-dir",
+            p(&principal.dir),
+            "--to",
+            to,
+            "--for",
+            valid_for,
+            "--out",
+            p(&out),
+        ])
+    };
+    let o = delegate(&to, "2");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("2s, 2m, 2h or 2d"), "{}", stderr(&o));
+    let o = delegate("did:key:zbad", "2h");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not a did:key of an Ed25519 key"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists(), "a refused delegation wrote a file");
+    let o = delegate(&to, "2h");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.exists());
+}

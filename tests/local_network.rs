@@ -171,7 +171,14 @@ fn up_local_is_followed_by_the_commands_on_its_data_dir() {
     assert_eq!(stdout(&o).trim(), "hi");
     let o = agentnet(&["tools", "--skill", "echo", "--data-dir", p(&a)]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).starts_with("echo"), "{}", stdout(&o));
+    // A table with its header, as the other commands print.
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("TOOL") && lines[0].contains("PIN"),
+        "{lines:?}"
+    );
+    assert!(lines[1].starts_with("echo "), "{lines:?}");
 
     // Elsewhere the loopback agent is refused, and the error names the switch; `--local` or
     // AGENTNET_LOCAL turn it on for one command.

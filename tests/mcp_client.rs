@@ -251,6 +251,12 @@ async fn tools_and_tool_from_another_data_dir_with_signed_requests() {
     let o = run(args(&["tools", "--did", &did], &b.data())).await;
     assert!(!o.status.success());
     assert!(stderr(&o).contains("refusing"), "{}", stderr(&o));
+    // ... with what to do, as `call` says it.
+    assert!(
+        stderr(&o).contains("needs --local (or a node started with `agentnet up --local`)"),
+        "{}",
+        stderr(&o)
+    );
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
 
     // An agent whose card advertises no MCP endpoint: said so.

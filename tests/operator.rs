@@ -194,6 +194,27 @@ fn a_did_web_port_written_with_a_colon_is_refused_with_the_percent_form() {
         "{}",
         stdout(&o)
     );
+    // `identity list` names it with that URL, and nothing for the refused ones.
+    let o = agentnet(&["identity", "list", "--data-dir", p(tmp.path())]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).trim(),
+        "did:web:localhost%3A18080:agents:y\thttps://localhost:18080/agents/y/did.json"
+    );
+    let o = agentnet(&["identity", "list", "--data-dir", p(tmp.path()), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["did"], "did:web:localhost%3A18080:agents:y");
+    assert_eq!(v["problem"], serde_json::Value::Null);
+    // An empty data directory lists nothing, and says how to make one.
+    let empty = tmp.path().join("empty");
+    let o = agentnet(&["identity", "list", "--data-dir", p(&empty)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    assert!(
+        stderr(&o).contains("agentnet identity new --web"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -86,6 +86,11 @@ fn status_shows_the_node_its_failed_bootstrap_and_its_hosted_agent() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains(&format!("did: {did}")), "{out}");
+    let admin = node.info["admin"].as_str().unwrap();
+    assert!(
+        out.contains(&format!("status page: http://{admin}/status (log in with")),
+        "{out}"
+    );
     let line = out
         .lines()
         .find(|l| l.starts_with(&format!("bootstrap {LOST}: failed")))

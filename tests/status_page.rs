@@ -203,6 +203,14 @@ async fn status_is_on_the_admin_listener_only_and_behind_the_token() {
     let (_, _, html) = get(&format!("http://{admin}/status"), None).await;
     assert!(html.contains(r#"<script src="/status.js""#));
     assert!(!html.contains("<script>"), "inline script");
+    // The page hides the Log out button (and the dashboard) with the `hidden` attribute, which
+    // any author `display` rule outranks: the stylesheet must make `hidden` win.
+    assert!(html.contains(r#"id="session" hidden"#), "{html}");
+    let (_, _, css) = get(&format!("http://{admin}/status.css"), None).await;
+    assert!(
+        css.contains("[hidden] { display: none !important; }"),
+        "{css}"
+    );
 }
 
 /// Debian's `chromium`, or `None` (skip) when it is missing outside `scripts/test.sh`.
@@ -353,6 +361,11 @@ async fn status_page_renders_in_headless_chromium() {
     }
     assert!(!dom.contains("domain ✓"), "{discovered}");
     assert!(dom.contains(">completed<"), "{dom}");
+    // The echo task's owner as a person reads it, not the store's key.
+    let tasks = &dom[dom.find(tag_of(&dom, "tasks")).unwrap()..];
+    let tasks = &tasks[..tasks.find("</tbody>").unwrap()];
+    assert!(tasks.contains(">anonymous (127.0.0.1)<"), "{tasks}");
+    assert!(!tasks.contains(">a:") && !tasks.contains(">c:"), "{tasks}");
     assert!(!dom.contains(&t), "the token is rendered");
 
     // A wrong token: the login form and the node's refusal, no data.

@@ -124,13 +124,19 @@ pub struct RemoteError {
     pub status: u16,
 }
 
+/// What was refused and why first (`PERMISSION_DENIED: <the server's message>`); the
+/// JSON-RPC code only when no reason names the error, the HTTP status only when it is not 200
+/// (a JSON-RPC error comes with 200, which says nothing).
 impl std::fmt::Display for RemoteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HTTP {}, code {}", self.status, self.code)?;
-        if let Some(r) = &self.reason {
-            write!(f, " {r}")?;
+        match &self.reason {
+            Some(r) => write!(f, "{r}: {}", self.message)?,
+            None => write!(f, "error {}: {}", self.code, self.message)?,
         }
-        write!(f, ": {}", self.message)
+        if self.status != 200 {
+            write!(f, " (HTTP {})", self.status)?;
+        }
+        Ok(())
     }
 }
 
@@ -1005,5 +1011,26 @@ mod tests {
         assert_eq!(u.as_str(), "http://h/agents/echo/tasks/a%2Fb%3Fc:cancel");
         let u = c.rest_url(&["tasks"], &[("pageSize", "5".into())]).unwrap();
         assert_eq!(u.as_str(), "http://h/agents/echo/tasks?pageSize=5");
+    }
+
+    #[test]
+    fn a_refusal_reads_as_what_was_refused_and_why() {
+        let e = RemoteError {
+            code: -32000,
+            reason: Some("PERMISSION_DENIED".into()),
+            message: "delegation: the agent is not among the agents granted".into(),
+            status: 200,
+        };
+        assert_eq!(
+            e.to_string(),
+            "PERMISSION_DENIED: delegation: the agent is not among the agents granted"
+        );
+        let e = RemoteError {
+            code: -32001,
+            reason: None,
+            message: "task not found".into(),
+            status: 404,
+        };
+        assert_eq!(e.to_string(), "error -32001: task not found (HTTP 404)");
     }
 }

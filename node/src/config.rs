@@ -69,7 +69,15 @@ pub enum ConfigError {
         /// What is wrong, one line.
         message: String,
     },
-    /// A value that parses but cannot be used.
+    /// A section's value (`[node]`, `[trust]`, `[tasks]`, …) that parses but cannot be used.
+    #[error("[{section}] {reason}")]
+    Section {
+        /// The section's name.
+        section: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An agent's value that parses but cannot be used.
     #[error("agent {agent:?}: {reason}")]
     Invalid {
         /// The agent id (or `node`).
@@ -399,16 +407,19 @@ impl AuditSection {
         let l = self.limits();
         let (total, strangers) = (l.max_bytes >> 10, l.max_remote_bytes >> 10);
         if total == 0 {
-            return Err(invalid(
+            return Err(invalid_in(
                 "audit",
-                "[audit] max_total_kib = 0 leaves no room for any receipt; set it above 0".into(),
+                "max_total_kib = 0 leaves no room for any receipt; set it above 0".into(),
             ));
         }
         if strangers >= total {
-            return Err(invalid(
+            return Err(invalid_in(
                 "audit",
                 format!(
-                    "[audit] strangers_kib = {strangers} is not less than max_total_kib =                      {total}: remote callers of a proxy agent could fill the whole log and                      the node's own receipts would be refused; set strangers_kib below {total}                      (or leave it out: the default is a quarter of max_total_kib)"
+                    "strangers_kib = {strangers} is not less than max_total_kib = {total}: remote \
+                     callers of a proxy agent could fill the whole log and the node's own \
+                     receipts would be refused; set strangers_kib below {total} (or leave it \
+                     out: the default is a quarter of max_total_kib)"
                 ),
             ));
         }
@@ -425,10 +436,13 @@ impl AuditSection {
             ),
         ] {
             if set.is_some() && share > strangers {
-                return Err(invalid(
+                return Err(invalid_in(
                     "audit",
                     format!(
-                        "[audit] {key} = {share} is more than strangers_kib = {strangers}: one                          caller or network block could take the whole strangers' share; set                          {key} to at most {strangers} (or leave it out: the default is a share                          of strangers_kib)"
+                        "{key} = {share} is more than strangers_kib = {strangers}: one caller or \
+                         network block could take the whole strangers' share; set {key} to at \
+                         most {strangers} (or leave it out: the default is a share of \
+                         strangers_kib)"
                     ),
                 ));
             }
@@ -538,10 +552,10 @@ impl TasksSection {
         ];
         for (key, set, share, total_key, total, unit) in shares {
             if set.is_some() && share > total {
-                return Err(invalid(
+                return Err(invalid_in(
                     "tasks",
                     format!(
-                        "[tasks] {key} = {share} is more than {total_key} = {total}{unit}: one \
+                        "{key} = {share} is more than {total_key} = {total}{unit}: one \
                          caller or network block could fill the whole store; set {key} to at \
                          most {total} (or leave it out: the default is a share of {total_key})"
                     ),
@@ -643,47 +657,136 @@ pub struct AgentConfig {
     #[serde(default)]
     pub policy: PolicyName,
     /// The card's name; default the id.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The card's description.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// The skill tags it is discovered by; default `[<kind>]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
     /// Publish its card to the network: default true.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub publish: Option<bool>,
     /// Advert lifetime, seconds: default 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl: Option<u64>,
     /// A private Ed25519 JWK file to use as the agent's key instead of a generated one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<PathBuf>,
     /// `ask`: milliseconds each turn works.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub work_ms: Option<u64>,
     /// `command`: the argv.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
     /// `command`: seconds before the process is killed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,
     /// `command`: most bytes of standard output.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<usize>,
     /// `command`: its whole environment (`{ NAME = "value" }`); `PATH` is
     /// [`crate::hosted::DEFAULT_PATH`]
     /// unless named here.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<std::collections::BTreeMap<String, String>>,
     /// `proxy`: the upstream agent's base URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
     /// `proxy`: allow an upstream on plain `http`, on loopback or a private address (testnets);
     /// default false.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_private: Option<bool>,
     /// `proxy`: refuse to call the upstream when its signed card differs from the one accepted
     /// (pinned when first read; `agentnet trust accept DID` accepts the new one); default
     /// false: the change is logged and the call goes on.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub refuse_changed_card: Option<bool>,
     /// Serve an MCP endpoint at `/a2a/<id>/mcp` (tool `echo` for kind `echo`, `send_message`
     /// for the others), under the agent's policy,
     /// advertised on its card (`urn:agentnet:mcp:v1`): default false.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp: Option<bool>,
     /// Serve only requests that present a delegation chain rooted at one of these principal
     /// DIDs, bound to the signed caller and covering the operation on this agent
     /// ([`crate::authority`], docs/PROTOCOL.md "Delegation"); at most 64. Default: none
     /// required (a chain presented is still checked).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub require_delegation_from: Option<Vec<String>>,
+}
+
+/// Advert lifetime of a hosted agent's card, seconds, unless `ttl` says.
+pub const DEFAULT_TTL_SECS: u64 = 3600;
+/// `ask`: milliseconds each turn works, unless `work_ms` says.
+pub const DEFAULT_WORK_MS: u64 = 1000;
+/// `command`: seconds before the process is killed, unless `timeout_secs` says.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// `command`: most bytes of standard output, unless `max_output_bytes` says.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+impl Kind {
+    /// The name `kind = "…"` gives it, also its default skill tag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Echo => "echo",
+            Kind::Ask => "ask",
+            Kind::Command => "command",
+            Kind::Proxy => "proxy",
+            Kind::Tck => "tck",
+        }
+    }
+
+    /// The card's description when the agent has none.
+    pub fn default_description(self) -> &'static str {
+        match self {
+            Kind::Echo => "Echoes your message back",
+            Kind::Ask => "Asks your name, then greets you",
+            Kind::Command => "Runs a local command on your message",
+            Kind::Proxy => "Forwards to an upstream A2A agent",
+            Kind::Tck => {
+                "The official A2A TCK's sample scenarios, chosen by the message id's prefix"
+            }
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Its skill tags: `tags`, else its kind's name.
+    pub fn tags_or_kind(&self) -> Vec<String> {
+        self.tags
+            .clone()
+            .unwrap_or_else(|| vec![self.kind.as_str().to_owned()])
+    }
+
+    /// This agent with every key the node gives a default filled with the value in effect
+    /// (what `config check` prints). Keys with no default (`key`: generated, `env`, `command`,
+    /// `upstream`, `require_delegation_from`: none required) stay as written, absent if absent.
+    pub fn filled(&self) -> AgentConfig {
+        let mut a = self.clone();
+        a.name.get_or_insert_with(|| self.id.clone());
+        a.description
+            .get_or_insert_with(|| self.kind.default_description().to_owned());
+        a.tags = Some(self.tags_or_kind());
+        a.publish.get_or_insert(true);
+        a.ttl.get_or_insert(DEFAULT_TTL_SECS);
+        a.mcp.get_or_insert(false);
+        match self.kind {
+            Kind::Ask => {
+                a.work_ms.get_or_insert(DEFAULT_WORK_MS);
+            }
+            Kind::Command => {
+                a.timeout_secs.get_or_insert(DEFAULT_TIMEOUT_SECS);
+                a.max_output_bytes.get_or_insert(DEFAULT_MAX_OUTPUT_BYTES);
+            }
+            Kind::Proxy => {
+                a.allow_private.get_or_insert(false);
+                a.refuse_changed_card.get_or_insert(false);
+            }
+            Kind::Echo | Kind::Tck => {}
+        }
+        a
+    }
 }
 
 impl FileConfig {
@@ -720,7 +823,7 @@ impl FileConfig {
     /// The checks serde cannot make.
     pub fn check(&self) -> Result<(), ConfigError> {
         if self.agent.len() > MAX_AGENTS {
-            return Err(invalid("node", format!("more than {MAX_AGENTS} agents")));
+            return Err(invalid_in("node", format!("more than {MAX_AGENTS} agents")));
         }
         self.http.trusted_proxies()?;
         if self
@@ -728,22 +831,22 @@ impl FileConfig {
             .token_ttl_secs
             .is_some_and(|t| t > MAX_TOKEN_TTL_SECS)
         {
-            return Err(invalid(
+            return Err(invalid_in(
                 "auth",
                 format!("token_ttl_secs must be at most {MAX_TOKEN_TTL_SECS} (one day)"),
             ));
         }
         self.tasks.check()?;
         self.audit.check()?;
-        self.trust.policy().map_err(|e| invalid("trust", e))?;
-        self.trust.endorsers().map_err(|e| invalid("trust", e))?;
+        self.trust.policy().map_err(|e| invalid_in("trust", e))?;
+        self.trust.endorsers().map_err(|e| invalid_in("trust", e))?;
         if let Some(f) = &self.trust.flag_rules {
             crate::flags::Rules::with_file(f)
-                .map_err(|e| invalid("trust", format!("flag_rules: {e}")))?;
+                .map_err(|e| invalid_in("trust", format!("flag_rules: {e}")))?;
         }
         if let Some(c) = &self.trust.classifier {
             c.check()
-                .map_err(|e| invalid("trust", format!("classifier: {e}")))?;
+                .map_err(|e| invalid_in("trust", format!("classifier: {e}")))?;
         }
         let mut ids = HashSet::new();
         for a in &self.agent {
@@ -758,6 +861,13 @@ impl FileConfig {
 
 /// Longest access-token lifetime `[auth] token_ttl_secs` may set: one day.
 pub const MAX_TOKEN_TTL_SECS: u64 = 24 * 3600;
+
+fn invalid_in(section: &str, reason: String) -> ConfigError {
+    ConfigError::Section {
+        section: section.to_owned(),
+        reason,
+    }
+}
 
 fn invalid(agent: &str, reason: String) -> ConfigError {
     ConfigError::Invalid {
@@ -1026,7 +1136,7 @@ impl FileConfig {
                 delegation: self.mcp.delegation.clone(),
             },
             trust: self.trust.clone(),
-            agent: self.agent.clone(),
+            agent: self.agent.iter().map(AgentConfig::filled).collect(),
         })
     }
 }
@@ -1158,6 +1268,9 @@ mod tests {
             msg.contains("flag_rules") && msg.contains("/nonexistent/rules.toml"),
             "{msg}"
         );
+        // Named by its section, not as an agent called "trust".
+        assert!(msg.starts_with("[trust] flag_rules: "), "{msg}");
+        assert!(!msg.contains("agent"), "{msg}");
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("rules.toml");
         std::fs::write(
@@ -1315,6 +1428,8 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(key), "{bad}: {e}");
+            assert!(e.starts_with(&format!("[audit] {key} = ")), "{bad}: {e}");
+            assert!(!e.contains("  "), "{bad}: a run of spaces in {e:?}");
         }
         assert!(config("[audit]\nstrangers_kib = 64\nstrangers_per_source_kib = 64\n").is_ok());
     }
@@ -1428,6 +1543,40 @@ mod tests {
         assert_eq!(back.agent[0].env.as_ref().unwrap()["A"], "1");
         assert_eq!(back.agent[0].policy, PolicyName::Open);
         assert_eq!(back.agent[0].mcp, Some(true));
+    }
+
+    /// `config check --json` shows each agent key the node gives a default with the value in
+    /// effect, and no `null` for a key that has none.
+    #[test]
+    fn the_effective_config_fills_each_agents_defaults() {
+        let cfg = config(
+            "[[agent]]\nid = \"e\"\nkind = \"echo\"\n\
+             [[agent]]\nid = \"c\"\nkind = \"command\"\ncommand = [\"tr\"]\nttl = 60\n",
+        )
+        .unwrap();
+        let eff = cfg
+            .effective(&Overrides::default(), Path::new("/d"))
+            .unwrap();
+        let v = serde_json::to_value(&eff).unwrap();
+        let e = &v["agent"][0];
+        assert_eq!(e["name"], "e", "{e}");
+        assert_eq!(e["description"], Kind::Echo.default_description(), "{e}");
+        assert_eq!(e["tags"], serde_json::json!(["echo"]), "{e}");
+        assert_eq!(e["publish"], true, "{e}");
+        assert_eq!(e["ttl"], DEFAULT_TTL_SECS, "{e}");
+        assert_eq!(e["mcp"], false, "{e}");
+        let c = &v["agent"][1];
+        assert_eq!(c["ttl"], 60, "{c}");
+        assert_eq!(c["timeout_secs"], DEFAULT_TIMEOUT_SECS, "{c}");
+        assert_eq!(c["max_output_bytes"], DEFAULT_MAX_OUTPUT_BYTES, "{c}");
+        for a in v["agent"].as_array().unwrap() {
+            for (k, x) in a.as_object().unwrap() {
+                assert!(!x.is_null(), "agent key {k} is null: {a}");
+            }
+        }
+        // And it reads back as the same agents.
+        let back = config(&toml::to_string(&eff).unwrap()).unwrap();
+        assert_eq!(back.agent[1].ttl, Some(60));
     }
 
     #[test]

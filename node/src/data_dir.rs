@@ -268,6 +268,40 @@ impl AgentKeys {
         Ok((key_path, doc_path))
     }
 
+    /// The domain identities (did:web, did:wba) whose document is in the agents directory,
+    /// sorted; at most `max` of them, and whether there were more. An absent directory holds
+    /// none.
+    pub fn domain_identities(&self, max: usize) -> Result<(Vec<String>, bool), AgentKeyError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), false)),
+            Err(source) => {
+                return Err(AgentKeyError::Write {
+                    path: self.dir.clone(),
+                    source,
+                })
+            }
+        };
+        let mut dids = Vec::new();
+        let mut more = false;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(did) = name.to_str().and_then(|n| n.strip_suffix(".did.json")) else {
+                continue;
+            };
+            if !(did.starts_with("did:web:") || did.starts_with("did:wba:")) {
+                continue;
+            }
+            if dids.len() == max {
+                more = true;
+                break;
+            }
+            dids.push(did.to_owned());
+        }
+        dids.sort();
+        Ok((dids, more))
+    }
+
     /// The identity `did`: the node's agents directory holds its key (and, for did:web and
     /// did:wba, its document, which must list that key).
     pub fn load_identity(&self, did: &str) -> Result<crate::identity::Identity, AgentKeyError> {

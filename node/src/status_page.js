@@ -73,6 +73,14 @@
     return s.length > 24 ? s.slice(0, 14) + "…" + s.slice(-8) : s;
   }
 
+  // A task's owner as the store keys it (`c:<caller>`, `a:<source>`), as a person reads it.
+  function owner(key) {
+    const s = String(key || "");
+    if (s.startsWith("c:")) return short(s.slice(2));
+    if (s.startsWith("a:")) return "anonymous (" + s.slice(2) + ")";
+    return short(s);
+  }
+
   function duration(secs) {
     secs = Math.max(0, Math.floor(secs));
     const d = Math.floor(secs / 86400), h = Math.floor(secs / 3600) % 24;
@@ -198,7 +206,7 @@
         el("span", new Date(x.updated_micros / 1000).toLocaleString(), "nowrap"),
         code(x.agent),
         badge(state, kind),
-        code(short(x.owner)),
+        code(owner(x.owner)),
         code(short(x.id)),
       ]);
     }), 5, "no tasks yet");

@@ -116,7 +116,8 @@ case_present() {
 case_chromium_only() {
   run_case chromium-only 1 hidden >/dev/null || true
   local log="$WORK/chromium-only/apt.log"
-  if grep -q 'install.*chromium' "$log" && ! grep -q 'libclang-dev' "$log"; then
+  if grep -q 'install.*chromium' "$log" && ! grep -q 'libclang-dev' "$log" \
+    && grep -q 'installing chromium (the status page test)$' "$WORK/chromium-only/out.txt"; then
     echo "ok: libclang present, no chromium -> apt-get install chromium only"
   else
     echo "FAIL: libclang present and no chromium, but apt-get was not asked for chromium alone:"
@@ -129,6 +130,18 @@ case_build_without_chromium() {
   else
     echo "FAIL: the build's deps with libclang present asked apt-get for something:"
     cat "$WORK/build/apt.log" "$WORK/build/out.txt"; return 1
+  fi
+}
+case_build_says_what_it_installs() {
+  run_case build-hidden 0 hidden build >/dev/null || true
+  local log="$WORK/build-hidden/apt.log" said
+  said="$(grep 'installing' "$WORK/build-hidden/out.txt" || true)"
+  if grep -q 'install.*libclang-dev' "$log" && ! grep -q chromium "$log" \
+    && [[ "$said" == *libclang-dev* ]] && [[ "$said" != *chromium* ]] && [[ "$said" != *iproute2* ]]; then
+    echo "ok: the build's deps on a fresh machine -> installs libclang-dev, and says only that"
+  else
+    echo "FAIL: the build's deps on a fresh machine: apt-get or the message named another package:"
+    cat "$log" "$WORK/build-hidden/out.txt"; return 1
   fi
 }
 case_ip_only() {
@@ -153,6 +166,7 @@ check case_hidden
 check case_present
 check case_chromium_only
 check case_build_without_chromium
+check case_build_says_what_it_installs
 check case_ip_only
 check case_build_without_ip
 echo "system-deps: $passed passed, $failed failed"

@@ -125,16 +125,19 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
         }
         out!("{}", json_line(&out)?)?;
     } else {
-        for (i, t) in tools.iter().enumerate() {
-            let name = t["name"].as_str().unwrap_or_default();
-            let d = t["description"].as_str().unwrap_or("");
-            out!(
-                "{}\t{}\t{}",
-                text::sanitize(name),
-                pin(i).map_or("-", PinState::word),
-                text::sanitize(&d.chars().take(300).collect::<String>())
-            )?;
-        }
+        let rows: Vec<[String; 3]> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let d = t["description"].as_str().unwrap_or("");
+                [
+                    t["name"].as_str().unwrap_or_default().to_owned(),
+                    pin(i).map_or("-", PinState::word).to_owned(),
+                    d.chars().take(300).collect(),
+                ]
+            })
+            .collect();
+        print_table(["TOOL", "PIN", "DESCRIPTION"], &rows)?;
     }
     for (i, t) in tools.iter().enumerate() {
         let name = format!("tool {}", t["name"].as_str().unwrap_or_default());

@@ -50,7 +50,9 @@ pub(super) fn parse_for(s: &str) -> Result<i64, String> {
         .parse()
         .map_err(|_| format!("{s:?}: a number and a unit, as 90s, 30m, 2h, 7d"))?;
     let secs = match unit {
-        "" | "s" => n,
+        // A bare number would be read as seconds by some and hours by others: ask.
+        "" => return Err(format!("{s:?}: give a unit: {s}s, {s}m, {s}h or {s}d")),
+        "s" => n,
         "m" => n * 60,
         "h" => n * 3600,
         "d" => n * 86_400,
@@ -60,6 +62,26 @@ pub(super) fn parse_for(s: &str) -> Result<i64, String> {
         return Err("between 1 second and 366 days".into());
     }
     Ok(secs)
+}
+
+/// Refuse an audience no node could ever verify: a did:key that holds no Ed25519 key, or a
+/// method the node does not resolve. (did:web and did:wba are resolved when the chain is
+/// presented; writing a delegation needs no network.)
+fn check_audience(did: &agentnet_did::Did) -> anyhow::Result<()> {
+    use agentnet_did::Method;
+    match did.method() {
+        Method::Key => agentnet_did::didkey::decode(did).map(drop).map_err(|e| {
+            anyhow::anyhow!(
+                "--to {did}: not a did:key of an Ed25519 key ({e}); copy the DID whole, as \
+                 `agentnet identity` or `agentnet discover` prints it"
+            )
+        }),
+        Method::Other(m) => bail!(
+            "--to {did}: did:{m} is not a method agentnet resolves (did:key, did:web, did:wba), \
+             so no agent could verify a chain to it"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The identity requests are signed as, and links issued by: `--as DID` (its key in the data
@@ -117,6 +139,7 @@ pub(super) fn delegate_cmd(args: DelegateArgs) -> anyhow::Result<ExitCode> {
     let dir = data_dir::resolve(args.dir.data_dir.as_deref())?;
     let issuer = identity_of(&dir, args.as_did.as_deref(), "--as")?;
     let audience = agentnet_did::Did::parse(&args.to).context("--to is not a DID")?;
+    check_audience(&audience)?;
     let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
     let capability = Capability {
         agents: none_if_empty(&args.agents),
@@ -198,4 +221,37 @@ pub(super) fn delegate_cmd(args: DelegateArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_needs_its_unit() {
+        assert_eq!(parse_for("90s"), Ok(90));
+        assert_eq!(parse_for("2h"), Ok(7200));
+        assert_eq!(parse_for("7d"), Ok(7 * 86_400));
+        let e = parse_for("2").unwrap_err();
+        assert!(e.contains("2s, 2m, 2h or 2d"), "{e}");
+        assert!(parse_for("2w").is_err());
+        assert!(parse_for("0s").is_err());
+        assert!(parse_for("367d").is_err());
+    }
+
+    #[test]
+    fn an_audience_no_node_could_verify_is_refused() {
+        let did = |s: &str| agentnet_did::Did::parse(s).unwrap();
+        let key = SecretKey::generate().did_key();
+        assert!(check_audience(&key).is_ok());
+        assert!(check_audience(&did("did:web:example.com:agents:a")).is_ok());
+        let e = check_audience(&did("did:key:zbad"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a did:key of an Ed25519 key"), "{e}");
+        let e = check_audience(&did("did:example:123"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did:example is not a method"), "{e}");
+    }
 }

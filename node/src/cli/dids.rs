@@ -99,6 +99,48 @@ pub(super) fn identity_show(did: &str, dir: Option<&Path>) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+/// Most identities `identity list` prints.
+const MAX_LISTED: usize = 10_000;
+
+/// `agentnet identity list`: the domain identities of the data directory, each checked as the
+/// node would load it (key and document agree), with the URL its document is served at.
+pub(super) fn identity_list(dir: Option<&Path>, json_out: bool) -> anyhow::Result<ExitCode> {
+    let dir = data_dir::resolve(dir)?;
+    let keys = data_dir::AgentKeys::new(&dir);
+    let (dids, more) = keys.domain_identities(MAX_LISTED)?;
+    if dids.is_empty() && !json_out {
+        say!(
+            "no identity under a domain in {}: create one with `agentnet identity new --web ID` \
+             (or --wba ID)",
+            dir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for did in &dids {
+        let url = agentnet_did::Did::parse(did)
+            .ok()
+            .and_then(|d| agentnet_did::web::document_url(&d).ok())
+            .map(|u| u.to_string())
+            .unwrap_or_default();
+        let problem = keys.load_identity(did).err().map(|e| e.to_string());
+        if json_out {
+            out!(
+                "{}",
+                json_line(&json!({"did": did, "url": url, "problem": problem}))?
+            )?;
+        } else {
+            match problem {
+                None => out!("{did}\t{url}")?,
+                Some(p) => out!("{did}\tunusable: {p}")?,
+            }
+        }
+    }
+    if more {
+        say!("more than {MAX_LISTED} identities: the first {MAX_LISTED} found are listed");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `agentnet key new FILE`: a new Ed25519 key as a private JWK (mode 0600, never over an
 /// existing file), for an agent's did:key (`agentnet publish --key FILE`, `card sign --key
 /// FILE`); prints the did:key.

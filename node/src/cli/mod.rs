@@ -50,7 +50,7 @@ pub mod testnet;
 use audit::audit_cmd;
 use calls::{call_cmd, tool_cmd, tools_cmd};
 use cards::{sign_card, verify_card};
-use dids::{identity_new, identity_show, key_new, resolve};
+use dids::{identity_list, identity_new, identity_show, key_new, resolve};
 use network::{discover, peers, publish, trust_accept, unpublish};
 use node::{init, mcp_stdio, up};
 use output::{
@@ -385,6 +385,15 @@ enum IdentityCommand {
         #[command(flatten)]
         dir: DataDirArg,
         /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the identities under a domain this data directory holds, each with the URL its
+    /// document must be served at.
+    List {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Print JSON, one object per identity.
         #[arg(long)]
         json: bool,
     },
@@ -763,6 +772,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Identity {
             command: IdentityCommand::Show { did, dir },
         } => identity_show(&did, dir.data_dir.as_deref()),
+        Command::Identity {
+            command: IdentityCommand::List { dir, json },
+        } => identity_list(dir.data_dir.as_deref(), json),
         Command::Call(args) => call_cmd(args).await,
         Command::Delegate(args) => delegate::delegate_cmd(args),
         Command::Audit(args) => audit_cmd(args).await,
@@ -861,9 +873,17 @@ fn resolver_options(net: &NetArgs, local: bool) -> anyhow::Result<ResolverOption
 /// `error` with what to do when it is an agent interface or MCP endpoint refused for being on
 /// plain http or a private address, and the command did not allow those.
 fn private_hint(error: anyhow::Error, allowed: bool) -> anyhow::Error {
-    let refused = error
-        .chain()
-        .any(|c| matches!(c.downcast_ref(), Some(call::CallError::Address { .. })));
+    // The MCP client's `Error::Call` is transparent: its `source()` skips the `CallError`,
+    // so the chain alone never shows it (`tools` and `tool` lost the hint that way).
+    let refused = error.chain().any(|c| {
+        matches!(c.downcast_ref(), Some(call::CallError::Address { .. }))
+            || matches!(
+                c.downcast_ref(),
+                Some(crate::mcp::client::Error::Call(
+                    call::CallError::Address { .. }
+                ))
+            )
+    });
     if refused && !allowed {
         anyhow::anyhow!(
             "{}; an agent on this machine or a LAN needs --local (or a node started with \

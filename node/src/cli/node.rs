@@ -80,6 +80,11 @@ fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
         info.admin,
         crate::auth::token_file(node.data_dir()).display()
     )?;
+    out!(
+        "status page: http://{}{} (log in with that token)",
+        info.admin,
+        crate::status_page::PATH
+    )?;
     for a in &info.listen {
         out!("listening on {a}")?;
     }

@@ -89,6 +89,12 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
         s(&n["started"])
     )?;
     out!("public URL: {}", s(&n["public_url"]))?;
+    out!(
+        "status page: {}{} (log in with the token in {})",
+        client.base().as_str().trim_end_matches('/'),
+        crate::status_page::PATH,
+        crate::auth::token_file(&dir).display()
+    )?;
     for a in n["listen"].as_array().into_iter().flatten() {
         out!("listening on {}", s(a))?;
     }

@@ -2103,6 +2103,15 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
                 f.ard_identifier.as_deref().unwrap_or("?"),
                 f.ard_ms
             )?;
+            if f.ard_identifier
+                .as_deref()
+                .is_some_and(|i| i.contains(".did.invalid:"))
+            {
+                out!(
+                    "    (ARD names an agent urn:air:<publisher>:…; a did:key has no domain to \
+                     vouch for it, so its publisher is the placeholder key.did.invalid: docs/ARD.md)"
+                )?;
+            }
         }
         Some(e) => out!("    FAILED: {e}")?,
     }
@@ -2127,8 +2136,12 @@ fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
                 d.sub_receipts.first().map(|x| &x[..x.len().min(12)]).unwrap_or("?")
             )?;
             out!(
-                "    a delegation for the specialist only: {} at summaries: {}",
-                d.refused_state.as_deref().unwrap_or("?"),
+                "    a delegation for the specialist only: refused at summaries, as it should be \
+                 (the task ends {}): {}",
+                d.refused_state
+                    .as_deref()
+                    .map(|s| s.trim_start_matches("TASK_STATE_").to_lowercase())
+                    .unwrap_or_else(|| "?".into()),
                 d.refused_reason.as_deref().unwrap_or("?")
             )?;
         }

@@ -154,15 +154,10 @@ pub fn agent_url(public_base: &str, id: &str) -> String {
 /// The unsigned card of `a`, served at `url`.
 pub fn card_for(a: &AgentConfig, url: &str) -> Value {
     let name = a.name.clone().unwrap_or_else(|| a.id.clone());
-    let description = a.description.clone().unwrap_or_else(|| match a.kind {
-        Kind::Echo => "Echoes your message back".into(),
-        Kind::Ask => "Asks your name, then greets you".into(),
-        Kind::Command => "Runs a local command on your message".into(),
-        Kind::Proxy => "Forwards to an upstream A2A agent".into(),
-        Kind::Tck => {
-            "The official A2A TCK's sample scenarios, chosen by the message id's prefix".into()
-        }
-    });
+    let description = a
+        .description
+        .clone()
+        .unwrap_or_else(|| a.kind.default_description().to_owned());
     let tags = tags_of(a);
     let required = a.policy == PolicyName::Did;
     let mut c = json!({
@@ -226,16 +221,7 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
 
 /// The skill tags of `a`: `tags`, default `[<kind>]`.
 pub fn tags_of(a: &AgentConfig) -> Vec<String> {
-    a.tags.clone().unwrap_or_else(|| {
-        vec![match a.kind {
-            Kind::Echo => "echo",
-            Kind::Ask => "ask",
-            Kind::Command => "command",
-            Kind::Proxy => "proxy",
-            Kind::Tck => "tck",
-        }
-        .to_string()]
-    })
+    a.tags_or_kind()
 }
 
 /// The working directory of `command` agent `id`: `<data-dir>/hosted/<id>/work`.
@@ -329,7 +315,7 @@ pub fn build(
             Kind::Echo => Arc::new(samples::Echo),
             Kind::Tck => Arc::new(samples::Tck),
             Kind::Ask => Arc::new(samples::AskName {
-                work: Duration::from_millis(a.work_ms.unwrap_or(1000)),
+                work: Duration::from_millis(a.work_ms.unwrap_or(crate::config::DEFAULT_WORK_MS)),
             }),
             Kind::Command => {
                 let work = work_dir(data_dir, &a.id);
@@ -345,8 +331,13 @@ pub fn build(
                     argv: a.command.clone().unwrap_or_default(),
                     env: Arc::new(env),
                     work: Arc::new(work),
-                    timeout: Duration::from_secs(a.timeout_secs.unwrap_or(60)),
-                    max_output: a.max_output_bytes.unwrap_or(64 * 1024),
+                    timeout: Duration::from_secs(
+                        a.timeout_secs
+                            .unwrap_or(crate::config::DEFAULT_TIMEOUT_SECS),
+                    ),
+                    max_output: a
+                        .max_output_bytes
+                        .unwrap_or(crate::config::DEFAULT_MAX_OUTPUT_BYTES),
                 })
             }
             Kind::Proxy => Arc::new(ProxyAgent {
@@ -404,7 +395,7 @@ pub fn build(
             key,
             card: signed,
             publish: a.publish.unwrap_or(true),
-            ttl: a.ttl.unwrap_or(3600),
+            ttl: a.ttl.unwrap_or(crate::config::DEFAULT_TTL_SECS),
             server,
             mcp,
             sealer,
