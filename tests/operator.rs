@@ -197,9 +197,21 @@ fn a_did_web_port_written_with_a_colon_is_refused_with_the_percent_form() {
     // `identity list` names it with that URL, and nothing for the refused ones.
     let o = agentnet(&["identity", "list", "--data-dir", p(tmp.path())]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(
-        stdout(&o).trim(),
-        "did:web:localhost%3A18080:agents:y\thttps://localhost:18080/agents/y/did.json"
+        lines,
+        [
+            vec!["DID", "DOCUMENT", "URL"],
+            vec![
+                "did:web:localhost%3A18080:agents:y",
+                "https://localhost:18080/agents/y/did.json"
+            ]
+        ],
+        "{out}"
     );
     let o = agentnet(&["identity", "list", "--data-dir", p(tmp.path()), "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();

@@ -150,6 +150,14 @@ pub enum AgentKeyError {
         /// Why.
         source: std::io::Error,
     },
+    /// Listing the agents directory failed.
+    #[error("reading {}: {source}", path.display())]
+    List {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The node holds no key for this agent.
     #[error("no key for {did} in {}; publish once with `--key` to install it", dir.display())]
     Unknown {
@@ -276,7 +284,7 @@ impl AgentKeys {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), false)),
             Err(source) => {
-                return Err(AgentKeyError::Write {
+                return Err(AgentKeyError::List {
                     path: self.dir.clone(),
                     source,
                 })

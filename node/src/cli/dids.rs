@@ -116,6 +116,7 @@ pub(super) fn identity_list(dir: Option<&Path>, json_out: bool) -> anyhow::Resul
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let mut rows = Vec::new();
     for did in &dids {
         let url = agentnet_did::Did::parse(did)
             .ok()
@@ -129,11 +130,15 @@ pub(super) fn identity_list(dir: Option<&Path>, json_out: bool) -> anyhow::Resul
                 json_line(&json!({"did": did, "url": url, "problem": problem}))?
             )?;
         } else {
-            match problem {
-                None => out!("{did}\t{url}")?,
-                Some(p) => out!("{did}\tunusable: {p}")?,
-            }
+            let shown = match problem {
+                None => url,
+                Some(p) => format!("unusable: {p}"),
+            };
+            rows.push([did.clone(), shown]);
         }
+    }
+    if !json_out {
+        print_table(["DID", "DOCUMENT URL"], &rows)?;
     }
     if more {
         say!("more than {MAX_LISTED} identities: the first {MAX_LISTED} found are listed");
