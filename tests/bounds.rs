@@ -49,20 +49,6 @@ async fn get_once(to: SocketAddr, path: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// A node with a public HTTP listener on loopback, no mDNS.
-fn public_node(dir: &Path) -> UpNode {
-    UpNode::spawn(
-        dir,
-        &[
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ],
-    )
-}
-
 /// How many of `held` the node keeps open: those it refused were sent a 503 and closed.
 fn still_open(held: &[TcpStream]) -> usize {
     let mut buf = [0u8; 64];
@@ -85,7 +71,7 @@ fn http_addr(node: &UpNode) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_addresses_cannot_take_every_connection_from_a_new_one() {
     let dir = tempfile::tempdir().unwrap();
-    let node = public_node(dir.path());
+    let node = UpNode::alone(dir.path());
     let to = http_addr(&node);
     // Each held connection sends nothing: the node keeps it until its 10 s header timeout,
     // far longer than this takes.
@@ -120,7 +106,7 @@ async fn sixteen_addresses_cannot_take_every_connection_from_a_new_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_of_addresses_from_one_network_holds_one_blocks_share() {
     let dir = tempfile::tempdir().unwrap();
-    let node = public_node(dir.path());
+    let node = UpNode::alone(dir.path());
     let to = http_addr(&node);
     // Address after address, each up to its per-source cap: the order that filled the
     // listener (12 addresses full, then 4 each of the reserve for 32 more).

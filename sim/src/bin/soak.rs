@@ -368,25 +368,21 @@ impl Target {
         let msg = || call::message("hello from the soak", None).map_err(|e| e.to_string());
         let i = self.n.fetch_add(1, Ordering::Relaxed) as usize;
         match kind {
-            Kind::A2aOpen => {
-                let c = Client::new(http.clone(), self.open.clone(), None);
-                c.send_message(&call::send_request(msg()?))
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-            Kind::A2aSigned => {
-                let s = self.signed[i % self.signed.len()].clone();
-                let c = Client::new(http.clone(), self.did_ep.clone(), Some(s));
-                c.send_message(&call::send_request(msg()?))
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-            Kind::A2aToken => {
-                let s = self.tokens[i % self.tokens.len()].clone();
-                let c = Client::new(http.clone(), self.did_ep.clone(), Some(s));
-                c.send_message(&call::send_request(msg()?))
+            Kind::A2aOpen | Kind::A2aSigned | Kind::A2aToken => {
+                let (endpoint, signer): (_, Option<Arc<dyn agentnet_a2a::client::Signer>>) =
+                    match kind {
+                        Kind::A2aOpen => (self.open.clone(), None),
+                        Kind::A2aSigned => (
+                            self.did_ep.clone(),
+                            Some(self.signed[i % self.signed.len()].clone()),
+                        ),
+                        _ => (
+                            self.did_ep.clone(),
+                            Some(self.tokens[i % self.tokens.len()].clone()),
+                        ),
+                    };
+                Client::new(http.clone(), endpoint, signer)
+                    .send_message(&call::send_request(msg()?))
                     .await
                     .map(|_| ())
                     .map_err(|e| e.to_string())
