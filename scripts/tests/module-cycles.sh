@@ -12,8 +12,11 @@
 set -euo pipefail
 crate="${1:?usage: $0 <crate-dir>}"
 [ -d "$crate/src" ] || { echo "$crate/src: no such directory" >&2; exit 2; }
-exec python3 - "$crate/src" <<'PY'
+RUSTSRC_LIB="$(dirname "$0")/../lib" exec python3 - "$crate/src" <<'PY'
 import os, re, sys
+
+sys.path.insert(0, os.environ["RUSTSRC_LIB"])
+from rustsrc import strip, without_tests
 
 src = sys.argv[1]
 
@@ -32,58 +35,6 @@ def top_modules():
         elif name.endswith(".rs") and name not in ("lib.rs", "main.rs"):
             mods.setdefault(name[:-3], []).append(path)
     return mods
-
-def strip(text):
-    """Code without comments, string or char literals (each replaced by a space)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if text.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif text.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
-                else:
-                    i += 1
-            out.append(" ")
-        elif (m := re.match(r'b?r(#*)"', text[i:])) and (i == 0 or not (text[i-1].isalnum() or text[i-1] == "_")):
-            end = '"' + m.group(1)
-            j = text.find(end, i + m.end())
-            i = n if j < 0 else j + len(end)
-            out.append(" ")
-        elif c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-            i += 1
-            out.append(" ")
-        elif c == "'" and (m := re.match(r"'(\\(x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'])'", text[i:])):
-            i += m.end()
-            out.append(" ")
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-def without_tests(code):
-    """`code` without the bodies of `#[cfg(test)]` modules."""
-    out, pos = [], 0
-    for m in re.finditer(r"#\[cfg\(test\)\]\s*(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{", code):
-        if m.start() < pos:
-            continue
-        out.append(code[pos:m.start()])
-        depth, i = 1, m.end()
-        while i < len(code) and depth:
-            depth += {"{": 1, "}": -1}.get(code[i], 0)
-            i += 1
-        pos = i
-    out.append(code[pos:])
-    return "".join(out)
 
 def groups(code, start):
     """The first path segments inside the `{…}` that opens at `start`."""
