@@ -292,7 +292,7 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
         // The stopped node's store, opened with the library: an unreadable running task of
         // the same caller at the same agent.
         let (store, db) = agentnet_node::tasks::open_dir(
-            &node_dir.join(agentnet_node::daemon::STORE_DIR),
+            &node_dir.join(agentnet_node::db::STORE_DIR),
             Default::default(),
         )
         .unwrap();

@@ -327,6 +327,22 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// Another [`Store`] holds the directory, in this process or another: a node is running
+    /// on it.
+    #[error("store at {} is in use by another process (or another store in this one)", path.display())]
+    Locked {
+        /// The store's directory.
+        path: PathBuf,
+    },
+    /// The store's lock file could not be opened or locked.
+    #[error("locking store at {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// RocksDB failed; `context` says what was being done.
     #[error("{context}: {source}")]
     Db {
@@ -424,6 +440,8 @@ pub struct Store {
 
 struct Inner {
     db: DB,
+    /// The directory's lock ([`lock_dir`]), released when the last handle goes (after `db`).
+    _lock: Option<std::fs::File>,
     path: PathBuf,
     limits: Limits,
     disk: DiskProbe,
@@ -563,6 +581,11 @@ impl Store {
             path: path.to_owned(),
             source,
         })?;
+        // Files in memory (the simulator's) have no other opener to keep out.
+        let dir_lock = match memory.env {
+            None => Some(lock_dir(path)?),
+            Some(_) => None,
+        };
         let cache = &memory.cache;
         let mut opts = cf_options(cache);
         if let Some(env) = &memory.env {
@@ -624,6 +647,7 @@ impl Store {
         let store = Store {
             inner: Arc::new(Inner {
                 db,
+                _lock: dir_lock,
                 path: path.to_owned(),
                 disk: DiskProbe {
                     path: path.to_owned(),
@@ -2135,6 +2159,33 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         *last = last.saturating_add(1);
     }
     end
+}
+
+/// The file whose lock says a [`Store`] has the directory open.
+pub const LOCK_FILE: &str = "agentnet.lock";
+
+/// Take the directory for this store: a second open of it, by this process or another, fails
+/// with [`StoreError::Locked`] before RocksDB is asked. RocksDB has its own lock, but says it is
+/// held only in the text of an I/O error; an exclusive `flock` on a file of our own is typed.
+fn lock_dir(path: &Path) -> Result<std::fs::File, StoreError> {
+    let file_path = path.join(LOCK_FILE);
+    let lock_err = |source| StoreError::Lock {
+        path: file_path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&file_path)
+        .map_err(lock_err)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(StoreError::Locked {
+            path: path.to_owned(),
+        }),
+        Err(e) => Err(lock_err(e.into())),
+    }
 }
 
 fn cf_options(cache: &Cache) -> Options {

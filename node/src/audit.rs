@@ -1,7 +1,8 @@
 //! The caller's audit log (issue 18): every verified task receipt, hash-chained, in the node's
 //! RocksDB.
 //!
-//! [`AuditLog`] keeps one column family, [`CF_AUDIT`], of the node's [`Store`]. Entries are
+//! [`AuditLog`] keeps two column families of the node's [`Store`]: the entries in [`CF_AUDIT`],
+//! the head, receipt index and counters in [`CF_AUDIT_INDEX`]. Entries are
 //! appended, never changed or deleted. Each is a JSON object ([`Entry`]) stored as its RFC 8785
 //! bytes; its digest is the lowercase hex SHA-256 of those bytes, and the next entry's `prev`
 //! is that digest (the first entry's `prev` is [`GENESIS`]). `docs/PROTOCOL.md`, "Receipts and
@@ -9,16 +10,23 @@
 //!
 //! # Layout
 //!
-//! | key | value |
-//! |---|---|
-//! | `e ‖ seq (u64 BE)` | the entry's JCS bytes, `seq` from 1 |
-//! | `H` | the head: `{"seq": n, "digest": "<hex>", "bytes": b, "checkpoint": "<JWS>"}` |
-//! | `r ‖ receipt digest (hex)` | the seq of the entry holding that receipt: a receipt is logged once |
-//! | `R` | entries on behalf of remote callers (u64 BE) |
-//! | `o ‖ owner key` | entries on behalf of that remote caller (u64 BE) |
-//! | `B` | bytes of the entries on behalf of remote callers (u64 BE) |
-//! | `b ‖ owner key` | bytes of the entries on behalf of that remote caller (u64 BE) |
-//! | `s ‖ source` | bytes of the entries on behalf of callers from that network block (u64 BE) |
+//! | CF | key | value |
+//! |---|---|---|
+//! | `audit_log` | `e ‖ seq (u64 BE)` | the entry's JCS bytes, `seq` from 1 |
+//! | `audit_index` | `H` | the head: `{"seq": n, "digest": "<hex>", "bytes": b, "checkpoint": "<JWS>"}` |
+//! | `audit_index` | `r ‖ receipt digest (hex)` | the seq of the entry holding that receipt: a receipt is logged once |
+//! | `audit_index` | `R` | entries on behalf of remote callers (u64 BE) |
+//! | `audit_index` | `o ‖ owner key` | entries on behalf of that remote caller (u64 BE) |
+//! | `audit_index` | `B` | bytes of the entries on behalf of remote callers (u64 BE) |
+//! | `audit_index` | `b ‖ owner key` | bytes of the entries on behalf of that remote caller (u64 BE) |
+//! | `audit_index` | `s ‖ source` | bytes of the entries on behalf of callers from that network block (u64 BE) |
+//!
+//! The entries have a family of their own because they are only ever appended, in key order:
+//! RocksDB moves such files down its levels without rewriting them. Kept beside keys written at
+//! every append (the head, the counters) and at random places (receipt digests), every
+//! compaction's key range spanned the whole log and rewrote it, so that the cost of an append
+//! grew with the log (docs/BENCHMARKS.md, "A node under an hour of mixed load"). A log written
+//! with the index in `audit_log` has it moved at open ([`AuditLog::open`]).
 //!
 //! # Checkpoints
 //!
@@ -64,7 +72,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// The column family.
-pub const CF_AUDIT: &str = "audit_log";
+pub const CF_AUDIT: &str = crate::db::AUDIT;
+/// The column family of the head, the receipt index and the counters.
+pub const CF_AUDIT_INDEX: &str = crate::db::AUDIT_INDEX;
+/// Keys moved per batch when a log of the one-family layout is opened.
+const MOVE_BATCH: usize = 1024;
 /// The `prev` of the first entry: 64 zeros.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 /// The first line's `format` in an export file.
@@ -284,7 +296,10 @@ impl Signer {
 
 /// The audit log in the node's store.
 pub struct AuditLog {
+    /// The entries ([`CF_AUDIT`]).
     family: Family,
+    /// The head, the receipt index, the counters ([`CF_AUDIT_INDEX`]).
+    index: Family,
     limits: Limits,
     head: Mutex<Head>,
     signer: Option<Signer>,
@@ -314,6 +329,40 @@ fn entry_key(seq: u64) -> Vec<u8> {
     [&b"e"[..], &seq.to_be_bytes()].concat()
 }
 
+/// Move every key of `entries` that is not an entry (`e ‖ seq`) to `index`, in batches that
+/// each put and delete atomically, so that a move cut short goes on at the next open. The
+/// keys moved: the one-family layout kept the head, the receipt index and the counters beside
+/// the entries.
+fn move_index(entries: &Family, index: &Family) -> Result<u64, AuditError> {
+    let mut moved = 0;
+    for (start, end) in [(&b""[..], &b"e"[..]), (&b"f"[..], &[0xff_u8; 2][..])] {
+        // Each batch goes on after the last key moved (not over the deletes just made).
+        let mut from = start.to_vec();
+        loop {
+            let mut batch = Vec::new();
+            entries
+                .scan(&from, end, MOVE_BATCH, |k, v| {
+                    batch.push((k.to_vec(), v.to_vec()));
+                    true
+                })
+                .map_err(backend)?;
+            if batch.is_empty() {
+                break;
+            }
+            moved += batch.len() as u64;
+            from = batch.last().map(|(k, _)| [&k[..], &[0]].concat()).unwrap_or_default();
+            let ops = batch.into_iter().flat_map(|(k, v)| {
+                [
+                    (index, FamilyOp::Put(k.clone(), v)),
+                    (entries, FamilyOp::Delete(k)),
+                ]
+            });
+            Family::write_all(ops).map_err(backend)?;
+        }
+    }
+    Ok(moved)
+}
+
 impl AuditLog {
     /// The log in `store`, opened with [`CF_AUDIT`]. With `key` (the node's), every append
     /// signs a [`Checkpoint`] of the new head as the key's did:key; a head that carries no
@@ -325,7 +374,12 @@ impl AuditLog {
         key: Option<SecretKey>,
     ) -> Result<Arc<AuditLog>, AuditError> {
         let family = store.family(CF_AUDIT).map_err(backend)?;
-        let mut head = match family.get(HEAD_KEY).map_err(backend)? {
+        let index = store.family(CF_AUDIT_INDEX).map_err(backend)?;
+        let moved = move_index(&family, &index)?;
+        if moved > 0 {
+            tracing::info!(moved, "audit log: head, receipt index and counters moved to {CF_AUDIT_INDEX}");
+        }
+        let mut head = match index.get(HEAD_KEY).map_err(backend)? {
             Some(b) => serde_json::from_slice(&b)
                 .map_err(|e| AuditError::Backend(format!("reading the log's head: {e}")))?,
             None => Head {
@@ -350,13 +404,14 @@ impl AuditLog {
             if !current {
                 head.checkpoint = Some(s.sign(&head));
                 let bytes = serde_json::to_vec(&head).map_err(backend)?;
-                family
+                index
                     .write(vec![FamilyOp::Put(HEAD_KEY.to_vec(), bytes)])
                     .map_err(backend)?;
             }
         }
         Ok(Arc::new(AuditLog {
             family,
+            index,
             limits,
             head: Mutex::new(head),
             signer,
@@ -410,7 +465,7 @@ impl AuditLog {
         let mut head = self.head.lock().unwrap_or_else(|p| p.into_inner());
         let digest = receipt::receipt_digest(&new.receipt);
         // A receipt already logged (a task read again) is not appended twice.
-        if let Some(seq) = self.family.get(&receipt_key(&digest)).map_err(backend)? {
+        if let Some(seq) = self.index.get(&receipt_key(&digest)).map_err(backend)? {
             let seq = seq.try_into().map(u64::from_be_bytes).unwrap_or(0);
             if let Some(b) = self.family.get(&entry_key(seq)).map_err(backend)? {
                 if let Ok(e) = serde_json::from_slice::<Entry>(&b) {
@@ -480,15 +535,18 @@ impl AuditLog {
         next.checkpoint = self.signer.as_ref().map(|s| s.sign(&next));
         let head_bytes = serde_json::to_vec(&next).map_err(backend)?;
         let mut ops = vec![
-            FamilyOp::Put(entry_key(entry.seq), bytes),
-            FamilyOp::Put(HEAD_KEY.to_vec(), head_bytes),
-            FamilyOp::Put(
-                receipt_key(&entry.receipt_digest),
-                entry.seq.to_be_bytes().to_vec(),
+            (&self.family, FamilyOp::Put(entry_key(entry.seq), bytes)),
+            (&self.index, FamilyOp::Put(HEAD_KEY.to_vec(), head_bytes)),
+            (
+                &self.index,
+                FamilyOp::Put(
+                    receipt_key(&entry.receipt_digest),
+                    entry.seq.to_be_bytes().to_vec(),
+                ),
             ),
         ];
-        ops.extend(counters);
-        self.family.write(ops).map_err(backend)?;
+        ops.extend(counters.into_iter().map(|op| (&self.index, op)));
+        Family::write_all(ops).map_err(backend)?;
         *head = next;
         Ok(entry)
     }
@@ -501,14 +559,7 @@ impl AuditLog {
         source: Option<&str>,
         bytes: &[u8],
     ) -> Result<Result<Vec<FamilyOp>, String>, AuditError> {
-        let read = |k: &[u8]| -> Result<u64, AuditError> {
-            Ok(self
-                .family
-                .get(k)
-                .map_err(backend)?
-                .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
-                .unwrap_or(0))
-        };
+        let read = |k: &[u8]| crate::db::read_counter(&self.index, k).map_err(backend);
         let l = &self.limits;
         let n = bytes.len() as u64;
         let okey = [&b"o"[..], owner.as_bytes()].concat();
@@ -956,12 +1007,7 @@ pub async fn verify_and_append(
 
 /// Open the audit log of a stopped node's store directory (`<data-dir>/store`).
 pub fn open_dir(path: &std::path::Path) -> Result<(Store, Arc<AuditLog>), AuditError> {
-    let store = Store::open_with_families(
-        path,
-        agentnet_discovery::store::Limits::default(),
-        &[CF_AUDIT],
-    )
-    .map_err(backend)?;
+    let store = crate::db::open(path, agentnet_discovery::store::Limits::default()).map_err(backend)?;
     let log = AuditLog::open(&store, Limits::default(), None)?;
     Ok((store, log))
 }
@@ -1026,14 +1072,33 @@ pub fn receipt_of(task: &agentnet_a2a::types::Task) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Why a [`ReceiptSink`] did not take an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkError {
+    /// Nothing answers where the log was said to be (its address).
+    NotRunning(String),
+    /// The log's owner answered with a refusal, or the exchange failed.
+    Failed(String),
+}
+
+/// A node's audit log in another process: where a CLI process sends the entries it verified.
+/// The admin API's client implements it; the log does not depend on how an entry travels.
+pub trait ReceiptSink: Send + Sync {
+    /// Append `entry` (whose receipt the caller verified); the seq it got.
+    fn append<'a>(
+        &'a self,
+        entry: &'a NewEntry,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, SinkError>> + Send + 'a>>;
+}
+
 /// Where a process's receipts go.
 #[derive(Clone)]
 pub enum Recorder {
     /// This process owns the log (the daemon).
     Local(Arc<AuditLog>, Resolver),
-    /// A node's admin API (a CLI process).
-    Admin(crate::admin::Client, Resolver),
-    /// No node running: verify only.
+    /// A log in another process (a CLI process sends to the node's admin API).
+    Remote(Arc<dyn ReceiptSink>, Resolver),
+    /// No node running: verify only; why not logged.
     Nowhere(Resolver, String),
 }
 
@@ -1041,7 +1106,7 @@ impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Recorder::Local(..) => "Recorder::Local",
-            Recorder::Admin(..) => "Recorder::Admin",
+            Recorder::Remote(..) => "Recorder::Remote",
             Recorder::Nowhere(..) => "Recorder::Nowhere",
         })
     }
@@ -1051,22 +1116,7 @@ impl Recorder {
     /// The resolver receipts are verified with.
     pub fn resolver(&self) -> &Resolver {
         match self {
-            Recorder::Local(_, r) | Recorder::Admin(_, r) | Recorder::Nowhere(r, _) => r,
-        }
-    }
-
-    /// The recorder of a CLI process with data directory `dir`: the running node's admin API,
-    /// or verify-only when none runs.
-    pub fn for_cli(dir: &std::path::Path, resolver: Resolver) -> Recorder {
-        match crate::admin::Client::from_data_dir(dir, std::time::Duration::from_secs(30)) {
-            Ok(c) => Recorder::Admin(c, resolver),
-            Err(_) => Recorder::Nowhere(
-                resolver,
-                format!(
-                    "no node is running on {} (start `agentnet up` to keep an audit log)",
-                    dir.display()
-                ),
-            ),
+            Recorder::Local(_, r) | Recorder::Remote(_, r) | Recorder::Nowhere(r, _) => r,
         }
     }
 
@@ -1121,20 +1171,17 @@ impl Recorder {
                 Ok(e) => Recorded::Logged { seq: e.seq, digest },
                 Err(e) => refused(e.to_string()),
             },
-            Recorder::Admin(client, resolver) => {
+            Recorder::Remote(sink, resolver) => {
                 if let Err(e) = verify_entry(&new, resolver).await {
                     return refused(e.to_string());
                 }
-                match client.audit_append(&new).await {
-                    Ok(v) => Recorded::Logged {
-                        seq: v["seq"].as_u64().unwrap_or(0),
-                        digest,
-                    },
-                    Err(crate::admin::ClientError::NotRunning(url)) => Recorded::NotLogged {
+                match sink.append(&new).await {
+                    Ok(seq) => Recorded::Logged { seq, digest },
+                    Err(SinkError::NotRunning(url)) => Recorded::NotLogged {
                         digest,
                         reason: format!("the node at {url} is not running (start `agentnet up` to keep an audit log)"),
                     },
-                    Err(e) => refused(format!("receipt verified, not logged: {e}")),
+                    Err(SinkError::Failed(e)) => refused(format!("receipt verified, not logged: {e}")),
                 }
             }
             Recorder::Nowhere(resolver, why) => match verify_entry(&new, resolver).await {
@@ -1283,6 +1330,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_log_of_the_one_family_layout_is_moved_at_open_and_reads_as_before() {
+        let (dir, store, log) = log_with(3);
+        let head = log.signed_head();
+        drop(log);
+        // The layout before the split: the index keys beside the entries.
+        let (entries, index) = (store.family(CF_AUDIT).unwrap(), store.family(CF_AUDIT_INDEX).unwrap());
+        let mut old = Vec::new();
+        index
+            .scan(b"", &[0xff; 2], 100, |k, v| {
+                old.push((k.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+        assert!(old.len() >= 4, "the head and three receipt keys: {old:?}");
+        Family::write_all(old.iter().flat_map(|(k, v)| {
+            [
+                (&entries, FamilyOp::Put(k.clone(), v.clone())),
+                (&index, FamilyOp::Delete(k.clone())),
+            ]
+        }))
+        .unwrap();
+        drop((entries, index, store));
+
+        let (store, log) = open_dir(dir.path()).unwrap();
+        assert_eq!(log.signed_head(), head);
+        let r = log.verify(&resolver()).await;
+        assert!(r.ok && r.entries == 3, "{r:?}");
+        let mut keys = Vec::new();
+        store
+            .family(CF_AUDIT)
+            .unwrap()
+            .scan(b"", &[0xff; 2], 100, |k, _| {
+                keys.push(k.to_vec());
+                true
+            })
+            .unwrap();
+        assert_eq!(keys, (1..=3u64).map(entry_key).collect::<Vec<_>>());
+        // The receipt index came along: the same receipt is not logged twice.
+        let key = SecretKey::from_seed(&[3; 32]);
+        let (jws, rc) = receipt_for(&key, "task-1");
+        let again = NewEntry {
+            writer: "mcp".into(),
+            task_id: "task-1".into(),
+            agent: key.did_key().to_string(),
+            caller: Some("did:key:zMe".into()),
+            receipt: jws,
+            on_behalf: None,
+            on_behalf_source: None,
+            message: Some(hi("task-1")),
+        };
+        assert_eq!(log.append(again, &rc).unwrap().seq, 2);
+        assert_eq!(log.len(), 3);
+    }
+
+    #[tokio::test]
     async fn a_clean_log_verifies_and_a_receipt_is_logged_once() {
         let (_d, _s, log) = log_with(3);
         let r = log.verify(&resolver()).await;
@@ -1347,11 +1449,7 @@ mod tests {
     #[test]
     fn appends_past_the_bound_are_refused_and_nothing_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_with_families(
-            dir.path(),
-            agentnet_discovery::store::Limits::default(),
-            &[CF_AUDIT],
-        )
+        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
         .unwrap();
         let log = AuditLog::open(
             &store,
@@ -1391,11 +1489,7 @@ mod tests {
     #[test]
     fn remote_callers_have_a_share_of_the_log_and_each_a_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_with_families(
-            dir.path(),
-            agentnet_discovery::store::Limits::default(),
-            &[CF_AUDIT],
-        )
+        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
         .unwrap();
         let log = AuditLog::open(
             &store,
@@ -1441,11 +1535,7 @@ mod tests {
     #[test]
     fn strangers_bytes_have_their_share_per_source_per_owner_and_in_total() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_with_families(
-            dir.path(),
-            agentnet_discovery::store::Limits::default(),
-            &[CF_AUDIT],
-        )
+        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
         .unwrap();
         let mut limits = Limits::with_total_bytes(1 << 20);
         limits.max_remote_bytes = 12_000;
@@ -1739,11 +1829,7 @@ mod tests {
     /// A log of `n` entries kept with the node's key: it signs a checkpoint at every append.
     fn signed_log(n: usize) -> (tempfile::TempDir, Store, Arc<AuditLog>) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_with_families(
-            dir.path(),
-            agentnet_discovery::store::Limits::default(),
-            &[CF_AUDIT],
-        )
+        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
         .unwrap();
         let log = AuditLog::open(&store, Limits::default(), Some(node_key())).unwrap();
         let key = SecretKey::from_seed(&[3; 32]);

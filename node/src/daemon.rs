@@ -15,7 +15,7 @@ use agentnet_did::resolver::Options as ResolverOptions;
 use agentnet_did::{Resolver, SecretKey};
 use agentnet_discovery::advert::{Limits, Validator};
 use agentnet_discovery::net::{self, TransportKind};
-use agentnet_discovery::store::{Limits as StoreLimits, Store};
+use agentnet_discovery::store::{Limits as StoreLimits, Store, StoreError};
 use libp2p::multiaddr::Protocol;
 use libp2p::Multiaddr;
 use tokio::net::TcpListener;
@@ -35,10 +35,9 @@ use crate::http::{self, WellKnown};
 use crate::identity::Identity;
 use crate::publisher::{self, Publisher};
 use crate::server::{self, Limits as HttpLimits};
-use crate::tasks::{self, TaskDb};
+use crate::tasks::TaskDb;
 
-/// Store directory inside the data directory.
-pub const STORE_DIR: &str = "store";
+pub use crate::db::STORE_DIR;
 /// `agentnet up --max-memory-mib`: new peer connections are refused above 2 GiB resident. An
 /// idle node is about 25 MiB, a connection about 115 KiB (`conncost`, docs/BENCHMARKS.md):
 /// the bound is for what no other limit foresaw, not for normal operation.
@@ -329,32 +328,23 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
 
     let store_path = opts.data_dir.join(STORE_DIR);
     let store_limits = opts.store_limits.clone();
-    let opened = tokio::task::spawn_blocking(move || {
-        let mut families = tasks::FAMILIES.to_vec();
-        families.push(publisher::CF_PUBLISHED);
-        families.push(crate::audit::CF_AUDIT);
-        families.push(crate::pins::CF_PINS);
-        families.push(crate::endorsements::CF_ENDORSEMENTS);
-        Store::open_with_families(&store_path, store_limits, &families)
-    })
-    .await
-    .map_err(|source| Error::Task {
-        what: "opening the store",
-        source,
-    })?;
+    let opened = tokio::task::spawn_blocking(move || crate::db::open(&store_path, store_limits))
+        .await
+        .map_err(|source| Error::Task {
+            what: "opening the store",
+            source,
+        })?;
     let store = match opened {
         Ok(store) => store,
-        // RocksDB's lock is held: name the node holding it when its node.json says.
-        Err(e) if e.to_string().contains("LOCK") => {
-            match crate::data_dir::NodeFile::read(&opts.data_dir) {
-                Ok(running) => {
-                    return Err(Error::AlreadyRunning {
-                        pid: running.pid,
-                        dir: opts.data_dir.clone(),
-                    })
-                }
-                Err(_) => return Err(e.into()),
-            }
+        // Another node holds the store: name it when its node.json says.
+        Err(e @ StoreError::Locked { .. }) => {
+            return Err(match crate::data_dir::NodeFile::read(&opts.data_dir) {
+                Ok(running) => Error::AlreadyRunning {
+                    pid: running.pid,
+                    dir: opts.data_dir.clone(),
+                },
+                Err(_) => e.into(),
+            })
         }
         Err(e) => return Err(e.into()),
     };

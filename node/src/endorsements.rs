@@ -47,7 +47,7 @@ use agentnet_discovery::store::{Family, FamilyOp, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
 /// The column family of endorsements.
-pub const CF_ENDORSEMENTS: &str = "endorsements";
+pub const CF_ENDORSEMENTS: &str = crate::db::ENDORSEMENTS;
 /// Most statements kept per issuer.
 pub const MAX_PER_ISSUER: u64 = 256;
 /// Most statements kept in all.
@@ -184,21 +184,14 @@ fn issuer_key(iss: &str) -> Vec<u8> {
 }
 
 fn rank_key(iss: &[u8], count: u64) -> Vec<u8> {
-    [&b"w"[..], &(u64::MAX - count).to_be_bytes(), iss].concat()
+    crate::db::rank_key(b"w", count, iss)
 }
 
 fn source_key(peer: &str) -> Vec<u8> {
     [&b"p"[..], peer.as_bytes()].concat()
 }
 
-/// The op that sets the counter at `key` to `new` (deleted at 0).
-fn counter_op(key: Vec<u8>, new: u64) -> FamilyOp {
-    if new == 0 {
-        FamilyOp::Delete(key)
-    } else {
-        FamilyOp::Put(key, new.to_be_bytes().to_vec())
-    }
-}
+use crate::db::counter_op;
 
 /// The ops that move `iss`'s count from `old` to `new`, its rank entry with it.
 fn issuer_ops(iss: &str, old: u64, new: u64, ops: &mut Vec<FamilyOp>) {
@@ -214,9 +207,7 @@ fn issuer_ops(iss: &str, old: u64, new: u64, ops: &mut Vec<FamilyOp>) {
 }
 
 fn read_u64(v: Option<Vec<u8>>) -> u64 {
-    v.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-        .map(u64::from_be_bytes)
-        .unwrap_or(0)
+    v.as_deref().and_then(crate::db::u64_at).unwrap_or(0)
 }
 
 impl Endorsements {
@@ -263,11 +254,7 @@ impl Endorsements {
         let mut passed = 0;
         self.family
             .scan(b"w", b"x", RANK_SCAN + trusted.len(), |k, _| {
-                let count = k
-                    .get(1..9)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .map(|b| u64::MAX - u64::from_be_bytes(b))
-                    .unwrap_or(0);
+                let count = crate::db::rank_of(k, 1).unwrap_or(0);
                 let iss = String::from_utf8_lossy(k.get(9..).unwrap_or_default()).into_owned();
                 if trusted.contains_key(&iss) {
                     return true;

@@ -30,6 +30,8 @@
 //! - [`identity`]: did:key, did:web and did:wba identities (a key and its DID URL).
 //! - [`signer`]: [`DidSigner`], RFC 9421 request signing as an identity, and the access tokens
 //!   servers answer with.
+//! - [`db`]: the node's one RocksDB: every column family and the module that owns it, how it
+//!   is opened, the counters and rank keys the rooms' layouts share.
 //! - [`data_dir`]: where the node keeps its key, the agents' keys and `node.json`
 //!   ([`data_dir::NodeFile`]).
 //! - [`directory`]: the node's read model of the network ([`Directory`], [`Found`], [`Peers`],
@@ -72,6 +74,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod data_dir;
+pub mod db;
 pub mod directory;
 pub mod endorsements;
 pub mod flags;

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// The column family of the pins.
-pub const CF_PINS: &str = "card_pins";
+pub const CF_PINS: &str = crate::db::PINS;
 /// Most DIDs pinned.
 pub const MAX_PINS: u64 = 4096;
 /// Largest pinned parts kept whole for a diff (RFC 8785 bytes).
@@ -605,13 +605,7 @@ impl Pins {
     }
 
     fn count(&self) -> Result<u64, String> {
-        Ok(self
-            .family
-            .get(COUNT_KEY)
-            .map_err(backend)?
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes)
-            .unwrap_or(0))
+        crate::db::read_counter(&self.family, COUNT_KEY).map_err(backend)
     }
 
     fn write(&self, key: &[u8], pin: &Pin, count: Option<u64>) -> Result<(), String> {

@@ -28,7 +28,7 @@ use crate::identity::Identity;
 /// Most agents one node re-announces (and most entries read back from [`CF_PUBLISHED`]).
 pub const MAX_PUBLISHED: usize = 1024;
 /// The store's column family of kept publications, keyed by DID.
-pub const CF_PUBLISHED: &str = "published";
+pub const CF_PUBLISHED: &str = crate::db::PUBLISHED;
 /// Shortest lifetime accepted, seconds.
 pub const MIN_TTL: u64 = 2;
 /// Most listen addresses put in an advertisement (the validator's default limit).

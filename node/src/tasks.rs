@@ -1,7 +1,7 @@
 //! The hosted agents' A2A tasks, in the node's one RocksDB database.
 //!
 //! [`TaskDb`] keeps the tasks of every hosted agent in two column families of the node's
-//! [`Store`] (opened with [`Store::open_with_families`] and [`FAMILIES`]); [`AgentTasks`] is one
+//! [`Store`] (opened by [`crate::db::open`]); [`AgentTasks`] is one
 //! agent's view, the [`TaskStore`] its engine uses.
 //!
 //! # Layout
@@ -111,11 +111,9 @@ use agentnet_discovery::store::{Family, FamilyOp, Store, StoreError as DbError};
 use sha2::Digest as _;
 
 /// The task records.
-pub const CF_TASKS: &str = "a2a_tasks";
+pub const CF_TASKS: &str = crate::db::TASKS;
 /// The indexes and counters.
-pub const CF_INDEX: &str = "a2a_index";
-/// The column families to open the node's store with.
-pub const FAMILIES: [&str; 2] = [CF_TASKS, CF_INDEX];
+pub const CF_INDEX: &str = crate::db::TASK_INDEX;
 
 /// Most index entries one `ListTasks` page (or its count) reads.
 pub const MAX_SCAN: usize = 10_000;
@@ -481,7 +479,7 @@ fn source_key(source: &[u8]) -> Vec<u8> {
 /// The rank entry of a source holding `bytes`: `w ‖ (u64::MAX − bytes) ‖ source`, so that a
 /// forward scan meets the largest holders first.
 fn rank_key(source: &[u8], bytes: u64) -> Vec<u8> {
-    [&b"w"[..], &(u64::MAX - bytes).to_be_bytes(), source].concat()
+    crate::db::rank_key(b"w", bytes, source)
 }
 
 /// The prefix of a source's terminal tasks, oldest first: `v ‖ lp(source)`.
@@ -678,7 +676,7 @@ impl Scope {
 }
 
 impl TaskDb {
-    /// The task store in `store`, which must have been opened with [`FAMILIES`].
+    /// The task store in `store`, which must have been opened by [`crate::db::open`].
     pub fn open(store: &Store, retention: Retention) -> Result<Arc<TaskDb>, StoreError> {
         let tasks = store.family(CF_TASKS).map_err(backend)?;
         let index = store.family(CF_INDEX).map_err(backend)?;
@@ -793,11 +791,7 @@ impl TaskDb {
             let mut holders = Vec::new();
             self.index
                 .scan(b"w", b"x", RANK_SCAN, |k, _| {
-                    let held = k
-                        .get(1..9)
-                        .and_then(|b| b.try_into().ok())
-                        .map(|b| u64::MAX - u64::from_be_bytes(b))
-                        .unwrap_or(0);
+                    let held = crate::db::rank_of(k, 1).unwrap_or(0);
                     let source = &k[9.min(k.len())..];
                     if held < floor && source != newcomer {
                         return false;
@@ -1656,12 +1650,7 @@ pub fn open_dir(
     path: &std::path::Path,
     retention: Retention,
 ) -> Result<(Store, Arc<TaskDb>), StoreError> {
-    let store = Store::open_with_families(
-        path,
-        agentnet_discovery::store::Limits::default(),
-        &FAMILIES,
-    )
-    .map_err(backend)?;
+    let store = crate::db::open(path, agentnet_discovery::store::Limits::default()).map_err(backend)?;
     let db = TaskDb::open(&store, retention)?;
     Ok((store, db))
 }
@@ -1898,7 +1887,7 @@ mod tests {
     }
 
     fn open(dir: &std::path::Path, r: Retention) -> (Store, Arc<TaskDb>) {
-        let s = Store::open_with_families(dir, Limits::default(), &FAMILIES).unwrap();
+        let s = crate::db::open(dir, Limits::default()).unwrap();
         let db = TaskDb::open(&s, r).unwrap();
         (s, db)
     }

@@ -1365,3 +1365,22 @@ fn a_seq_entry_written_before_first_sightings_reads_as_the_oldest() {
     let (found, _) = store.matches(&tags(&["books"]), 10, 1_000).unwrap();
     assert_eq!(found[0].first_seen, 0);
 }
+
+#[test]
+fn a_store_open_elsewhere_is_refused_as_locked_until_it_closes() {
+    let (dir, store) = open();
+    let path = dir.path().join("db");
+    match Store::open_with(&path, test_limits()) {
+        Err(StoreError::Locked { path: p }) => assert_eq!(p, path),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    // The same store's clones share one lock: only a new open is refused.
+    let clone = store.clone();
+    drop(store);
+    assert!(matches!(
+        Store::open_with(&path, test_limits()),
+        Err(StoreError::Locked { .. })
+    ));
+    drop(clone);
+    Store::open_with(&path, test_limits()).expect("opened once the last handle is gone");
+}

@@ -291,3 +291,38 @@ impl Directory for Client {
         })
     }
 }
+
+/// The node's audit log, over its admin API: where a CLI process's verified receipts go.
+impl crate::audit::ReceiptSink for Client {
+    fn append<'a>(
+        &'a self,
+        entry: &'a crate::audit::NewEntry,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<u64, crate::audit::SinkError>> + Send + 'a>,
+    > {
+        use crate::audit::SinkError;
+        Box::pin(async move {
+            match self.audit_append(entry).await {
+                Ok(v) => Ok(v["seq"].as_u64().unwrap_or(0)),
+                Err(ClientError::NotRunning(url)) => Err(SinkError::NotRunning(url)),
+                Err(e) => Err(SinkError::Failed(e.to_string())),
+            }
+        })
+    }
+}
+
+/// The recorder of a CLI process with data directory `dir`: the running node's audit log
+/// through its admin API, or verify-only when none runs.
+pub fn recorder_for(dir: &std::path::Path, resolver: agentnet_did::Resolver) -> crate::audit::Recorder {
+    use crate::audit::Recorder;
+    match Client::from_data_dir(dir, std::time::Duration::from_secs(30)) {
+        Ok(c) => Recorder::Remote(std::sync::Arc::new(c), resolver),
+        Err(_) => Recorder::Nowhere(
+            resolver,
+            format!(
+                "no node is running on {} (start `agentnet up` to keep an audit log)",
+                dir.display()
+            ),
+        ),
+    }
+}

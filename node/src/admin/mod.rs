@@ -64,7 +64,7 @@ mod server;
 /// The JSON's path (behind the admin guard).
 pub const STATUS_PATH: &str = "/admin/v1/status";
 
-pub use client::Client;
+pub use client::{recorder_for, Client};
 pub use server::{router, router_with, AdminState, EndorseBody, EndorsementView, Guard};
 
 pub use crate::directory::{Error as ClientError, Found, Peers, DEFAULT_LIMIT, MAX_LIMIT};

@@ -60,7 +60,7 @@ pub(super) fn recorder(reach: &Reach, dir: &Path) -> anyhow::Result<Recorder> {
         Resolver::new(resolver_options(&reach.net, local)?).map_err(anyhow::Error::msg)?;
     let running = reach.node.node.is_some() || data_dir::NodeFile::read(dir).is_ok();
     Ok(match admin_client(&reach.node) {
-        Ok(c) if running => Recorder::Admin(c, resolver),
+        Ok(c) if running => Recorder::Remote(std::sync::Arc::new(c), resolver),
         _ => Recorder::Nowhere(
             resolver,
             format!(
@@ -113,7 +113,7 @@ async fn read_all(node: &NodeArg) -> anyhow::Result<(Vec<Vec<u8>>, u64, String, 
         }
         bail!("the audit log did not end")
     } else {
-        let path = dir.join(daemon::STORE_DIR);
+        let path = dir.join(crate::db::STORE_DIR);
         if !path.exists() {
             return Ok((Vec::new(), 0, audit::GENESIS.into(), None));
         }

@@ -890,8 +890,8 @@ async fn delegation_inner(
     }
     // The orchestrator verifies the specialist's receipt and logs it, as `agentnet call` does;
     // the receipt names the sub-agent's, which node 2's proxy verified and logged.
-    let recorder = crate::audit::Recorder::Admin(
-        clients[n - 1].clone(),
+    let recorder = crate::audit::Recorder::Remote(
+        std::sync::Arc::new(clients[n - 1].clone()),
         agentnet_did::Resolver::new(Default::default())?,
     );
     match recorder

@@ -54,7 +54,7 @@ pub async fn run(directory: Arc<dyn Directory>, opts: &Options) -> anyhow::Resul
         delegation: opts.delegation.clone(),
     };
     // Receipts go to the node's audit log through its admin API (verified only, none running).
-    let recorder = crate::audit::Recorder::for_cli(dir, resolver);
+    let recorder = crate::admin::recorder_for(dir, resolver);
     let service = Server::new(directory, cfg)
         .recording(recorder, Some(me))
         .serve(rmcp::transport::stdio())
