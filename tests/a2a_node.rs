@@ -291,7 +291,7 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
     {
         // The stopped node's store, opened with the library: an unreadable running task of
         // the same caller at the same agent.
-        let (store, db) = agentnet_node::tasks::open_dir(
+        let (store, db) = agentnet_node::hosted::tasks::open_dir(
             &node_dir.join(agentnet_node::db::STORE_DIR),
             Default::default(),
         )
@@ -314,7 +314,7 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
         let mut record = serde_json::to_value(&task).unwrap();
         record["metadata"] = json!({"x": deep});
         let bytes = serde_json::to_vec(&record).unwrap();
-        let tasks = store.family(agentnet_node::tasks::CF_TASKS).unwrap();
+        let tasks = store.family(agentnet_node::hosted::tasks::CF_TASKS).unwrap();
         let mut keys = Vec::new();
         tasks
             .scan(b"", &[0xff; 8], 1000, |k, _| {

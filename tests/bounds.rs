@@ -3,8 +3,8 @@
 //! connection from a new one, and one owner must not hold every SSE stream of an agent. Behind
 //! a trusted reverse proxy (`[http] trusted_proxies`) each forwarded client has its own share,
 //! and nobody else's forwarding headers are believed. The IPv6 /64 rule is unit-tested
-//! (`node/src/server.rs`, `a2a/tests/bounds.rs`): loopback has one IPv6 address; so is the
-//! parsing of the forwarding headers (`node/src/server/forwarded.rs`).
+//! (`node/src/http/server.rs`, `a2a/tests/bounds.rs`): loopback has one IPv6 address; so is the
+//! parsing of the forwarding headers (`node/src/http/server/forwarded.rs`).
 
 mod common;
 

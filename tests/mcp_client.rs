@@ -1,5 +1,5 @@
 //! The MCP client to verified endpoints (`agentnet tools`, `agentnet tool`,
-//! `agentnet_node::mcp::client`) and the MCP endpoints of hosted agents (`/a2a/<id>/mcp`),
+//! `agentnet_node::call::mcp`) and the MCP endpoints of hosted agents (`/a2a/<id>/mcp`),
 //! through the real binary: node A hosts two `echo` agents with `mcp = true` (policy `did` and
 //! `open`), node B bootstraps from A and finds them; B's data directory lists and calls the
 //! tools with signed requests. The endpoint refuses unsigned, replayed, tampered and
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use agentnet_did::{card, httpsig, Resolver, SecretKey};
 use agentnet_node::call::{CallError, CallOptions, Caller, DidSigner};
 use agentnet_node::identity::Identity;
-use agentnet_node::mcp::client::{Error, Remote};
+use agentnet_node::call::mcp::{Error, Remote};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
@@ -395,7 +395,7 @@ async fn the_endpoint_verifies_every_request() {
     assert_eq!(r.status(), 403);
 
     // Oversized: 413 before any signature work.
-    let big = vec![b' '; agentnet_node::mcp::hosted::MAX_BODY + 1];
+    let big = vec![b' '; agentnet_node::hosted::mcp::MAX_BODY + 1];
     let r = post(&url, big).send().await.unwrap();
     assert_eq!(r.status(), 413);
 
@@ -448,7 +448,7 @@ async fn the_endpoint_verifies_every_request() {
     let remote = Remote {
         did: me.did().clone(),
         signers: vec![],
-        endpoint: agentnet_node::mcp::client::Endpoint {
+        endpoint: agentnet_node::call::mcp::Endpoint {
             url: url.parse().unwrap(),
             versions: vec!["2025-11-25"],
         },
@@ -495,7 +495,7 @@ fn card_with_mcp(agent: &Identity, signer: &Identity, mcp_url: &str) -> Value {
         "supportedInterfaces": [
             {"url": "https://93.184.215.14/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         ],
-        "capabilities": {"extensions": [agentnet_node::mcp::hosted::extension(mcp_url)]},
+        "capabilities": {"extensions": [agentnet_node::hosted::mcp::extension(mcp_url)]},
         "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "t", "name": "t", "description": "t", "tags": ["t"]}],
     });

@@ -380,7 +380,7 @@ fn mcp_agent(tmp: &Path, port: u16) -> (String, PathBuf, UpNode) {
     let data = tmp.join("node");
     let node = up(&data);
     let mut c = card("https://books.example/a2a", "Finds a book.");
-    c["capabilities"]["extensions"] = json!([agentnet_node::mcp::hosted::extension(&format!(
+    c["capabilities"]["extensions"] = json!([agentnet_node::hosted::mcp::extension(&format!(
         "http://127.0.0.1:{port}/mcp"
     ))]);
     publish(&data, &key, &c, tmp, "mcp.json");

@@ -17,9 +17,9 @@ use agentnet_did::{card, SecretKey};
 use agentnet_discovery::advert::{self, Draft, Validated};
 use agentnet_discovery::net::unix_now;
 use agentnet_discovery::store::{self, Store, MAX_MATCHES};
-use agentnet_node::directory;
-use agentnet_node::endorsements::{Endorsements, CF_ENDORSEMENTS};
-use agentnet_node::pins::{Pins, CF_PINS};
+use agentnet_node::network::directory;
+use agentnet_node::trust::endorsements::{Endorsements, CF_ENDORSEMENTS};
+use agentnet_node::trust::pins::{Pins, CF_PINS};
 use agentnet_node::trust::{Level, Policy};
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
@@ -100,7 +100,7 @@ fn discover(c: &mut Criterion) {
         .unwrap()
         .unwrap();
     let pins = Pins::open(&db).unwrap();
-    let rules = agentnet_node::flags::builtin();
+    let rules = agentnet_node::trust::flags::builtin();
     let policy = Policy::new(&[], &[], None).unwrap();
     let tags = vec![TAG.to_string()];
 

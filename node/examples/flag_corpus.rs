@@ -3,7 +3,7 @@
 //! `cargo run -p agentnet-node --example flag_corpus [CORPUS.jsonl] [RULES.toml]`
 //! (default: `corpus/flags/texts.jsonl` and the built-in rules; a RULES file is added to them,
 //! as `[trust] flag_rules` adds it in the node). Two shapes of corpus:
-//! - texts (`corpus/flags/texts.jsonl`, [`agentnet_node::flags::corpus`]): precision, recall
+//! - texts (`corpus/flags/texts.jsonl`, [`agentnet_node::trust::flags::corpus`]): precision, recall
 //!   and false-positive rate per kind of text (card, tool, answer);
 //! - items (`corpus/flags.jsonl`, `corpus/flags-heldout.jsonl`): each line
 //!   `{"id", "kind": "card"|"tool", "label", "expect": [rule, …], "item": {…}}`, counted with
@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use agentnet_node::flags::Rules;
+use agentnet_node::trust::flags::Rules;
 use serde_json::Value;
 
 fn main() -> Result<(), String> {
@@ -93,7 +93,7 @@ fn main() -> Result<(), String> {
 
 /// The table of a corpus of texts: per kind, precision, recall and false-positive rate.
 fn texts(rules: &Rules, corpus: &str, jsonl: &str) -> Result<(), String> {
-    use agentnet_node::flags::corpus;
+    use agentnet_node::trust::flags::corpus;
     let texts = corpus::parse(jsonl).map_err(|e| format!("{corpus}: {e}"))?;
     let start = Instant::now();
     let (by, wrong) = corpus::score(rules, &texts);

@@ -44,11 +44,12 @@ use agentnet_did::{web, Did, DidUrl, Resolver};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::directory::{self, Directory, Found};
+use crate::network::directory::{self, Directory, Found};
 
-pub use crate::signer::{DidSigner, MAX_TOKENS};
+pub use crate::identity::signer::{DidSigner, MAX_TOKENS};
 
 pub mod anp;
+pub mod mcp;
 
 /// Most discovered cards tried for one `--skill` call.
 pub const MAX_CANDIDATES: usize = 20;
@@ -94,8 +95,8 @@ pub struct Agent {
     /// The addresses the interface's host resolved to, checked, and connected to.
     pub addrs: Vec<SocketAddr>,
     /// Its card against the one the operator accepted, when the card came from the node
-    /// ([`crate::pins`]).
-    pub pin: Option<crate::pins::PinState>,
+    /// ([`crate::trust::pins`]).
+    pub pin: Option<crate::trust::pins::PinState>,
 }
 
 /// A card whose signatures verify, one of them by the agent's DID.
@@ -635,7 +636,7 @@ impl Caller {
             (Some(admin), true) => admin.pin(did).await.ok().flatten(),
             _ => None,
         };
-        if let Some(crate::pins::PinState::Changed { diff, .. }) = &pin {
+        if let Some(crate::trust::pins::PinState::Changed { diff, .. }) = &pin {
             progress(Progress::Changed {
                 did: did.to_owned(),
                 diff: diff.clone(),

@@ -4,7 +4,7 @@
 //! The two listeners (DESIGN.md section 3): the public one (`--http`) serves the well-known
 //! files; the admin API has its own (`--admin`), which must be a loopback address and by default
 //! takes a free port on 127.0.0.1. `node.json` names both, and `admin.token` holds the admin
-//! credential, written anew at every start ([`crate::auth`]).
+//! credential, written anew at every start ([`crate::data_dir::token`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,9 +23,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::a2a_auth::DidAuthenticator;
+use crate::hosted::a2a_auth::DidAuthenticator;
 use crate::admin::{AdminState, Guard};
-use crate::auth::{Token, TokenError};
+use crate::data_dir::token::{Token, TokenError};
 use crate::data_dir::{AgentKeys, NodeFileError};
 
 use crate::config::{self, ConfigError, FileConfig};
@@ -33,9 +33,9 @@ pub use crate::data_dir::{NodeFile, NODE_FILE};
 use crate::hosted::{self, Hosted};
 use crate::http::{self, WellKnown};
 use crate::identity::Identity;
-use crate::publisher::{self, Publisher};
-use crate::server::{self, Limits as HttpLimits};
-use crate::tasks::TaskDb;
+use crate::network::publisher::{self, Publisher};
+use crate::http::server::{self, Limits as HttpLimits};
+use crate::hosted::tasks::TaskDb;
 
 pub use crate::db::STORE_DIR;
 /// `agentnet up --max-memory-mib`: new peer connections are refused above 2 GiB resident. An
@@ -195,6 +195,9 @@ pub enum Error {
     /// The configuration cannot be used (the file, a flag, a hosted agent).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A hosted agent could not be built (its key, its card, its working directory).
+    #[error(transparent)]
+    Agent(#[from] hosted::AgentError),
 }
 
 impl From<NodeFileError> for Error {
@@ -392,7 +395,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let public_base = public_url.unwrap_or_else(|| format!("http://{http_addr}"));
     let auth_cfg = opts.hosted.auth.verifier(public_base.clone());
     let mcp_resolver = resolver.clone();
-    let authority = crate::authority::Shared::new(resolver.clone());
+    let authority = crate::hosted::authority::Shared::new(resolver.clone());
     let mcp_resolver_audit = resolver.clone();
     let authenticator = Arc::new(DidAuthenticator::new(resolver, auth_cfg));
     // The audit log of the receipts this node's callers (CLI, MCP, proxy agents) get.
@@ -405,9 +408,9 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let audit = crate::audit::Recorder::Local(audit_log.clone(), mcp_resolver.clone());
     // The operator's card pins: discovery shows agents against them, proxies check their
     // upstreams' cards.
-    let pins = Arc::new(crate::pins::Pins::open(&store)?);
+    let pins = Arc::new(crate::trust::pins::Pins::open(&store)?);
     let hosted = hosted::build(
-        &opts.hosted,
+        &opts.hosted.agent,
         &public_base,
         &opts.data_dir,
         &task_db,
@@ -553,13 +556,13 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         })
     };
     let flag_rules = match &opts.hosted.trust.flag_rules {
-        Some(path) => crate::flags::Rules::with_file(path)
+        Some(path) => crate::trust::flags::Rules::with_file(path)
             .map_err(|e| Error::Trust(format!("flag_rules: {e}")))?,
-        None => crate::flags::Rules::default(),
+        None => crate::trust::flags::Rules::default(),
     };
     let flag_rules = match &opts.hosted.trust.classifier {
         Some(c) => flag_rules.with_classifier(
-            crate::flags::classifier::Classifier::new(c.clone())
+            crate::trust::flags::classifier::Classifier::new(c.clone())
                 .map_err(|e| Error::Trust(format!("classifier: {e}")))?,
         ),
         None => flag_rules,
@@ -573,10 +576,10 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let policy = Arc::new(opts.hosted.trust.policy().map_err(Error::Trust)?);
     let (mut roots, depth) = opts.hosted.trust.endorsers().map_err(Error::Trust)?;
     roots.push(did.to_string());
-    let endorsements = Arc::new(crate::endorsements::Endorsements::open(
+    let endorsements = Arc::new(crate::trust::endorsements::Endorsements::open(
         &store, roots, depth,
     )?);
-    client.check_endorsements(Arc::new(crate::endorsements::Gossip(endorsements.clone())))?;
+    client.check_endorsements(Arc::new(crate::trust::endorsements::Gossip(endorsements.clone())))?;
     // The node's own endorsements, gossiped again now and then (a node that joined since has
     // not heard them), and the expired ones swept.
     {
@@ -585,7 +588,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         tracker.spawn(async move {
             loop {
                 let (e2, own2) = (e.clone(), own.clone());
-                let now = crate::endorsements::unix_now();
+                let now = crate::trust::endorsements::unix_now();
                 let kept = tokio::task::spawn_blocking(move || {
                     let _ = e2.sweep(now);
                     e2.issued_by(&own2, now)
@@ -656,7 +659,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         },
     )
     .recording(audit.clone(), Some(did.to_string()));
-    let status = crate::status_page::Status::new(
+    let status = crate::admin::status_page::Status::new(
         admin.clone(),
         task_db.clone(),
         did.as_str(),
@@ -665,11 +668,11 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     );
     // The page (no token, no data) beside the guarded admin routes, `/admin/v1/status` among
     // them; `/mcp` guards itself.
-    let admin_router = crate::status_page::page()
+    let admin_router = crate::admin::status_page::page()
         .merge(crate::admin::router_with(
             admin.clone(),
             Guard::new(token.clone(), admin_addr),
-            crate::status_page::api(status, http_stop.child_token())
+            crate::admin::status_page::api(status, http_stop.child_token())
                 .merge(crate::audit::router(audit_log, mcp_resolver_audit)),
         ))
         .merge(crate::mcp::http::router(
@@ -751,7 +754,7 @@ impl Running {
         &self.hosted
     }
 
-    /// What the admin API (and `/mcp`) work with: the in-process [`crate::directory::Directory`].
+    /// What the admin API (and `/mcp`) work with: the in-process [`crate::network::directory::Directory`].
     pub fn admin_state(&self) -> &AdminState {
         &self.admin
     }

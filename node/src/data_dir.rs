@@ -1,6 +1,8 @@
 //! The node's data directory: `--data-dir`, else `$AGENTNET_DATA_DIR`, else the platform data
 //! directory (`$XDG_DATA_HOME/agentnet`, `~/.local/share/agentnet` on Linux).
 
+pub mod token;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 

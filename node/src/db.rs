@@ -6,11 +6,11 @@
 //! | column family | owner | holds |
 //! |---|---|---|
 //! | the store's own (`adverts`, `tags`, `expiry`, `peers`, …) | `agentnet_discovery::store` | adverts, their index, known peers |
-//! | [`TASKS`], [`TASK_INDEX`] | [`crate::tasks`] | the hosted agents' A2A tasks, their indexes and counters |
-//! | [`PUBLISHED`] | [`crate::publisher`] | what `agentnet publish` asked for, re-announced at start |
+//! | [`TASKS`], [`TASK_INDEX`] | [`crate::hosted::tasks`] | the hosted agents' A2A tasks, their indexes and counters |
+//! | [`PUBLISHED`] | [`crate::network::publisher`] | what `agentnet publish` asked for, re-announced at start |
 //! | [`AUDIT`], [`AUDIT_INDEX`] | [`crate::audit`] | the hash-chained log of verified receipts (appended only); its head, receipt index and counters |
-//! | [`PINS`] | [`crate::pins`] | the operator's card and tool pins |
-//! | [`ENDORSEMENTS`] | [`crate::endorsements`] | endorsements heard, per issuer and per peer |
+//! | [`PINS`] | [`crate::trust::pins`] | the operator's card and tool pins |
+//! | [`ENDORSEMENTS`] | [`crate::trust::endorsements`] | endorsements heard, per issuer and per peer |
 //!
 //! Each room bounds what it writes (per source, per owner and in total) with counters kept in
 //! its own family, written in the same atomic batch as what they count ([`counter_op`],
@@ -23,19 +23,19 @@ use agentnet_discovery::store::{Family, FamilyOp, Limits, Store, StoreError};
 /// The store's directory inside the data directory.
 pub const STORE_DIR: &str = "store";
 
-/// The hosted agents' task records ([`crate::tasks`]).
+/// The hosted agents' task records ([`crate::hosted::tasks`]).
 pub const TASKS: &str = "a2a_tasks";
-/// The tasks' indexes and counters ([`crate::tasks`]).
+/// The tasks' indexes and counters ([`crate::hosted::tasks`]).
 pub const TASK_INDEX: &str = "a2a_index";
-/// Kept publications, keyed by DID ([`crate::publisher`]).
+/// Kept publications, keyed by DID ([`crate::network::publisher`]).
 pub const PUBLISHED: &str = "published";
 /// The audit log's entries, append-only ([`crate::audit`]).
 pub const AUDIT: &str = "audit_log";
 /// The audit log's head, receipt index and counters ([`crate::audit`]).
 pub const AUDIT_INDEX: &str = "audit_index";
-/// Card and tool pins ([`crate::pins`]).
+/// Card and tool pins ([`crate::trust::pins`]).
 pub const PINS: &str = "card_pins";
-/// Endorsements ([`crate::endorsements`]).
+/// Endorsements ([`crate::trust::endorsements`]).
 pub const ENDORSEMENTS: &str = "endorsements";
 
 /// Every column family the node keeps beside the discovery store's own.

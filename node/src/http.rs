@@ -1,11 +1,14 @@
-//! The node's public HTTP surface (the `--http` listener): the well-known files, and nothing
-//! else yet (A2A comes here). The admin API has a listener of its own ([`crate::admin`]), so no
-//! route of this router can ever expose it.
+//! The node's HTTP: the bounded server both listeners run ([`server`]: timeouts, connection
+//! caps, trusted proxies), and the public listener's (`--http`) own routes, the well-known
+//! files. Hosted agents ([`crate::hosted`]) and ARD ([`crate::ard`]) add theirs to it. The admin
+//! API has a listener of its own ([`crate::admin`]), so no route of this router can expose it.
 //!
 //! - `GET /.well-known/did.json`: the node's did:key document.
 //! - `GET /.well-known/agent-card.json`: the node's own A2A Agent Card, signed by the node key,
 //!   with the caching headers of every card we serve (`Cache-Control`, `ETag`,
 //!   `Last-Modified`, 304 on a matching validator: [`agentnet_a2a::server::ServedCard`]).
+
+pub mod server;
 
 use std::sync::Arc;
 

@@ -12,6 +12,8 @@
 //! `assertionMethod`), the network advertisement, and A2A requests (RFC 9421, `keyid` = the same
 //! DID URL, listed under `authentication`). The documents we make list `#key-1` under both.
 
+pub mod signer;
+
 use agentnet_did::document::{DocumentError, Relationship};
 use agentnet_did::key::PublicKey;
 use agentnet_did::{wba, web, Did, DidUrl, Document, Method, SecretKey};

@@ -24,36 +24,37 @@
 //! ```
 //!
 //! # Layout
-//! Modules import one way, from the bottom of this list up (`scripts/tests/module-cycles.sh`
-//! checks that no two import each other in a circle):
-//! - [`auth`]: the admin token in the data directory.
-//! - [`identity`]: did:key, did:web and did:wba identities (a key and its DID URL).
-//! - [`signer`]: [`DidSigner`], RFC 9421 request signing as an identity, and the access tokens
-//!   servers answer with.
-//! - [`db`]: the node's one RocksDB: every column family and the module that owns it, how it
-//!   is opened, the counters and rank keys the rooms' layouts share.
-//! - [`data_dir`]: where the node keeps its key, the agents' keys and `node.json`
-//!   ([`data_dir::NodeFile`]).
-//! - [`directory`]: the node's read model of the network ([`Directory`], [`Found`], [`Peers`],
-//!   MCP summaries) and the one skill-tag check.
-//! - [`server`]: the bounded HTTP server both listeners run (timeouts, connection caps).
-//! - [`http`]: the public HTTP surface: the well-known files.
-//! - [`publisher`]: signing and publishing cards, re-announcing them before they expire.
-//! - [`tasks`]: the hosted agents' A2A tasks in the node's RocksDB.
-//! - [`a2a_auth`]: the DID authenticator of the hosted agents (RFC 9421, `DIDWba`), bounded.
-//! - [`authority`]: on whose behalf: the hosted agents' delegation policy, an A2A gate run
-//!   before any work (issue 18).
-//! - [`config`]: the `--config` file ([`FileConfig`]), its checks and defaults (`[tasks]` as
-//!   [`tasks::Retention`], `[auth]` as the authenticator's bounds), and the flag-over-file
-//!   merge of `agentnet up`, `--local` included.
-//! - [`admin`]: the admin API (its own loopback listener, bearer token) and its client.
-//! - [`audit`]: the caller's hash-chained audit log of verified task receipts (issue 18), its
-//!   admin routes and the [`audit::Recorder`] that `call`, the MCP server and `proxy` use.
-//! - [`status_page`]: the status page on the admin listener (`/status`, `/admin/v1/status`).
-//! - [`call`]: calling agents over A2A: find, verify, sign, follow ([`Caller`]).
-//! - [`mcp`]: the MCP server (`agentnet mcp` on stdio, `/mcp` on the admin listener), the MCP
-//!   endpoints of hosted agents, and the signed MCP client.
-//! - [`hosted`]: the hosted A2A agents of the configuration file, mounted at `/a2a/<id>`.
+//! One room per subsystem (`foo.rs` beside `foo/`). Each room uses only rooms above it in this
+//! list (`scripts/tests/module-cycles.sh` checks that no two import each other in a circle;
+//! `scripts/layout.sh` measures the rooms):
+//! - [`db`]: the node's one RocksDB: every column family with the room that owns it, how it is
+//!   opened, the counters and rank keys the rooms' layouts share.
+//! - [`audit`]: the caller's hash-chained audit log of verified task receipts, its admin routes
+//!   and the [`audit::Recorder`] that `call`, the MCP server and `proxy` use (a CLI process
+//!   sends to the node through an [`audit::ReceiptSink`]).
+//! - [`identity`]: did:key, did:web and did:wba identities (a key and its DID URL), and
+//!   [`identity::signer`]: RFC 9421 request signing as an identity ([`DidSigner`]).
+//! - [`data_dir`]: where the node keeps its key, the agents' keys, `node.json`
+//!   ([`data_dir::NodeFile`]) and the admin token ([`data_dir::token`]).
+//! - [`trust`]: the operator's policy (`[trust]`), card and tool [`trust::pins`],
+//!   [`trust::flags`] on text meant for a model, [`trust::endorsements`].
+//! - [`network`]: the read model of the network ([`network::directory`]: [`Directory`],
+//!   [`Found`], [`Peers`], the MCP summaries) and the [`network::publisher`].
+//! - [`call`]: every client: A2A (find, verify, sign, follow: [`Caller`]), [`call::anp`],
+//!   [`call::mcp`], and the delegation a caller holds and presents.
+//! - [`mcp`]: the node's MCP server for MCP hosts (`agentnet mcp` on stdio, `/mcp` on the
+//!   admin listener) and the MCP session bounds the hosted agents' MCP faces share.
+//! - [`hosted`]: every face of a hosted agent (A2A at `/a2a/<id>`, [`hosted::mcp`],
+//!   [`hosted::anp`]), who may call ([`hosted::a2a_auth`], the delegation gate
+//!   [`hosted::authority`]), its task store ([`hosted::tasks`]), its kinds (echo, command,
+//!   proxy) and its configuration section ([`hosted::config`]).
+//! - [`admin`]: the admin API (its own loopback listener, bearer token), its client, and the
+//!   status page ([`admin::status_page`]).
+//! - [`ard`]: the Agent Registry Discovery face: manifest, index, search.
+//! - [`http`]: the bounded HTTP server both listeners run ([`http::server`]) and the public
+//!   listener's well-known files.
+//! - [`config`]: the `--config` file ([`FileConfig`]): it composes the sections, checks them
+//!   and merges the flags of `agentnet up` (`--local` included) over them.
 //! - [`daemon`]: `agentnet up`: checks, start, `node.json`, shutdown order.
 //! - [`cli`]: argument parsing and the commands (`init`, `key new`, `resolve`, `card
 //!   sign|verify`, `up`, `identity`, `publish`, `unpublish`, `discover`, `peers`, `status`,
@@ -63,36 +64,25 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod a2a_auth;
 pub mod admin;
 pub mod ard;
 pub mod audit;
-pub mod auth;
-pub mod authority;
 pub mod call;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod data_dir;
 pub mod db;
-pub mod directory;
-pub mod endorsements;
-pub mod flags;
 pub mod hosted;
 pub mod http;
 pub mod identity;
 pub mod mcp;
-pub mod pins;
-pub mod publisher;
-pub mod server;
-pub mod signer;
-pub mod status_page;
-pub mod tasks;
+pub mod network;
 pub mod trust;
 
 pub use call::{CallError, CallOptions, Caller, Target};
 pub use config::{ConfigError, FileConfig};
 pub use daemon::Running;
-pub use directory::{Directory, Found, Peers};
+pub use network::directory::{Directory, Found, Peers};
 pub use identity::Identity;
-pub use signer::DidSigner;
+pub use identity::signer::DidSigner;

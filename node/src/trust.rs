@@ -1,4 +1,7 @@
-//! The operator's trust policy (issue 19, `[trust]`): what discovery returns and in what order.
+//! What the operator trusts, and what the node shows about it: the policy (`[trust]`, this
+//! file), card and tool [`pins`], [`flags`] on text meant for a model, [`endorsements`].
+//!
+//! The operator's trust policy (`[trust]`): what discovery returns and in what order.
 //! Every agent shown gets a **level** and the reasons for it; denied agents and agents below
 //! `min_level` are not returned by `discover`, `call --skill` or the MCP tools, and the rest are
 //! ranked by level, then by how long the node has known them (docs/PROTOCOL.md, "How discover
@@ -7,8 +10,12 @@
 //! Levels, weakest first: `self-asserted` (a did:key, or a did:wba `e1_` DID: no domain vouched
 //! for the key), `domain-verified` (a did:web or did:wba whose key the node read from a
 //! document its domain served), `endorsed` (vouched for by an endorser the operator trusts:
-//! [`crate::endorsements`], `[trust] endorsers` and `endorse_depth`), `allow-listed` (named in
+//! [`crate::trust::endorsements`], `[trust] endorsers` and `endorse_depth`), `allow-listed` (named in
 //! `allow`, by DID, or by a domain that verified it).
+
+pub mod endorsements;
+pub mod flags;
+pub mod pins;
 
 use agentnet_did::{Did, Method};
 use serde::{Deserialize, Serialize};
@@ -139,11 +146,11 @@ impl Policy {
     }
 
     /// [`judge`](Self::judge), with the endorsement that counts for `did`, if one does
-    /// ([`crate::endorsements::Endorsements::vouch`]): it raises a weaker level to `endorsed`.
+    /// ([`crate::trust::endorsements::Endorsements::vouch`]): it raises a weaker level to `endorsed`.
     pub fn judge_with(
         &self,
         did: &str,
-        vouch: Option<&crate::endorsements::Vouch>,
+        vouch: Option<&crate::trust::endorsements::Vouch>,
     ) -> Result<Judged, String> {
         let parsed = Did::parse(did).map_err(|e| format!("not a DID: {e}"))?;
         let domain = domain_of(&parsed);
@@ -262,7 +269,7 @@ mod tests {
 
     #[test]
     fn an_endorsement_raises_the_level_and_says_by_whom() {
-        let v = crate::endorsements::Vouch {
+        let v = crate::trust::endorsements::Vouch {
             by: KEY.into(),
             skills: vec!["weather".into()],
             until: 1_800_000_000,

@@ -383,7 +383,7 @@ async fn restart_keeps_tasks_and_fails_the_working_ones() {
     assert_eq!(v["result"]["status"]["state"], "TASK_STATE_FAILED", "{v}");
     assert_eq!(
         v["result"]["status"]["message"]["parts"][0]["text"],
-        agentnet_node::tasks::RESTART_MESSAGE
+        agentnet_node::hosted::tasks::RESTART_MESSAGE
     );
     // The waiting task goes on where it was.
     let (_, v) = post(

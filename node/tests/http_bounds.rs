@@ -1,11 +1,11 @@
-//! The HTTP server's bounds ([`agentnet_node::server`]) against clients that play the attacker,
+//! The HTTP server's bounds ([`agentnet_node::http::server`]) against clients that play the attacker,
 //! over real TCP on 127.0.0.1: half-sent requests, more connections than the caps, shutdown
 //! with requests in flight.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use agentnet_node::server::{self, Limits};
+use agentnet_node::http::server::{self, Limits};
 use axum::routing::get;
 use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

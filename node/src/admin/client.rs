@@ -142,7 +142,7 @@ impl Client {
     }
 
     /// `POST /admin/v1/trust/accept`: accept `did`'s live card as its pin.
-    pub async fn trust_accept(&self, did: &str) -> Result<crate::pins::PinState, ClientError> {
+    pub async fn trust_accept(&self, did: &str) -> Result<crate::trust::pins::PinState, ClientError> {
         let body = serde_json::json!({ "did": did });
         self.send(
             self.http
@@ -157,7 +157,7 @@ impl Client {
     pub async fn trust_check(
         &self,
         did: &str,
-    ) -> Result<Option<crate::pins::PinState>, ClientError> {
+    ) -> Result<Option<crate::trust::pins::PinState>, ClientError> {
         let body = serde_json::json!({ "did": did });
         match self
             .send(
@@ -180,7 +180,7 @@ impl Client {
         did: &str,
         tools: &[Value],
         accept: bool,
-    ) -> Result<crate::pins::ToolPins, ClientError> {
+    ) -> Result<crate::trust::pins::ToolPins, ClientError> {
         let body =
             serde_json::json!({ "did": did, "tools": tools, "accept": accept, "list": true });
         self.send(
@@ -275,7 +275,7 @@ impl Directory for Client {
     fn pin<'a>(
         &'a self,
         did: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::pins::PinState>, ClientError>> {
+    ) -> BoxFuture<'a, Result<Option<crate::trust::pins::PinState>, ClientError>> {
         Box::pin(Client::trust_check(self, did))
     }
     fn pin_tools<'a>(
@@ -283,7 +283,7 @@ impl Directory for Client {
         did: &'a str,
         tools: &'a [Value],
         accept: bool,
-    ) -> BoxFuture<'a, Result<Option<crate::pins::ToolPins>, ClientError>> {
+    ) -> BoxFuture<'a, Result<Option<crate::trust::pins::ToolPins>, ClientError>> {
         Box::pin(async move {
             Client::trust_tools(self, did, tools, accept)
                 .await
@@ -308,21 +308,5 @@ impl crate::audit::ReceiptSink for Client {
                 Err(e) => Err(SinkError::Failed(e.to_string())),
             }
         })
-    }
-}
-
-/// The recorder of a CLI process with data directory `dir`: the running node's audit log
-/// through its admin API, or verify-only when none runs.
-pub fn recorder_for(dir: &std::path::Path, resolver: agentnet_did::Resolver) -> crate::audit::Recorder {
-    use crate::audit::Recorder;
-    match Client::from_data_dir(dir, std::time::Duration::from_secs(30)) {
-        Ok(c) => Recorder::Remote(std::sync::Arc::new(c), resolver),
-        Err(_) => Recorder::Nowhere(
-            resolver,
-            format!(
-                "no node is running on {} (start `agentnet up` to keep an audit log)",
-                dir.display()
-            ),
-        ),
     }
 }

@@ -14,14 +14,14 @@ pub struct AdminState {
     pub node_seed: Arc<[u8; 32]>,
     /// The agents' keys in the data directory.
     pub agent_keys: AgentKeys,
-    /// The cards the operator accepted ([`crate::pins`]); `None`: nothing is pinned.
-    pub pins: Option<Arc<crate::pins::Pins>>,
-    /// The flag rules ([`crate::flags`]).
-    pub flags: Arc<crate::flags::Rules>,
+    /// The cards the operator accepted ([`crate::trust::pins`]); `None`: nothing is pinned.
+    pub pins: Option<Arc<crate::trust::pins::Pins>>,
+    /// The flag rules ([`crate::trust::flags`]).
+    pub flags: Arc<crate::trust::flags::Rules>,
     /// The trust policy ([`crate::trust`]).
     pub trust: Arc<crate::trust::Policy>,
-    /// The endorsements kept ([`crate::endorsements`]); `None`: none count.
-    pub endorsements: Option<Arc<crate::endorsements::Endorsements>>,
+    /// The endorsements kept ([`crate::trust::endorsements`]); `None`: none count.
+    pub endorsements: Option<Arc<crate::trust::endorsements::Endorsements>>,
 }
 
 /// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
@@ -242,7 +242,7 @@ struct DidBody {
 async fn trust_accept(
     State(state): State<AdminState>,
     Json(body): Json<DidBody>,
-) -> Result<Json<crate::pins::PinState>, ApiError> {
+) -> Result<Json<crate::trust::pins::PinState>, ApiError> {
     Ok(Json(state.accept(&body.did).await?))
 }
 
@@ -313,7 +313,7 @@ struct ToolsBody {
     tools: Vec<Value>,
     #[serde(default)]
     accept: bool,
-    /// Answer a [`crate::pins::ToolPins`] (each tool and the list as a whole) rather than the
+    /// Answer a [`crate::trust::pins::ToolPins`] (each tool and the list as a whole) rather than the
     /// array of each tool's state.
     #[serde(default)]
     list: bool,
@@ -336,7 +336,7 @@ async fn trust_tools(
 async fn trust_check(
     State(state): State<AdminState>,
     Json(body): Json<DidBody>,
-) -> Result<Json<crate::pins::PinState>, ApiError> {
+) -> Result<Json<crate::trust::pins::PinState>, ApiError> {
     match state.pin_of(&body.did).await? {
         Some(p) => Ok(Json(p)),
         None => Err(ApiError::new(
@@ -459,7 +459,7 @@ impl AdminState {
 
     /// `POST /admin/v1/trust/check`: `did`'s live card against its pin (pinned if first
     /// seen); `None` when the node keeps no pins or holds no live advertisement of `did`.
-    pub async fn pin_of(&self, did: &str) -> Result<Option<crate::pins::PinState>, ApiError> {
+    pub async fn pin_of(&self, did: &str) -> Result<Option<crate::trust::pins::PinState>, ApiError> {
         let Some(pins) = self.pins.clone() else {
             return Ok(None);
         };
@@ -477,21 +477,21 @@ impl AdminState {
 
     /// `POST /admin/v1/trust/tools`: agent `did`'s MCP tools against their pins, in order, and
     /// the list as a whole against its pin (all accepted first with `accept`); at most
-    /// [`crate::pins::MAX_TOOLS`] tools.
+    /// [`crate::trust::pins::MAX_TOOLS`] tools.
     pub async fn pin_tools_of(
         &self,
         did: &str,
         tools: Vec<Value>,
         accept: bool,
-    ) -> Result<crate::pins::ToolPins, ApiError> {
+    ) -> Result<crate::trust::pins::ToolPins, ApiError> {
         let Some(pins) = self.pins.clone() else {
             return Err(ApiError::bad_request("this node keeps no pins"));
         };
-        if tools.len() > crate::pins::MAX_TOOLS {
+        if tools.len() > crate::trust::pins::MAX_TOOLS {
             return Err(ApiError::bad_request(format!(
                 "{} tools: at most {} are pinned per agent",
                 tools.len(),
-                crate::pins::MAX_TOOLS
+                crate::trust::pins::MAX_TOOLS
             )));
         }
         agentnet_did::Did::parse(did).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -504,7 +504,7 @@ impl AdminState {
                 }
                 pins.accept_tool_list(&d, &tools, now)?;
             }
-            Ok(crate::pins::ToolPins {
+            Ok(crate::trust::pins::ToolPins {
                 tools: tools
                     .iter()
                     .map(|t| pins.observe_tool(&d, t, now))
@@ -551,8 +551,8 @@ impl AdminState {
                 .map_err(ApiError::internal)?
                 .map_err(ApiError::internal)?;
         match accepted {
-            Ok(crate::endorsements::Put::Stored) => {}
-            Ok(crate::endorsements::Put::Full(why)) => {
+            Ok(crate::trust::endorsements::Put::Stored) => {}
+            Ok(crate::trust::endorsements::Put::Full(why)) => {
                 return Err(ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "full", why))
             }
             // Another statement on this DID, made at the same moment, stood first.
@@ -623,7 +623,7 @@ impl AdminState {
     }
 
     /// `POST /admin/v1/trust/accept`: pin `did`'s live card as the one accepted.
-    pub async fn accept(&self, did: &str) -> Result<crate::pins::PinState, ApiError> {
+    pub async fn accept(&self, did: &str) -> Result<crate::trust::pins::PinState, ApiError> {
         let Some(pins) = self.pins.clone() else {
             return Err(ApiError::bad_request("this node keeps no card pins"));
         };
@@ -636,7 +636,7 @@ impl AdminState {
                 .map_err(ApiError::internal)?
                 .map_err(ApiError::internal)?;
             if accepted {
-                return Ok(crate::pins::PinState::Pinned { since: now });
+                return Ok(crate::trust::pins::PinState::Pinned { since: now });
             }
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -824,10 +824,10 @@ impl Directory for AdminState {
     fn pin<'a>(
         &'a self,
         did: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::pins::PinState>, ClientError>> {
+    ) -> BoxFuture<'a, Result<Option<crate::trust::pins::PinState>, ClientError>> {
         Box::pin(async move { Ok(self.pin_of(did).await?) })
     }
-    fn flag_rules(&self) -> Arc<crate::flags::Rules> {
+    fn flag_rules(&self) -> Arc<crate::trust::flags::Rules> {
         self.flags.clone()
     }
     fn pin_tools<'a>(
@@ -835,7 +835,7 @@ impl Directory for AdminState {
         did: &'a str,
         tools: &'a [Value],
         accept: bool,
-    ) -> BoxFuture<'a, Result<Option<crate::pins::ToolPins>, ClientError>> {
+    ) -> BoxFuture<'a, Result<Option<crate::trust::pins::ToolPins>, ClientError>> {
         Box::pin(async move { Ok(Some(self.pin_tools_of(did, tools.to_vec(), accept).await?)) })
     }
 }

@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 /// Most entries indexed: the store's `MAX_FIND_LIMIT`, its newest adverts.
 pub const MAX_INDEXED: usize = agentnet_discovery::store::MAX_FIND_LIMIT;
 /// Longest name or description kept, characters.
-pub const MAX_TEXT: usize = crate::directory::MAX_SUMMARY;
+pub const MAX_TEXT: usize = crate::network::directory::MAX_SUMMARY;
 /// Most tags, capabilities, representative queries kept per entry.
 pub const MAX_LIST: usize = 32;
 /// Most representative queries kept per entry (5 are shown).

@@ -226,7 +226,7 @@ async fn card_of(e: &Value, allow_private: bool, timeout: Duration) -> Result<Va
         }
         _ => return Err("exactly one of url and data is needed".into()),
     };
-    crate::publisher::check_card(&card).map_err(|err| format!("its card: {err}"))?;
+    crate::network::publisher::check_card(&card).map_err(|err| format!("its card: {err}"))?;
     Ok(card)
 }
 

@@ -1,7 +1,7 @@
 //! Calling agents: `call` (A2A), `tools` and `tool` (their MCP endpoints).
 
 use super::*;
-use crate::pins::PinState;
+use crate::trust::pins::PinState;
 
 /// The identity requests are signed as: `--as DID` (its key in the data directory), else the
 /// node's did:key.
@@ -37,7 +37,7 @@ fn caller(
 /// The caller and the verified MCP endpoint of `agentnet tools` and `agentnet tool`.
 async fn remote_mcp(
     a: &RemoteMcpArgs,
-) -> anyhow::Result<(call::Caller, crate::mcp::client::Remote)> {
+) -> anyhow::Result<(call::Caller, crate::call::mcp::Remote)> {
     let dir = data_dir::resolve(a.reach.node.data_dir.as_deref())?;
     let signer = signer(&dir, a.as_did.as_deref(), "--as")?;
     let delegation = match &a.delegation {
@@ -56,8 +56,8 @@ async fn remote_mcp(
     let allow_private = caller.options().allow_private;
     let mut progress = progress_lines();
     let remote = match &a.did {
-        Some(did) => crate::mcp::client::Remote::find(&caller, did, None, &mut progress).await,
-        None => crate::mcp::client::Remote::find_by_skill(&caller, &a.skill, &mut progress).await,
+        Some(did) => crate::call::mcp::Remote::find(&caller, did, None, &mut progress).await,
+        None => crate::call::mcp::Remote::find_by_skill(&caller, &a.skill, &mut progress).await,
     }
     .map_err(|e| private_hint(e.into(), allow_private))?;
     say!(
@@ -72,9 +72,9 @@ async fn remote_mcp(
 /// node keeps pins for this process).
 async fn pinned_tools(
     caller: &call::Caller,
-    remote: &crate::mcp::client::Remote,
+    remote: &crate::call::mcp::Remote,
     accept: bool,
-) -> anyhow::Result<(Vec<Value>, Option<crate::pins::ToolPins>)> {
+) -> anyhow::Result<(Vec<Value>, Option<crate::trust::pins::ToolPins>)> {
     let tools: Vec<Value> = remote
         .list_tools(caller)
         .await?
@@ -93,8 +93,8 @@ pub(super) async fn tools_cmd(args: ToolsArgs) -> anyhow::Result<ExitCode> {
     let (tools, pins) = pinned_tools(&caller, &remote, args.accept).await?;
     let pin = |i: usize| pins.as_ref().and_then(|p| p.tools.get(i));
     let list = pins.as_ref().map(|p| &p.list);
-    let rules = crate::flags::builtin();
-    let flags: Vec<Vec<crate::flags::Flag>> = tools.iter().map(|t| rules.tool(t)).collect();
+    let rules = crate::trust::flags::builtin();
+    let flags: Vec<Vec<crate::trust::flags::Flag>> = tools.iter().map(|t| rules.tool(t)).collect();
     if args.remote.json {
         let listed: Vec<Value> = tools
             .iter()
@@ -223,7 +223,7 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
     // A tool whose definition hides characters (Unicode tags, bidi controls, zero-width) is
     // refused as a card that does is refused by every node: listed, with its flag, not called.
     if let Some(i) = at {
-        if let Some(f) = crate::flags::builtin()
+        if let Some(f) = crate::trust::flags::builtin()
             .tool(&tools[i])
             .into_iter()
             .find(|f| f.rule == "hidden-characters")
@@ -450,7 +450,7 @@ async fn anp_call(caller: &call::Caller, ad: &str, args: &CallArgs) -> anyhow::R
     let result = caller.call_anp(&agent, &args.text).await?;
     let mut texts = Vec::new();
     json_strings(&result, "result".into(), &mut texts);
-    let flags = crate::flags::builtin().answer(&texts);
+    let flags = crate::trust::flags::builtin().answer(&texts);
     if args.json {
         let mut out = json!({
             "did": agent.did,
@@ -528,7 +528,7 @@ fn answer_command(args: &CallArgs, did: &str, task: &str) -> String {
 
 /// The red flags of an A2A answer's texts: its status message (`status`), then its artifacts'
 /// or message's texts (`texts[i]`), as MCP `send_message` reads them.
-fn answer_flags(outcome: &call::Outcome) -> Vec<crate::flags::Flag> {
+fn answer_flags(outcome: &call::Outcome) -> Vec<crate::trust::flags::Flag> {
     let texts = call::texts(outcome);
     let status = match outcome {
         call::Outcome::Task(t) => call::status_text(t),
@@ -544,16 +544,16 @@ fn answer_flags(outcome: &call::Outcome) -> Vec<crate::flags::Flag> {
             .enumerate()
             .map(|(i, t)| (format!("texts[{i}]"), t.as_str())),
     );
-    crate::flags::builtin().answer(&at)
+    crate::trust::flags::builtin().answer(&at)
 }
 
 /// The red flags of an MCP tool's result: every string of it (text blocks, structured
 /// content), with its path.
-fn tool_result_flags(result: &rmcp::model::CallToolResult) -> Vec<crate::flags::Flag> {
+fn tool_result_flags(result: &rmcp::model::CallToolResult) -> Vec<crate::trust::flags::Flag> {
     let v = serde_json::to_value(result).unwrap_or(Value::Null);
     let mut texts = Vec::new();
     json_strings(&v, "result".into(), &mut texts);
-    crate::flags::builtin().answer(&texts)
+    crate::trust::flags::builtin().answer(&texts)
 }
 
 /// Every string of `v` with its path, at most 512.

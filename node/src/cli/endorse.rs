@@ -1,5 +1,5 @@
 //! `agentnet endorse` and `agentnet endorsements`: the node's signed endorsements
-//! ([`crate::endorsements`], docs/PROTOCOL.md, "Endorsements").
+//! ([`crate::trust::endorsements`], docs/PROTOCOL.md, "Endorsements").
 
 use super::*;
 use crate::admin::EndorseBody;
@@ -58,7 +58,7 @@ pub(super) async fn endorse_cmd(a: EndorseArgs) -> anyhow::Result<ExitCode> {
             "endorsed {} for {} until {}; gossiped to the network",
             text::sanitize(&e.sub),
             skills_text(&e.skills),
-            crate::endorsements::rfc3339(e.exp)
+            crate::trust::endorsements::rfc3339(e.exp)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -102,7 +102,7 @@ pub(super) async fn endorsements_cmd(a: EndorsementsArgs) -> anyhow::Result<Exit
                 } else {
                     skills_text(&e.skills)
                 },
-                crate::endorsements::rfc3339(e.exp),
+                crate::trust::endorsements::rfc3339(e.exp),
                 if v.counts { "yes" } else { "no" }.into(),
             ]
         })

@@ -1,7 +1,7 @@
 //! The commands that ask the running node: `publish`, `unpublish`, `discover`, `peers`.
 
 use super::*;
-use crate::pins::PinState;
+use crate::trust::pins::PinState;
 
 pub(super) async fn publish(
     card_path: &Path,
@@ -13,7 +13,7 @@ pub(super) async fn publish(
 ) -> anyhow::Result<ExitCode> {
     let card = read_json(card_path)?;
     // The node checks all of this too; checking here first names the file.
-    crate::publisher::check_card(&card)
+    crate::network::publisher::check_card(&card)
         .map_err(|e| anyhow::anyhow!("{}: {e}", card_path.display()))?;
     let client = admin_client(node)?;
     // The key stays on this machine: it goes into the node's data directory, and the request
@@ -177,7 +177,7 @@ pub(super) async fn discover(
 }
 
 /// The flags of what `who` names, a line each, on standard error.
-pub(super) fn say_flags(who: &str, flags: &[crate::flags::Flag]) {
+pub(super) fn say_flags(who: &str, flags: &[crate::trust::flags::Flag]) {
     for f in flags {
         say!(
             "{}: FLAG {} ({}) at {}: {}",

@@ -21,8 +21,8 @@ pub(super) async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         http: node.http,
         admin: node.admin,
         public_url: node.public_url,
-        http_limits: crate::server::Limits::PUBLIC,
-        admin_limits: crate::server::Limits::ADMIN,
+        http_limits: crate::http::server::Limits::PUBLIC,
+        admin_limits: crate::http::server::Limits::ADMIN,
         store_limits: StoreLimits {
             max_total_bytes: mib("store-max-mib", args.store_max_mib)?,
             max_peer_bytes: mib("store-peer-mib", args.store_peer_mib)?,
@@ -78,12 +78,12 @@ fn banner(node: &daemon::Running, json_out: bool) -> anyhow::Result<()> {
     out!(
         "admin API on http://{} (token in {})",
         info.admin,
-        crate::auth::token_file(node.data_dir()).display()
+        crate::data_dir::token::token_file(node.data_dir()).display()
     )?;
     out!(
         "status page: http://{}{} (log in with that token)",
         info.admin,
-        crate::status_page::PATH
+        crate::admin::status_page::PATH
     )?;
     for a in &info.listen {
         out!("listening on {a}")?;
@@ -132,7 +132,11 @@ pub(super) async fn mcp_stdio(args: McpArgs) -> anyhow::Result<ExitCode> {
             (Arc::new(node.admin_state().clone()), Some(node))
         }
     };
-    let result = crate::mcp::stdio::run(directory, &opts).await;
+    // Receipts go to the node's audit log through its admin API (verified only, none running).
+    let receipts = crate::admin::Client::from_data_dir(dir, std::time::Duration::from_secs(30))
+        .ok()
+        .map(|c| Arc::new(c) as Arc<dyn crate::audit::ReceiptSink>);
+    let result = crate::mcp::stdio::run(directory, receipts, &opts).await;
     // The node started here stops whatever happened, so that node.json does not outlive it.
     if let Some(node) = node {
         node.shutdown().await;

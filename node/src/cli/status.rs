@@ -92,8 +92,8 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
     out!(
         "status page: {}{} (log in with the token in {})",
         client.base().as_str().trim_end_matches('/'),
-        crate::status_page::PATH,
-        crate::auth::token_file(&dir).display()
+        crate::admin::status_page::PATH,
+        crate::data_dir::token::token_file(&dir).display()
     )?;
     for a in n["listen"].as_array().into_iter().flatten() {
         out!("listening on {}", s(a))?;
@@ -172,7 +172,7 @@ pub(super) async fn status(node: &NodeArg, json_out: bool) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `status` shows of the [`crate::status_page::Report`]: no history, no other nodes'
+/// What `status` shows of the [`crate::admin::status_page::Report`]: no history, no other nodes'
 /// adverts, and Unix times also as RFC 3339 (`started`, `expires`, `since_time`).
 fn view(r: &Value) -> Value {
     let mut node = r["node"].clone();

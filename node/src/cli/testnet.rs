@@ -45,7 +45,7 @@ use crate::admin::{self, PublishRequest};
 use crate::cli::netns;
 use crate::daemon;
 use crate::data_dir::AgentKeys;
-use crate::server::Limits;
+use crate::http::server::Limits;
 
 mod member;
 use member::Member;
@@ -598,7 +598,7 @@ async fn trust_inner(
         .find(|x| x.did == gale)
         .context("Gale is gone")?;
     r.pin = g.pin.as_ref().map(|p| p.word().to_string());
-    if let Some(crate::pins::PinState::Changed { diff, .. }) = &g.pin {
+    if let Some(crate::trust::pins::PinState::Changed { diff, .. }) = &g.pin {
         r.diff = diff.clone();
     }
     r.flags = g
@@ -1132,7 +1132,7 @@ async fn mcp_inner(
     r: &mut McpReport,
 ) -> anyhow::Result<()> {
     use crate::call;
-    use crate::mcp::client::Remote;
+    use crate::call::mcp::Remote;
     announce(host_dir, host, host_node.info().http, MCP_AGENT).await?;
     let started = Instant::now();
     let (caller, agent) =
@@ -1323,7 +1323,7 @@ fn ms(d: Duration) -> u64 {
 /// The client of a node's admin API, at the address the testnet reaches it by (a forwarder
 /// into its namespace, with `--netns`) with the token in its data directory.
 fn admin_client(data_dir: &Path, member: &Member) -> anyhow::Result<admin::Client> {
-    let token = crate::auth::Token::read(data_dir)?;
+    let token = crate::data_dir::token::Token::read(data_dir)?;
     Ok(admin::Client::new(
         &format!("http://{}", member.admin()),
         token,

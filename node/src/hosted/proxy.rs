@@ -23,7 +23,7 @@ pub(super) struct ProxyAgent {
     /// The upstream agent's DID: its card's signer (`None`: unsigned card, receipts unchecked).
     pub(super) upstream_did: Arc<tokio::sync::OnceCell<Option<String>>>,
     /// The node's card pins: the upstream's signed card is checked against its pin.
-    pub(super) pins: Option<Arc<crate::pins::Pins>>,
+    pub(super) pins: Option<Arc<crate::trust::pins::Pins>>,
     /// Refuse a changed upstream card (else log it and go on).
     pub(super) refuse_changed: bool,
 }
@@ -128,11 +128,11 @@ impl ProxyAgent {
             return Ok(());
         };
         let (d, c) = (did.to_owned(), card.clone());
-        let now = crate::endorsements::unix_now();
+        let now = crate::trust::endorsements::unix_now();
         let state = tokio::task::spawn_blocking(move || pins.observe(&d, &c, now))
             .await
             .map_err(|e| HandlerError(format!("checking the upstream card: {e}")))?;
-        if let crate::pins::PinState::Changed { diff, .. } = state {
+        if let crate::trust::pins::PinState::Changed { diff, .. } = state {
             let what = diff.join("; ");
             if self.refuse_changed {
                 return Err(HandlerError(format!(

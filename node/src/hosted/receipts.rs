@@ -1,6 +1,6 @@
 //! Signed receipts of the hosted agents' tasks ([`agentnet_did::receipt`]): each task that
 //! reaches a terminal state is signed by its agent's key as it is written ([`Sealer`], a
-//! [`crate::tasks::Seal`]), whatever the path: a turn's outcome, a handler failure, a cancel,
+//! [`crate::hosted::tasks::Seal`]), whatever the path: a turn's outcome, a handler failure, a cancel,
 //! the restart that fails tasks left working.
 
 use std::collections::HashMap;
@@ -190,7 +190,7 @@ mod tests {
         use agentnet_a2a::auth::Owner;
         use agentnet_a2a::store::TaskStore as _;
         let dir = tempfile::tempdir().unwrap();
-        let (_store, db) = crate::tasks::open_dir(dir.path(), Default::default()).unwrap();
+        let (_store, db) = crate::hosted::tasks::open_dir(dir.path(), Default::default()).unwrap();
         let key = SecretKey::from_seed(&[6; 32]);
         let sealer = std::sync::Arc::new(Sealer::new(&key, Default::default()));
         let owner = Owner::Caller("did:key:zCaller".into());

@@ -38,7 +38,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::{Server, MAX_BODY};
-use crate::auth::Token;
+use crate::data_dir::token::Token;
 
 /// Where the MCP endpoint is.
 pub const PATH: &str = "/mcp";

@@ -13,9 +13,10 @@ use anyhow::Context as _;
 use rmcp::ServiceExt as _;
 
 use super::{Config, Server};
+use crate::audit::{ReceiptSink, Recorder};
 use crate::call::DidSigner;
 use crate::data_dir::{self, AgentKeys};
-use crate::directory::Directory;
+use crate::network::directory::Directory;
 use crate::identity::Identity;
 
 /// What `agentnet mcp` was asked for.
@@ -34,8 +35,14 @@ pub struct Options {
     pub delegation: Option<Arc<crate::call::Delegation>>,
 }
 
-/// Serve MCP on stdio, reading the node through `directory`, until standard input ends.
-pub async fn run(directory: Arc<dyn Directory>, opts: &Options) -> anyhow::Result<()> {
+/// Serve MCP on stdio, reading the node through `directory`, until standard input ends. The
+/// receipts of the tasks it calls go to `receipts` (the node's audit log, through its admin
+/// API); with none (no node running) they are verified, not logged.
+pub async fn run(
+    directory: Arc<dyn Directory>,
+    receipts: Option<Arc<dyn ReceiptSink>>,
+    opts: &Options,
+) -> anyhow::Result<()> {
     let dir = &opts.data_dir;
     let id = match &opts.as_did {
         Some(did) => AgentKeys::new(dir)
@@ -53,8 +60,16 @@ pub async fn run(directory: Arc<dyn Directory>, opts: &Options) -> anyhow::Resul
         allow_private: opts.allow_private,
         delegation: opts.delegation.clone(),
     };
-    // Receipts go to the node's audit log through its admin API (verified only, none running).
-    let recorder = crate::admin::recorder_for(dir, resolver);
+    let recorder = match receipts {
+        Some(sink) => Recorder::Remote(sink, resolver),
+        None => Recorder::Nowhere(
+            resolver,
+            format!(
+                "no node is running on {} (start `agentnet up` to keep an audit log)",
+                dir.display()
+            ),
+        ),
+    };
     let service = Server::new(directory, cfg)
         .recording(recorder, Some(me))
         .serve(rmcp::transport::stdio())

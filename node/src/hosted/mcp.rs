@@ -14,11 +14,11 @@
 //! | `Mcp-Method`/`Mcp-Name` agree with the body | `400` (rmcp) |
 //!
 //! Every HTTP request is checked, not only the first of a session: `GET` and `DELETE` of a
-//! 2025-11-25 session too. Sessions are in memory, at most [`super::http::MAX_SESSIONS`] per
-//! agent, [`super::http::MAX_SESSIONS_PER_OWNER`] per caller (DID, or the anonymous callers of
-//! one source) and [`super::http::MAX_SESSIONS_PER_SOURCE`] per source (the guard passes the
-//! verified caller down to the session manager, [`super::http::opened_by`]), closed after 5
-//! minutes idle. One more is answered as an overload ([`super::http::overload`]): `429` (`503`
+//! 2025-11-25 session too. Sessions are in memory, at most [`crate::mcp::http::MAX_SESSIONS`] per
+//! agent, [`crate::mcp::http::MAX_SESSIONS_PER_OWNER`] per caller (DID, or the anonymous callers of
+//! one source) and [`crate::mcp::http::MAX_SESSIONS_PER_SOURCE`] per source (the guard passes the
+//! verified caller down to the session manager, [`crate::mcp::http::opened_by`]), closed after 5
+//! minutes idle. One more is answered as an overload ([`crate::mcp::http::overload`]): `429` (`503`
 //! when every session is taken) with `Retry-After` and a JSON-RPC error.
 //!
 //! Tools by kind: `echo` offers the tool `echo` (returns the text). Every other kind (`ask`,
@@ -46,8 +46,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{EXTENSION, TRANSPORT, VERSIONS};
-use super::http::Sessions;
+use crate::call::mcp::{EXTENSION, TRANSPORT, VERSIONS};
+use crate::mcp::http::Sessions;
 
 /// Where an agent's MCP endpoint is, under its A2A URL.
 pub const PATH: &str = "/mcp";
@@ -85,8 +85,8 @@ pub struct Endpoint {
     /// The agent's task engine, whose turns `send_message` runs; `None`: the `echo` tool.
     pub turns: Option<agentnet_a2a::engine::Engine>,
     /// The agent's delegation policy: a `tools/call` needs `tool:NAME` of a chain in
-    /// `params._meta.actorChain` where one is required ([`crate::authority`]).
-    pub authority: Option<Arc<crate::authority::Authority>>,
+    /// `params._meta.actorChain` where one is required ([`crate::hosted::authority`]).
+    pub authority: Option<Arc<crate::hosted::authority::Authority>>,
 }
 
 /// The caller the guard verified (`None`: anonymous, under policy `open`), for the tools.
@@ -134,7 +134,7 @@ impl Endpoint {
             }
         };
         router
-            .layer(middleware::from_fn(super::http::overload))
+            .layer(middleware::from_fn(crate::mcp::http::overload))
             .layer(middleware::from_fn_with_state(self.clone(), guard))
     }
 }
@@ -142,7 +142,7 @@ impl Endpoint {
 impl Endpoint {
     /// The `Origin` values accepted: the agent's own and the loopback ones `/mcp` accepts.
     pub fn allowed_origins(&self) -> Vec<String> {
-        let mut v = super::http::allowed_origins();
+        let mut v = crate::mcp::http::allowed_origins();
         v.extend(self.origin.clone());
         v
     }
@@ -221,12 +221,12 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
     let source = parts
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| super::http::source_of(c.0.ip()))
+        .map(|c| crate::mcp::http::source_of(c.0.ip()))
         .unwrap_or_else(|| "unknown".into());
-    let opener = super::http::Opener {
+    let opener = crate::mcp::http::Opener {
         owner: caller
             .clone()
-            .unwrap_or_else(|| format!("{}{source}", super::http::ANONYMOUS)),
+            .unwrap_or_else(|| format!("{}{source}", crate::mcp::http::ANONYMOUS)),
         source,
     };
     if let Some(authority) = &ep.authority {
@@ -236,7 +236,7 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
     }
     let mut parts = parts;
     parts.extensions.insert(Verified(caller));
-    super::http::opened_by(
+    crate::mcp::http::opened_by(
         opener,
         next.run(Request::from_parts(parts, Body::from(bytes))),
     )
@@ -248,7 +248,7 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
 /// requires one, or one is presented). The refusal is a JSON-RPC error, `-32000`, whose message
 /// names the failing link; `None` lets the request through.
 async fn check_tool_call(
-    authority: &crate::authority::Authority,
+    authority: &crate::hosted::authority::Authority,
     body: &[u8],
     caller: Option<&str>,
     parts: &axum::http::request::Parts,
@@ -433,7 +433,7 @@ impl TurnTools {
         >,
         meta: rmcp::model::RequestMetaObject,
         Parameters(args): Parameters<TurnArgs>,
-    ) -> Result<Json<super::TaskResult>, String> {
+    ) -> Result<Json<crate::mcp::TaskResult>, String> {
         use agentnet_a2a::auth::{Caller, Owner, Source};
         use agentnet_a2a::types::{Message, Part, Role, SendMessageRequest, SendMessageResponse};
         if args.text.len() > MAX_TOOL_TEXT {
@@ -469,17 +469,17 @@ impl TurnTools {
             tenant: None,
         };
         match self.engine.send_message(&owner, req).await {
-            Ok(SendMessageResponse::Task(t)) => Ok(Json(super::task_result(
+            Ok(SendMessageResponse::Task(t)) => Ok(Json(crate::mcp::task_result(
                 &crate::call::Outcome::Task(Box::new(t)),
                 None,
                 full,
-                &crate::flags::builtin(),
+                &crate::trust::flags::builtin(),
             ))),
-            Ok(SendMessageResponse::Message(m)) => Ok(Json(super::task_result(
+            Ok(SendMessageResponse::Message(m)) => Ok(Json(crate::mcp::task_result(
                 &crate::call::Outcome::Message(Box::new(m)),
                 None,
                 full,
-                &crate::flags::builtin(),
+                &crate::trust::flags::builtin(),
             ))),
             Err(e) => Err(format!("the agent refused the message: {e}")),
         }
@@ -523,7 +523,7 @@ mod tests {
         assert_eq!(params["url"], "https://node.example/a2a/e/mcp");
         assert_eq!(params["transport"], TRANSPORT);
         // Our client reads back what we advertise.
-        let ep = crate::mcp::client::endpoint("did:x", &card)
+        let ep = crate::call::mcp::endpoint("did:x", &card)
             .unwrap()
             .unwrap();
         assert_eq!(ep.url.as_str(), "https://node.example/a2a/e/mcp");
@@ -532,7 +532,7 @@ mod tests {
         // Without `mcp`, no extension.
         let cfg = config("[[agent]]\nid = \"e\"\nkind = \"echo\"\n").unwrap();
         let card = crate::hosted::card_for(&cfg.agent[0], "https://node.example/a2a/e");
-        assert_eq!(crate::mcp::client::endpoint("did:x", &card).unwrap(), None);
+        assert_eq!(crate::call::mcp::endpoint("did:x", &card).unwrap(), None);
     }
 
     #[test]

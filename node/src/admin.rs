@@ -2,7 +2,7 @@
 //! its client.
 //!
 //! It has a listener of its own (`--admin`, loopback only, see [`crate::daemon`]) and every
-//! route requires the credential from the data directory ([`crate::auth`]): `Authorization:
+//! route requires the credential from the data directory ([`crate::data_dir::token`]): `Authorization:
 //! Bearer <token>` with the token of `<data-dir>/admin.token`. In order, a request is refused
 //! - `403 forbidden` if the peer address is not loopback, the `Host` is not a loopback name
 //!   (DNS rebinding), or an `Origin` is present and is not exactly the admin listener's own
@@ -51,23 +51,24 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::auth::Token;
+use crate::data_dir::token::Token;
 use crate::data_dir::{AgentKeyError, AgentKeys};
-use crate::directory::{
+use crate::network::directory::{
     self, check_tags, AgentSummary, BoxFuture, Directory, Peer, Stats, TagError,
 };
-use crate::publisher::{PublishError, Published, Publisher, Unpublished};
+use crate::network::publisher::{PublishError, Published, Publisher, Unpublished};
 
 mod client;
 mod server;
+pub mod status_page;
 
 /// The JSON's path (behind the admin guard).
 pub const STATUS_PATH: &str = "/admin/v1/status";
 
-pub use client::{recorder_for, Client};
+pub use client::Client;
 pub use server::{router, router_with, AdminState, EndorseBody, EndorsementView, Guard};
 
-pub use crate::directory::{Error as ClientError, Found, Peers, DEFAULT_LIMIT, MAX_LIMIT};
+pub use crate::network::directory::{Error as ClientError, Found, Peers, DEFAULT_LIMIT, MAX_LIMIT};
 
 /// Default lifetime of a publication, seconds.
 pub const DEFAULT_TTL: u64 = 3600;

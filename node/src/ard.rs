@@ -16,7 +16,7 @@
 //! `PAYLOAD_TOO_LARGE`, `METHOD_NOT_ALLOWED`, `NOT_FOUND` for a wrong method or size).
 //!
 //! Bounded like every public route (DESIGN.md section 5): the listener's connection and time
-//! caps ([`crate::server`]); a body of at most [`MAX_BODY`] bytes (413); a query text of at
+//! caps ([`crate::http::server`]); a body of at most [`MAX_BODY`] bytes (413); a query text of at
 //! most [`MAX_TEXT_LEN`] bytes, at most [`MAX_FILTER_KEYS`] filter keys of
 //! [`MAX_FILTER_VALUES`] values, a page of at most [`MAX_PAGE`] (400 past them); a token bucket
 //! per source ([`RATE_PER_SECOND`], 429); and the index itself ([`index`]): at most
@@ -123,7 +123,7 @@ pub struct Registry {
     store: Store,
     public_base: String,
     index: tokio::sync::Mutex<(Arc<Index>, Option<Instant>)>,
-    rate: Mutex<crate::tasks::CreationRate>,
+    rate: Mutex<crate::hosted::tasks::CreationRate>,
 }
 
 impl Registry {
@@ -133,7 +133,7 @@ impl Registry {
             store,
             public_base: public_base.trim_end_matches('/').to_owned(),
             index: tokio::sync::Mutex::new((Arc::new(Index::default()), None)),
-            rate: Mutex::new(crate::tasks::CreationRate::new(RATE_PER_SECOND)),
+            rate: Mutex::new(crate::hosted::tasks::CreationRate::new(RATE_PER_SECOND)),
         }
     }
 

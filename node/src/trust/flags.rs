@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The built-in rules.
-pub const DEFAULT_RULES: &str = include_str!("../rules/flags.toml");
+pub const DEFAULT_RULES: &str = include_str!("../../rules/flags.toml");
 /// Most flags on one card or tool.
 pub const MAX_FLAGS: usize = 16;
 /// Largest compiled pattern (bytes of the regex crate's program).
@@ -466,7 +466,7 @@ fn excerpt(s: &str, start: usize, end: usize) -> String {
 mod tests {
     use super::*;
 
-    const CORPUS: &str = include_str!("../../corpus/flags.jsonl");
+    const CORPUS: &str = include_str!("../../../corpus/flags.jsonl");
 
     /// The measured corpus (`corpus/flags.jsonl`, written for this: poisoned cards and tools in
     /// the shapes published in 2025, and benign ones that use the same words): every poisoned
@@ -732,7 +732,7 @@ mod tests {
     /// that catches fewer or flags more fails here; one that does better raises the floor.
     #[test]
     fn the_rules_hold_their_figures_on_the_corpus() {
-        let texts = corpus::parse(include_str!("../../corpus/flags/texts.jsonl")).unwrap();
+        let texts = corpus::parse(include_str!("../../../corpus/flags/texts.jsonl")).unwrap();
         let (by, wrong) = corpus::score(&Rules::default(), &texts);
         for (kind, caught, false_flags) in FLOOR {
             let c = by[*kind];

@@ -18,12 +18,10 @@
 //! `\u{..}` escape by `agentnet_did::text::sanitize`, as the CLI prints it, with a `note`
 //! saying how many ([`escape_value`]).
 
-pub mod client;
-pub mod hosted;
 pub mod http;
 pub mod stdio;
 
-pub use crate::directory::{AgentSummary, SkillSummary};
+pub use crate::network::directory::{AgentSummary, SkillSummary};
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -39,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::call::{self, Agent, CallError, CallOptions, Caller, Outcome, Target};
-use crate::directory::{self, shorten, text_of, Directory};
+use crate::network::directory::{self, shorten, text_of, Directory};
 
 /// Most skill tags in one search of the tools: fewer than the network takes
 /// ([`directory::MAX_TAGS`]), as the tools' input schemas say.
@@ -343,13 +341,13 @@ pub struct TaskResult {
     /// With full: the raw A2A Task (or Message), hidden characters escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<Value>,
-    /// Red flags in the agent's text ([`crate::flags`]: instructions aimed at a model,
+    /// Red flags in the agent's text ([`crate::trust::flags`]: instructions aimed at a model,
     /// requests for secrets, hidden characters), `{"rule", "reason", "at", "excerpt"}`; the
     /// answer is given all the same, and `note` says what to make of them. Left out of the
     /// output schema, as `receipt` is.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(skip)]
-    pub flags: Vec<crate::flags::Flag>,
+    pub flags: Vec<crate::trust::flags::Flag>,
     /// A task that ended: what became of its signed receipt (logged, not logged, refused).
     /// Left out of the output schema: `tools/list` is every host's context
     /// ([`TOOLS_LIST_BUDGET`]), and a host that does not know the member ignores it.
@@ -419,12 +417,12 @@ pub fn short_state(s: &agentnet_a2a::types::TaskState) -> String {
 /// when `full`. Every text from the agent is escaped ([`escape_str`], [`escape_value`]): an
 /// answer is the agent's data, as its card is. A 20-byte echo was 2 810 bytes with the raw task
 /// (the `CallToolResult`, its text block included), 680 now (docs/MCP.md, "Sizes"). The texts
-/// are read for red flags by `rules` before they are escaped ([`crate::flags::Rules::answer`]).
+/// are read for red flags by `rules` before they are escaped ([`crate::trust::flags::Rules::answer`]).
 pub(crate) fn task_result(
     outcome: &Outcome,
     agent: Option<AgentRef>,
     full: bool,
-    rules: &crate::flags::Rules,
+    rules: &crate::trust::flags::Rules,
 ) -> TaskResult {
     use agentnet_a2a::types::TaskState;
     let mut r = match outcome {
@@ -495,19 +493,19 @@ pub(crate) fn task_result(
     r
 }
 
-/// `r` with what the operator's classifier says of its texts ([`crate::flags::Rules::judge`]),
+/// `r` with what the operator's classifier says of its texts ([`crate::trust::flags::Rules::judge`]),
 /// if the node has one: its flags beside the rules', the answer unchanged.
-pub(crate) async fn judged(r: &mut TaskResult, rules: &crate::flags::Rules) {
+pub(crate) async fn judged(r: &mut TaskResult, rules: &crate::trust::flags::Rules) {
     let texts: Vec<&str> = answer_texts(r).into_iter().map(|(_, t)| t).collect();
     let more = rules.judge("texts", &texts).await;
     if !more.is_empty() {
         r.flags.extend(more);
-        r.flags.truncate(crate::flags::MAX_FLAGS);
+        r.flags.truncate(crate::trust::flags::MAX_FLAGS);
         flag_note(r);
     }
 }
 
-/// The texts of `r` as [`crate::flags::Rules::answer`] reads them, with where they are.
+/// The texts of `r` as [`crate::trust::flags::Rules::answer`] reads them, with where they are.
 pub(crate) fn answer_texts(r: &TaskResult) -> Vec<(String, &str)> {
     let mut v: Vec<(String, &str)> = r
         .texts
@@ -719,8 +717,8 @@ impl Server {
         let mut agent = self.find(Target::Did(args.did.clone())).await?;
         let flags = self.inner.directory.flag_rules().card(&agent.card);
         // What is shown is what is pinned: not the signatures (checked; `signers` names them)
-        // nor `version` (crate::pins::UNPINNED).
-        agent.card = crate::pins::shown_card(&agent.card);
+        // nor `version` (crate::trust::pins::UNPINNED).
+        agent.card = crate::trust::pins::shown_card(&agent.card);
         let hidden = escape_value(&mut agent.card);
         Ok(Json(VerifiedCard {
             note: escaped_note(hidden, "this agent's card"),
@@ -983,22 +981,22 @@ mod tests {
             &'a self,
             _: &'a [String],
             _: usize,
-        ) -> crate::directory::BoxFuture<
+        ) -> crate::network::directory::BoxFuture<
             'a,
-            Result<Vec<crate::directory::Found>, crate::admin::ClientError>,
+            Result<Vec<crate::network::directory::Found>, crate::admin::ClientError>,
         > {
             Box::pin(async { Ok(Vec::new()) })
         }
         fn advert<'a>(
             &'a self,
             _: &'a str,
-        ) -> crate::directory::BoxFuture<'a, Result<Option<Value>, crate::admin::ClientError>>
+        ) -> crate::network::directory::BoxFuture<'a, Result<Option<Value>, crate::admin::ClientError>>
         {
             Box::pin(async { Ok(None) })
         }
         fn peers(
             &self,
-        ) -> crate::directory::BoxFuture<'_, Result<crate::admin::Peers, crate::admin::ClientError>>
+        ) -> crate::network::directory::BoxFuture<'_, Result<crate::admin::Peers, crate::admin::ClientError>>
         {
             let peers = (0..self.peers)
                 .map(|i| serde_json::json!({"peer_id": format!("12D3KooW{i}"), "addrs": []}))
@@ -1128,7 +1126,7 @@ mod tests {
             &echo,
             Some(who()),
             false,
-            &crate::flags::builtin(),
+            &crate::trust::flags::builtin(),
         ))
         .unwrap();
         assert_eq!(
@@ -1137,13 +1135,13 @@ mod tests {
                 "texts": ["echoed", "twenty bytes of text"],
                 "agent": {"did": "did:key:z6Mk", "name": "Echo"}})
         );
-        let r = task_result(&echo, None, true, &crate::flags::builtin());
+        let r = task_result(&echo, None, true, &crate::trust::flags::builtin());
         assert_eq!(r.task.unwrap()["status"]["state"], "TASK_STATE_COMPLETED");
 
         let asks = task(serde_json::json!({"id": "t2", "contextId": "c2",
             "status": {"state": "TASK_STATE_INPUT_REQUIRED",
                 "message": agent_message("What is your name?")}}));
-        let r = task_result(&asks, None, false, &crate::flags::builtin());
+        let r = task_result(&asks, None, false, &crate::trust::flags::builtin());
         assert_eq!(r.state, "input-required");
         assert_eq!(r.question.as_deref(), Some("What is your name?"));
         assert!(r.texts.is_empty(), "the question once: {:?}", r.texts);
@@ -1152,7 +1150,7 @@ mod tests {
         let sly = task(serde_json::json!({"id": "t3", "contextId": "c3",
             "status": {"state": "TASK_STATE_FAILED", "message": agent_message(hidden)}}));
         for full in [false, true] {
-            let r = task_result(&sly, None, full, &crate::flags::builtin());
+            let r = task_result(&sly, None, full, &crate::trust::flags::builtin());
             assert_eq!(r.state, "failed");
             assert_eq!(r.texts, ["Done.\\u{e0001}\\u{e0049}\\u{202e}"]);
             let shown = serde_json::to_string(&r).unwrap();
@@ -1169,7 +1167,7 @@ mod tests {
         let m = Outcome::Message(Box::new(
             serde_json::from_value(agent_message("hello")).unwrap(),
         ));
-        let r = task_result(&m, None, false, &crate::flags::builtin());
+        let r = task_result(&m, None, false, &crate::trust::flags::builtin());
         assert_eq!(
             (r.state.as_str(), r.task_id, r.texts),
             ("message", None, vec!["hello".to_string()])
@@ -1185,7 +1183,7 @@ mod tests {
         let t = task(serde_json::json!({"id": "t9", "contextId": "c9",
             "status": {"state": "TASK_STATE_COMPLETED"},
             "artifacts": [{"artifactId": "a1", "parts": [{"text": said}]}]}));
-        let r = task_result(&t, None, false, &crate::flags::builtin());
+        let r = task_result(&t, None, false, &crate::trust::flags::builtin());
         assert_eq!(r.texts, [said], "the answer is given as it is");
         let rules: Vec<&str> = r.flags.iter().map(|f| f.rule.as_str()).collect();
         assert_eq!(rules, ["instruction"], "{:?}", r.flags);
@@ -1440,12 +1438,12 @@ mod tests {
             .unwrap()
             .0;
         let shown = card.card.as_object().unwrap();
-        for k in crate::pins::UNPINNED {
+        for k in crate::trust::pins::UNPINNED {
             assert!(!shown.contains_key(k), "{k} is shown: {:?}", card.card);
         }
         assert_eq!(
-            crate::pins::pinned_parts(&card.card),
-            crate::pins::pinned_parts(&signed)
+            crate::trust::pins::pinned_parts(&card.card),
+            crate::trust::pins::pinned_parts(&signed)
         );
         assert!(card
             .card

@@ -35,7 +35,7 @@ use agentnet_did::delegation::{self, Chain, Request, Target, METADATA_MEMBER};
 use agentnet_did::Resolver;
 use serde_json::{json, Value};
 
-use crate::a2a_auth::Budgets;
+use crate::hosted::a2a_auth::Budgets;
 
 /// Issuer documents fetched per source before the budget refills.
 pub const FETCH_BURST: u32 = 16;

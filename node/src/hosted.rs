@@ -5,7 +5,7 @@
 //! server ([`agentnet_a2a::server::Server`]) mounted on the node's **public** listener at
 //! `/a2a/<id>` (JSON-RPC at `POST /a2a/<id>`, HTTP+JSON under `/a2a/<id>/…`, its card at
 //! `/a2a/<id>/.well-known/agent-card.json`), with its tasks in the node's RocksDB
-//! ([`crate::tasks`]) and callers identified by their DID signatures ([`crate::a2a_auth`]).
+//! ([`crate::hosted::tasks`]) and callers identified by their DID signatures ([`crate::hosted::a2a_auth`]).
 //!
 //! Kinds ([`Kind`]):
 //! - `echo`: completes at once with the message's text as the artifact `echo`;
@@ -31,7 +31,7 @@
 //!   upstream), connections pinned to the checked addresses, no redirects followed; requests
 //!   are signed as the proxy agent's own DID, so the upstream sees this agent (never its
 //!   callers); a delegation chain the task came with goes upstream too, handed off to the
-//!   upstream agent when the chain allows ([`crate::authority`]);
+//!   upstream agent when the chain allows ([`crate::hosted::authority`]);
 //! - `tck`: the official A2A TCK's scenarios ([`agentnet_a2a::samples::Tck`]): the message
 //!   id's prefix chooses a text, file, file-URL or data artifact, a direct message reply, input
 //!   required or a rejection; anything else completes. What the TCK runs against
@@ -47,7 +47,7 @@
 //! to the network (unless `publish = false`) so others find it by its skill tags.
 //!
 //! With `mcp = true`, the agent also serves an MCP endpoint at `/a2a/<id>/mcp`
-//! under the same policy ([`crate::mcp::hosted`]), advertised on its card by the extension
+//! under the same policy ([`crate::hosted::mcp`]), advertised on its card by the extension
 //! `urn:agentnet:mcp:v1`.
 //!
 //! Every agent also has an ANP face ([`anp`], `docs/ANP.md`): its Agent Description at
@@ -73,18 +73,23 @@ use agentnet_did::{card, SecretKey};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::config::{ConfigError, FileConfig};
-use crate::tasks::TaskDb;
+use crate::hosted::tasks::TaskDb;
 
+pub mod a2a_auth;
 pub mod anp;
+pub mod authority;
+pub mod mcp;
 mod command;
 mod proxy;
 pub mod receipts;
+pub mod tasks;
 
 use command::CommandAgent;
 use proxy::ProxyAgent;
 
-pub use crate::config::{AgentConfig, Kind, PolicyName};
+pub mod config;
+
+pub use config::{AgentConfig, AgentError, Kind, PolicyName};
 
 /// The extension URI a card declares when its agent accepts DID-signed requests
 /// (`docs/PROTOCOL.md`, "A2A: the DID security scheme").
@@ -125,7 +130,7 @@ pub struct Hosted {
     /// The A2A server.
     pub server: Arc<Server>,
     /// Its MCP endpoint, if configured.
-    pub mcp: Option<crate::mcp::hosted::Endpoint>,
+    pub mcp: Option<crate::hosted::mcp::Endpoint>,
     /// Its ANP face ([`anp`]).
     pub anp: Arc<anp::Face>,
     /// The node's public base URL.
@@ -200,13 +205,13 @@ pub fn card_for(a: &AgentConfig, url: &str) -> Value {
         .and_then(Value::as_array_mut)
     {
         if a.mcp == Some(true) {
-            exts.push(crate::mcp::hosted::extension(&format!(
+            exts.push(crate::hosted::mcp::extension(&format!(
                 "{url}{}",
-                crate::mcp::hosted::PATH
+                crate::hosted::mcp::PATH
             )));
         }
         exts.push(anp::extension(&format!("{url}{}", anp::AD_PATH)));
-        exts.push(crate::authority::extension(
+        exts.push(crate::hosted::authority::extension(
             a.require_delegation_from.as_deref().unwrap_or_default(),
         ));
         exts.push(receipts::extension());
@@ -262,25 +267,25 @@ pub struct Shared {
     /// Where callers' receipts go (the node's audit log).
     pub audit: Option<crate::audit::Recorder>,
     /// The node's card pins (a `proxy` checks its upstream's card against them).
-    pub pins: Option<Arc<crate::pins::Pins>>,
+    pub pins: Option<Arc<crate::trust::pins::Pins>>,
 }
 
 /// Build every hosted agent of `cfg`.
 pub fn build(
-    cfg: &FileConfig,
+    agents: &[AgentConfig],
     public_base: &str,
     data_dir: &Path,
     tasks: &Arc<TaskDb>,
     auth: Arc<dyn Authenticator>,
-    authority: &crate::authority::Shared,
+    authority: &crate::hosted::authority::Shared,
     shared: Shared,
-) -> Result<Vec<Hosted>, ConfigError> {
+) -> Result<Vec<Hosted>, AgentError> {
     let Shared { audit, pins } = shared;
     let mut out = Vec::new();
-    let commands = cfg.agent.iter().filter(|a| a.kind == Kind::Command).count();
-    for a in &cfg.agent {
+    let commands = agents.iter().filter(|a| a.kind == Kind::Command).count();
+    for a in agents {
         let path = a.key.clone().unwrap_or_else(|| key_path(data_dir, &a.id));
-        let key_err = |source| ConfigError::Key {
+        let key_err = |source| AgentError::Key {
             agent: a.id.clone(),
             path: path.clone(),
             source,
@@ -289,7 +294,7 @@ pub fn build(
             SecretKey::load(&path).map_err(key_err)?
         } else {
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|source| ConfigError::Read {
+                std::fs::create_dir_all(parent).map_err(|source| AgentError::KeyDir {
                     path: parent.to_owned(),
                     source,
                 })?;
@@ -303,7 +308,7 @@ pub fn build(
             &key,
             &did.with_fragment(did.method_specific_id()),
         )
-        .map_err(|source| ConfigError::Card {
+        .map_err(|source| AgentError::Card {
             agent: a.id.clone(),
             source,
         })?;
@@ -315,11 +320,11 @@ pub fn build(
             Kind::Echo => Arc::new(samples::Echo),
             Kind::Tck => Arc::new(samples::Tck),
             Kind::Ask => Arc::new(samples::AskName {
-                work: Duration::from_millis(a.work_ms.unwrap_or(crate::config::DEFAULT_WORK_MS)),
+                work: Duration::from_millis(a.work_ms.unwrap_or(config::DEFAULT_WORK_MS)),
             }),
             Kind::Command => {
                 let work = work_dir(data_dir, &a.id);
-                private_dir(&work).map_err(|source| ConfigError::WorkDir {
+                private_dir(&work).map_err(|source| AgentError::WorkDir {
                     agent: a.id.clone(),
                     path: work.clone(),
                     source,
@@ -333,11 +338,11 @@ pub fn build(
                     work: Arc::new(work),
                     timeout: Duration::from_secs(
                         a.timeout_secs
-                            .unwrap_or(crate::config::DEFAULT_TIMEOUT_SECS),
+                            .unwrap_or(config::DEFAULT_TIMEOUT_SECS),
                     ),
                     max_output: a
                         .max_output_bytes
-                        .unwrap_or(crate::config::DEFAULT_MAX_OUTPUT_BYTES),
+                        .unwrap_or(config::DEFAULT_MAX_OUTPUT_BYTES),
                 })
             }
             Kind::Proxy => Arc::new(ProxyAgent {
@@ -370,14 +375,14 @@ pub fn build(
             })),
             auth.clone(),
         );
-        let mcp = (a.mcp == Some(true)).then(|| crate::mcp::hosted::Endpoint {
+        let mcp = (a.mcp == Some(true)).then(|| crate::hosted::mcp::Endpoint {
             auth: auth.clone(),
             require_did: a.policy == PolicyName::Did,
             host: url::Url::parse(public_base)
                 .ok()
                 .and_then(|u| u.host_str().map(str::to_owned))
                 .unwrap_or_default(),
-            origin: crate::mcp::hosted::origin_of(public_base),
+            origin: crate::hosted::mcp::origin_of(public_base),
             turns: (a.kind != Kind::Echo).then(|| server.engine().clone()),
             authority: Some(gate.clone()),
         });
@@ -395,7 +400,7 @@ pub fn build(
             key,
             card: signed,
             publish: a.publish.unwrap_or(true),
-            ttl: a.ttl.unwrap_or(crate::config::DEFAULT_TTL_SECS),
+            ttl: a.ttl.unwrap_or(config::DEFAULT_TTL_SECS),
             server,
             mcp,
             sealer,
@@ -445,12 +450,12 @@ pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> 
             .nest(&base, agent)
             .route(&format!("{base}/"), h.server.jsonrpc_route());
     }
-    r.layer(axum::middleware::from_fn(crate::a2a_auth::origin_layer))
+    r.layer(axum::middleware::from_fn(crate::hosted::a2a_auth::origin_layer))
 }
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::MAX_AGENTS;
+    use config::MAX_AGENTS;
 
     #[test]
     fn command_agents_share_the_node_s_processes() {

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::admin::{self, PublishRequest};
 use crate::config::{self, FileConfig, Overrides};
-use crate::directory::Directory;
+use crate::network::directory::Directory;
 use crate::{call, daemon, data_dir, identity};
 use agentnet_discovery::store::Limits as StoreLimits;
 
@@ -836,7 +836,7 @@ fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
     let dir = data_dir::resolve(node.data_dir.as_deref())?;
     Ok(match &node.node {
         Some(url) => {
-            let token = crate::auth::Token::read(&dir).map_err(admin::ClientError::Token)?;
+            let token = crate::data_dir::token::Token::read(&dir).map_err(admin::ClientError::Token)?;
             admin::Client::new(url, token, ADMIN_TIMEOUT)?
         }
         None => admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?,
@@ -879,7 +879,7 @@ fn private_hint(error: anyhow::Error, allowed: bool) -> anyhow::Error {
         matches!(c.downcast_ref(), Some(call::CallError::Address { .. }))
             || matches!(
                 c.downcast_ref(),
-                Some(crate::mcp::client::Error::Call(
+                Some(crate::call::mcp::Error::Call(
                     call::CallError::Address { .. }
                 ))
             )

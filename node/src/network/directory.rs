@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::auth::TokenError;
+use crate::data_dir::token::TokenError;
 
 /// Default `limit` of a discovery.
 pub const DEFAULT_LIMIT: usize = 20;
@@ -54,13 +54,13 @@ pub struct Found {
     pub expires_at: u64,
     /// The signed Agent Card.
     pub card: Value,
-    /// The card against the one the operator accepted ([`crate::pins`]): absent where the
+    /// The card against the one the operator accepted ([`crate::trust::pins`]): absent where the
     /// node keeps no pins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pin: Option<crate::pins::PinState>,
-    /// What its card's text and URLs raise ([`crate::flags`]): shown, never a reason to drop it.
+    pub pin: Option<crate::trust::pins::PinState>,
+    /// What its card's text and URLs raise ([`crate::trust::flags`]): shown, never a reason to drop it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub flags: Vec<crate::flags::Flag>,
+    pub flags: Vec<crate::trust::flags::Flag>,
     /// Its level under the node's trust policy ([`crate::trust`]); results are ranked by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level: Option<crate::trust::Level>,
@@ -232,19 +232,19 @@ pub trait Directory: Send + Sync {
     fn advert<'a>(&'a self, did: &'a str) -> BoxFuture<'a, Result<Option<Value>, Error>>;
     /// The node's peers and counters.
     fn peers(&self) -> BoxFuture<'_, Result<Peers, Error>>;
-    /// `did`'s live card against the one the operator accepted ([`crate::pins`]; pinned if
+    /// `did`'s live card against the one the operator accepted ([`crate::trust::pins`]; pinned if
     /// first seen). The default: the directory keeps no pins (`None`).
     fn pin<'a>(
         &'a self,
         did: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::pins::PinState>, Error>> {
+    ) -> BoxFuture<'a, Result<Option<crate::trust::pins::PinState>, Error>> {
         let _ = did;
         Box::pin(async { Ok(None) })
     }
     /// The flag rules of what this directory shows: the node's (`[trust] flag_rules`) in the
     /// daemon, the built-in ones elsewhere.
-    fn flag_rules(&self) -> std::sync::Arc<crate::flags::Rules> {
-        crate::flags::builtin()
+    fn flag_rules(&self) -> std::sync::Arc<crate::trust::flags::Rules> {
+        crate::trust::flags::builtin()
     }
     /// The MCP tools `tools` (objects as `tools/list` gave them) of agent `did` against the
     /// ones accepted, in order, and the list as a whole against the one accepted (pinned if
@@ -255,7 +255,7 @@ pub trait Directory: Send + Sync {
         did: &'a str,
         tools: &'a [Value],
         accept: bool,
-    ) -> BoxFuture<'a, Result<Option<crate::pins::ToolPins>, Error>> {
+    ) -> BoxFuture<'a, Result<Option<crate::trust::pins::ToolPins>, Error>> {
         let _ = (did, tools, accept);
         Box::pin(async { Ok(None) })
     }
@@ -264,11 +264,11 @@ pub trait Directory: Send + Sync {
 /// The endorsement that counts for `did` and `skills`, if one does; a store error is logged
 /// and counts as none (the agent is still shown, at its other level).
 pub(crate) fn vouch_of(
-    e: Option<&crate::endorsements::Endorsements>,
+    e: Option<&crate::trust::endorsements::Endorsements>,
     did: &str,
     skills: &[String],
     now: u64,
-) -> Option<crate::endorsements::Vouch> {
+) -> Option<crate::trust::endorsements::Vouch> {
     e?.vouch(did, skills, now)
         .map_err(|error| tracing::warn!(%error, "reading endorsements"))
         .ok()
@@ -286,7 +286,7 @@ pub(crate) fn vouch_of(
 pub fn rank(
     matches: Vec<Match>,
     policy: &crate::trust::Policy,
-    endorsements: Option<&crate::endorsements::Endorsements>,
+    endorsements: Option<&crate::trust::endorsements::Endorsements>,
     tags: &[String],
     now: u64,
 ) -> Vec<(Match, crate::trust::Judged)> {
@@ -317,7 +317,7 @@ pub fn with_trusted(
     mut matches: Vec<Match>,
     tags: &[String],
     policy: &crate::trust::Policy,
-    endorsements: Option<&crate::endorsements::Endorsements>,
+    endorsements: Option<&crate::trust::endorsements::Endorsements>,
     now: u64,
 ) -> Vec<Match> {
     let vouched = match endorsements.map(|e| e.vouched(now)) {
@@ -353,7 +353,7 @@ pub fn top(
     tags: &[String],
     limit: usize,
     policy: &crate::trust::Policy,
-    endorsements: Option<&crate::endorsements::Endorsements>,
+    endorsements: Option<&crate::trust::endorsements::Endorsements>,
     now: u64,
 ) -> Vec<(StoredAdvert, crate::trust::Judged)> {
     let mut shown = Vec::with_capacity(limit.min(MAX_LIMIT));
@@ -411,8 +411,8 @@ pub struct AgentSummary {
     pub trust: Option<Trust>,
 }
 
-/// What the MCP tools say of a shown card beside it: its pin ([`crate::pins`]) and its red
-/// flags ([`crate::flags`]), in one member (each member of an output schema costs every host's
+/// What the MCP tools say of a shown card beside it: its pin ([`crate::trust::pins`]) and its red
+/// flags ([`crate::trust::flags`]), in one member (each member of an output schema costs every host's
 /// model context).
 #[derive(Debug, Clone, Serialize)]
 pub struct Trust {
@@ -421,15 +421,15 @@ pub struct Trust {
     pub level: Option<crate::trust::Judged>,
     /// The card against the one the operator accepted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pin: Option<crate::pins::PinState>,
+    pub pin: Option<crate::trust::pins::PinState>,
     /// Red flags in its text and URLs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub flags: Vec<crate::flags::Flag>,
+    pub flags: Vec<crate::trust::flags::Flag>,
 }
 
 impl Trust {
     /// `None` when there is nothing to say.
-    pub fn of(pin: Option<crate::pins::PinState>, flags: Vec<crate::flags::Flag>) -> Option<Trust> {
+    pub fn of(pin: Option<crate::trust::pins::PinState>, flags: Vec<crate::trust::flags::Flag>) -> Option<Trust> {
         (pin.is_some() || !flags.is_empty()).then_some(Trust {
             level: None,
             pin,

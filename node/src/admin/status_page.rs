@@ -35,9 +35,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{AdminState, ApiError};
-use crate::directory::{Peer, Stats};
+use crate::network::directory::{Peer, Stats};
 use crate::hosted::Hosted;
-use crate::tasks::{RecentTask, TaskDb};
+use crate::hosted::tasks::{RecentTask, TaskDb};
 
 /// The page's path.
 pub const PATH: &str = "/status";
@@ -242,7 +242,7 @@ impl Status {
 impl Status {
     /// `found` as the page lists them, each with what `discover` would say of it: its level
     /// under the trust policy (or why the policy denies it), its pin, read only
-    /// ([`crate::pins::Pins::peek`]: the page pins nothing), and its flags.
+    /// ([`crate::trust::pins::Pins::peek`]: the page pins nothing), and its flags.
     async fn judge(
         &self,
         found: Vec<agentnet_discovery::store::StoredAdvert>,
@@ -255,7 +255,7 @@ impl Status {
         tokio::task::spawn_blocking(move || {
             found
                 .into_iter()
-                .map(crate::directory::found)
+                .map(crate::network::directory::found)
                 .map(|f| {
                     // An endorsement that counts for anything, as for a search by no skill.
                     let vouch = endorsements.as_deref().and_then(|e| {
@@ -462,10 +462,10 @@ pub struct Discovered {
     /// The advertisement and its card verified against the DID's key: always true, the index
     /// holds nothing else.
     pub signature_verified: bool,
-    /// The domain the DID names, checked or not ([`crate::directory::Found::domain`]);
+    /// The domain the DID names, checked or not ([`crate::network::directory::Found::domain`]);
     /// `null` for a did:key.
     pub domain: Option<String>,
-    /// Whether a domain vouched for the key ([`crate::directory::Found::domain_verified`]):
+    /// Whether a domain vouched for the key ([`crate::network::directory::Found::domain_verified`]):
     /// false for a did:key, which names none.
     pub domain_verified: bool,
     /// Its level under the node's trust policy ([`crate::trust`]); `null` when it denies it.
@@ -474,11 +474,11 @@ pub struct Discovered {
     pub reasons: Vec<String>,
     /// Why the policy denies it (`discover` does not return it), if it does.
     pub denied: Option<String>,
-    /// Its card against the one accepted ([`crate::pins`]), read only: `null` when nothing is
+    /// Its card against the one accepted ([`crate::trust::pins`]), read only: `null` when nothing is
     /// pinned for it yet (`discover` pins a card when it first shows it).
-    pub pin: Option<crate::pins::PinState>,
-    /// Red flags in its card's text and URLs ([`crate::flags`]).
-    pub flags: Vec<crate::flags::Flag>,
+    pub pin: Option<crate::trust::pins::PinState>,
+    /// Red flags in its card's text and URLs ([`crate::trust::flags`]).
+    pub flags: Vec<crate::trust::flags::Flag>,
 }
 
 /// The task store.
@@ -492,7 +492,7 @@ pub struct Tasks {
     pub quarantined: u64,
     /// The newest [`MAX_TASKS`].
     pub recent: Vec<RecentTask>,
-    /// Whether every task was looked at for `recent` ([`crate::tasks::Recent::complete`]).
+    /// Whether every task was looked at for `recent` ([`crate::hosted::tasks::Recent::complete`]).
     pub complete: bool,
 }
 
