@@ -100,7 +100,7 @@ pub struct Config {
     /// 20. A lookup contacts about k peers or more. The join's lookup of our own id looks for k
     /// too (libp2p's `get_closest_peers` looks for 20 whatever k is); its automatic bootstraps,
     /// cut short, still do. Measured at 1 000 nodes: k = 8 halved the setup's dials and took it
-    /// from 82 s to 54 s (docs/BENCHMARKS.md, "Twenty-fifth session").
+    /// from 82 s to 54 s (docs/BENCHMARKS.md, "Setup").
     pub kad_k: usize,
     /// Refuse new connections (both directions) while the process's resident memory is above
     /// this many bytes; connections already open stay. The last line of the connection bounds,

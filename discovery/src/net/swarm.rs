@@ -77,7 +77,7 @@ pub(super) fn build_behaviour(
     // mesh peer for every copy received, duplicates included (40 % more CPU, no fewer
     // duplicates); 0.50 sends it on the first copy only, which halves the duplicates at
     // 1 000 nodes but costs more CPU than the copies it saves, and reach is slower
-    // (docs/BENCHMARKS.md, twenty-sixth session).
+    // (docs/BENCHMARKS.md, "libp2p 0.57 at 1 000 nodes").
     super::idontwant(gossip_cfg, cfg.gossip_idontwant);
     let gossip_cfg = super::mesh_degree(gossip_cfg, d)
         .build()
