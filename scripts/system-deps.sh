@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # System packages the build and the tests need, installed when missing (Debian, as root or with
 # sudo): libclang for bindgen in librocksdb-sys; with `--tests`, also chromium (headless) for
-# the status page test (tests/status_page.rs) and iproute2 for the network namespace test
+# the status page test (tests/e2e/status_page.rs) and iproute2 for the network namespace test
 # (sim/tests/shadowgen_netns.rs). `scripts/run.sh` asks for the build's only, so that the main
 # job installs no browser; `scripts/test.sh` passes `--tests`.
 #

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Longest wait for an advertisement to reach another node.

@@ -3,7 +3,7 @@
 //! interface URL with a trailing slash, and the card's caching headers, over real HTTP on
 //! loopback. `docs/A2A.md` ("TCK") says how the TCK itself was run.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 struct Node {

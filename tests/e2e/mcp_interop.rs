@@ -9,7 +9,7 @@
 //! one JSON summary line. Needs `bash interop/setup.sh`; without it the tests skip, except under
 //! `scripts/test.sh` (`AGENTNET_INTEROP_REQUIRED=1`), where a missing tool fails them.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -49,7 +49,17 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 // A running `agentnet up --config`.
 use common::UpNode as Node;
 
-impl Node {
+/// What this module adds to the shared [`Node`] fixture.
+trait McpNodeExt {
+    fn start(dir: &Path, agents: &str, bootstrap: &[&str]) -> Node;
+    fn data_dir(&self) -> &str;
+    fn mcp_url(&self) -> String;
+    fn mcp_auth(&self) -> String;
+    fn addr(&self) -> String;
+    fn wait_for_agent(&self, tag: &str) -> String;
+}
+
+impl McpNodeExt for Node {
     /// `agentnet up --config <dir>/node.toml` on loopback (no mDNS), hosting the agents of
     /// `agents` (TOML `[[agent]]` tables), bootstrapping from `bootstrap`. `[mcp] allow_private`
     /// (and `agentnet mcp --allow-private` below): the agents here are on 127.0.0.1 over plain

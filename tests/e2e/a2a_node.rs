@@ -7,8 +7,8 @@
 //! test needs `node` and `interop/node/node_modules`: without them it skips, except under
 //! `scripts/test.sh` (`AGENTNET_INTEROP_REQUIRED`), where it fails.
 
-mod common;
-#[path = "../a2a/tests/common/sdk_client.rs"]
+use crate::common;
+#[path = "../../a2a/tests/common/sdk_client.rs"]
 mod sdk_client;
 
 use std::path::{Path, PathBuf};
@@ -51,7 +51,15 @@ publish = false
 // A running `agentnet up --config`.
 use common::UpNode as Node;
 
-impl Node {
+/// What this module adds to the shared [`Node`] fixture.
+trait A2aNodeExt {
+    fn start(dir: &Path) -> Node;
+    fn start_with(dir: &Path, config: &str) -> Node;
+    fn start_args(dir: &Path, config: &str, extra: &[&str]) -> Node;
+    fn agent(&self, id: &str) -> String;
+}
+
+impl A2aNodeExt for Node {
     /// `agentnet up --config <dir>/node.toml --http 127.0.0.1:0` (the flag overrides the file).
     fn start(dir: &Path) -> Node {
         Node::start_with(dir, CONFIG)

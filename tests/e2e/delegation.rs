@@ -16,7 +16,7 @@ use agentnet_did::delegation::{self, Capability, Grant, CONTEXT, TYPE};
 use agentnet_did::{httpsig, DidUrl, SecretKey};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 /// A DID with its key, made by `agentnet init` in its own data directory.

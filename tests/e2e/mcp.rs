@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-mod common;
+use crate::common;
 use agentnet_a2a::samples::ECHO_DONE;
 use common::{start_up, BIN};
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Longest wait for a node to start, a peer to connect or an advertisement to arrive.

@@ -13,7 +13,7 @@ use agentnet_did::SecretKey;
 use agentnet_discovery::net;
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -3,7 +3,7 @@
 //! logged with its address and error (and one that succeeds at info), and the first node of a
 //! network does not warn about having no peers.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

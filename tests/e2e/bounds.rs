@@ -6,7 +6,7 @@
 //! (`node/src/http/server.rs`, `a2a/tests/bounds.rs`): loopback has one IPv6 address; so is the
 //! parsing of the forwarding headers (`node/src/http/server/forwarded.rs`).
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 fn card(url: &str, skill: &str) -> Value {

@@ -6,7 +6,7 @@
 //! `interop/NOTES.md`, `interop/ANP_NOTES.md`). They must be installed with
 //! `bash interop/setup.sh`; these tests fail (never skip) when they are missing.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -19,7 +19,7 @@ use agentnet_node::call::mcp::{Error, Remote};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
-mod common;
+use crate::common;
 use common::*;
 
 const CONFIG: &str = r#"

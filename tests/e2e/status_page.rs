@@ -6,7 +6,7 @@
 //! as `<target>/test-artifacts/status_page.png`. Without `chromium` that test skips, except
 //! under `scripts/test.sh` (`AGENTNET_INTEROP_REQUIRED=1`), where a missing tool fails it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 fn spawn(dir: &std::path::Path, params: &std::path::Path, id: u32, port: u16) -> Child {

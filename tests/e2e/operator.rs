@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 /// `agentnet args` with standard output a pipe whose reading end is already closed (what

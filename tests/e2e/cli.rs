@@ -5,7 +5,7 @@ use std::net::TcpListener;
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Longest wait for a node to start, a peer to connect or an advertisement to arrive.
@@ -28,7 +28,21 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 // A running `agentnet up`.
 use common::UpNode as Node;
 
-impl Node {
+/// What this module adds to the shared [`Node`] fixture.
+trait DaemonNodeExt {
+    fn start(dir: &Path, bootstrap: &[&str]) -> Node;
+    fn data_dir(&self) -> &str;
+    fn http(&self) -> String;
+    fn admin(&self) -> String;
+    fn token(&self) -> String;
+    fn did(&self) -> &str;
+    fn peer_id(&self) -> &str;
+    fn addr(&self) -> &str;
+    fn peers(&self) -> Value;
+    fn kill(self);
+}
+
+impl DaemonNodeExt for Node {
     /// `agentnet up` on loopback with data directory `dir`.
     fn start(dir: &Path, bootstrap: &[&str]) -> Node {
         let mut args = LOOPBACK.to_vec();

@@ -7,7 +7,7 @@
 //!
 //! Needs the interop venv (`bash interop/setup.sh`); fails (never skips) without it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

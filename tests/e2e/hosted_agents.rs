@@ -8,7 +8,7 @@ use agentnet_did::{httpsig, DidUrl, SecretKey};
 use serde_json::{json, Value};
 use tokio::process::Command;
 
-mod common;
+use crate::common;
 use common::{start_up, BIN};
 
 const CONFIG: &str = r#"

@@ -1,5 +1,4 @@
 //! Helpers shared by the tests that run the `agentnet` binary.
-#![allow(dead_code)] // each test crate uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -1,7 +1,7 @@
 //! A stranger against the real binary's hosted agents (issue 15): requests meant to leave the
 //! node unable to read its own task store, or to start again.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
