@@ -350,7 +350,10 @@ fn move_index(entries: &Family, index: &Family) -> Result<u64, AuditError> {
                 break;
             }
             moved += batch.len() as u64;
-            from = batch.last().map(|(k, _)| [&k[..], &[0]].concat()).unwrap_or_default();
+            from = batch
+                .last()
+                .map(|(k, _)| [&k[..], &[0]].concat())
+                .unwrap_or_default();
             let ops = batch.into_iter().flat_map(|(k, v)| {
                 [
                     (index, FamilyOp::Put(k.clone(), v)),
@@ -377,7 +380,10 @@ impl AuditLog {
         let index = store.family(CF_AUDIT_INDEX).map_err(backend)?;
         let moved = move_index(&family, &index)?;
         if moved > 0 {
-            tracing::info!(moved, "audit log: head, receipt index and counters moved to {CF_AUDIT_INDEX}");
+            tracing::info!(
+                moved,
+                "audit log: head, receipt index and counters moved to {CF_AUDIT_INDEX}"
+            );
         }
         let mut head = match index.get(HEAD_KEY).map_err(backend)? {
             Some(b) => serde_json::from_slice(&b)
@@ -1007,7 +1013,8 @@ pub async fn verify_and_append(
 
 /// Open the audit log of a stopped node's store directory (`<data-dir>/store`).
 pub fn open_dir(path: &std::path::Path) -> Result<(Store, Arc<AuditLog>), AuditError> {
-    let store = crate::db::open(path, agentnet_discovery::store::Limits::default()).map_err(backend)?;
+    let store =
+        crate::db::open(path, agentnet_discovery::store::Limits::default()).map_err(backend)?;
     let log = AuditLog::open(&store, Limits::default(), None)?;
     Ok((store, log))
 }
@@ -1335,7 +1342,10 @@ mod tests {
         let head = log.signed_head();
         drop(log);
         // The layout before the split: the index keys beside the entries.
-        let (entries, index) = (store.family(CF_AUDIT).unwrap(), store.family(CF_AUDIT_INDEX).unwrap());
+        let (entries, index) = (
+            store.family(CF_AUDIT).unwrap(),
+            store.family(CF_AUDIT_INDEX).unwrap(),
+        );
         let mut old = Vec::new();
         index
             .scan(b"", &[0xff; 2], 100, |k, v| {
@@ -1449,8 +1459,8 @@ mod tests {
     #[test]
     fn appends_past_the_bound_are_refused_and_nothing_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
-        .unwrap();
+        let store =
+            crate::db::open(dir.path(), agentnet_discovery::store::Limits::default()).unwrap();
         let log = AuditLog::open(
             &store,
             Limits {
@@ -1489,8 +1499,8 @@ mod tests {
     #[test]
     fn remote_callers_have_a_share_of_the_log_and_each_a_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
-        .unwrap();
+        let store =
+            crate::db::open(dir.path(), agentnet_discovery::store::Limits::default()).unwrap();
         let log = AuditLog::open(
             &store,
             Limits {
@@ -1535,8 +1545,8 @@ mod tests {
     #[test]
     fn strangers_bytes_have_their_share_per_source_per_owner_and_in_total() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
-        .unwrap();
+        let store =
+            crate::db::open(dir.path(), agentnet_discovery::store::Limits::default()).unwrap();
         let mut limits = Limits::with_total_bytes(1 << 20);
         limits.max_remote_bytes = 12_000;
         limits.max_remote_owner_bytes = 5_000;
@@ -1829,8 +1839,8 @@ mod tests {
     /// A log of `n` entries kept with the node's key: it signs a checkpoint at every append.
     fn signed_log(n: usize) -> (tempfile::TempDir, Store, Arc<AuditLog>) {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::db::open(dir.path(), agentnet_discovery::store::Limits::default())
-        .unwrap();
+        let store =
+            crate::db::open(dir.path(), agentnet_discovery::store::Limits::default()).unwrap();
         let log = AuditLog::open(&store, Limits::default(), Some(node_key())).unwrap();
         let key = SecretKey::from_seed(&[3; 32]);
         for i in 0..n {

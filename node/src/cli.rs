@@ -836,7 +836,8 @@ fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
     let dir = data_dir::resolve(node.data_dir.as_deref())?;
     Ok(match &node.node {
         Some(url) => {
-            let token = crate::data_dir::token::Token::read(&dir).map_err(admin::ClientError::Token)?;
+            let token =
+                crate::data_dir::token::Token::read(&dir).map_err(admin::ClientError::Token)?;
             admin::Client::new(url, token, ADMIN_TIMEOUT)?
         }
         None => admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?,

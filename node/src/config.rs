@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::hosted::a2a_auth::DidAuthConfig;
 use crate::hosted::config::{invalid, AgentConfig, AgentError, MAX_AGENTS};
-use crate::http::server::forwarded::{self, TrustedProxies};
 use crate::hosted::tasks::Retention;
+use crate::http::server::forwarded::{self, TrustedProxies};
 
 /// Longest configuration file read.
 const MAX_CONFIG: u64 = 1 << 20;

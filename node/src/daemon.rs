@@ -26,10 +26,10 @@ use crate::config::{ConfigError, FileConfig};
 use crate::data_dir::token::TokenError;
 use crate::data_dir::NodeFileError;
 pub use crate::data_dir::{NodeFile, NODE_FILE};
+pub use crate::db::STORE_DIR;
 use crate::hosted::tasks::TaskDb;
 use crate::hosted::{self, Hosted};
 use crate::http::server::Limits as HttpLimits;
-pub use crate::db::STORE_DIR;
 pub use start::start;
 
 mod start;

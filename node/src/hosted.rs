@@ -78,8 +78,8 @@ use crate::hosted::tasks::TaskDb;
 pub mod a2a_auth;
 pub mod anp;
 pub mod authority;
-pub mod mcp;
 mod command;
+pub mod mcp;
 mod proxy;
 pub mod receipts;
 pub mod tasks;
@@ -337,8 +337,7 @@ pub fn build(
                     env: Arc::new(env),
                     work: Arc::new(work),
                     timeout: Duration::from_secs(
-                        a.timeout_secs
-                            .unwrap_or(config::DEFAULT_TIMEOUT_SECS),
+                        a.timeout_secs.unwrap_or(config::DEFAULT_TIMEOUT_SECS),
                     ),
                     max_output: a
                         .max_output_bytes
@@ -450,7 +449,9 @@ pub fn router(hosted: &[Hosted], stop: &tokio_util::sync::CancellationToken) -> 
             .nest(&base, agent)
             .route(&format!("{base}/"), h.server.jsonrpc_route());
     }
-    r.layer(axum::middleware::from_fn(crate::hosted::a2a_auth::origin_layer))
+    r.layer(axum::middleware::from_fn(
+        crate::hosted::a2a_auth::origin_layer,
+    ))
 }
 #[cfg(test)]
 mod tests {

@@ -83,6 +83,6 @@ pub mod trust;
 pub use call::{CallError, CallOptions, Caller, Target};
 pub use config::{ConfigError, FileConfig};
 pub use daemon::Running;
-pub use network::directory::{Directory, Found, Peers};
-pub use identity::Identity;
 pub use identity::signer::DidSigner;
+pub use identity::Identity;
+pub use network::directory::{Directory, Found, Peers};

@@ -990,14 +990,18 @@ mod tests {
         fn advert<'a>(
             &'a self,
             _: &'a str,
-        ) -> crate::network::directory::BoxFuture<'a, Result<Option<Value>, crate::admin::ClientError>>
-        {
+        ) -> crate::network::directory::BoxFuture<
+            'a,
+            Result<Option<Value>, crate::admin::ClientError>,
+        > {
             Box::pin(async { Ok(None) })
         }
         fn peers(
             &self,
-        ) -> crate::network::directory::BoxFuture<'_, Result<crate::admin::Peers, crate::admin::ClientError>>
-        {
+        ) -> crate::network::directory::BoxFuture<
+            '_,
+            Result<crate::admin::Peers, crate::admin::ClientError>,
+        > {
             let peers = (0..self.peers)
                 .map(|i| serde_json::json!({"peer_id": format!("12D3KooW{i}"), "addrs": []}))
                 .collect::<Vec<_>>();

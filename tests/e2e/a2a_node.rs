@@ -322,7 +322,9 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
         let mut record = serde_json::to_value(&task).unwrap();
         record["metadata"] = json!({"x": deep});
         let bytes = serde_json::to_vec(&record).unwrap();
-        let tasks = store.family(agentnet_node::hosted::tasks::CF_TASKS).unwrap();
+        let tasks = store
+            .family(agentnet_node::hosted::tasks::CF_TASKS)
+            .unwrap();
         let mut keys = Vec::new();
         tasks
             .scan(b"", &[0xff; 8], 1000, |k, _| {

@@ -4,7 +4,6 @@
 //!
 //! `cargo test -p agentnet --test e2e [MODULE::]` runs them (all, or one module's).
 
-mod common;
 mod a2a_attacks;
 mod a2a_node;
 mod a2a_tck_behaviours;
@@ -13,6 +12,7 @@ mod ard;
 mod bounds;
 mod call;
 mod cli;
+mod common;
 mod daemon;
 mod delegation;
 mod endorse;

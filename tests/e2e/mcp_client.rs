@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentnet_did::{card, httpsig, Resolver, SecretKey};
+use agentnet_node::call::mcp::{Error, Remote};
 use agentnet_node::call::{CallError, CallOptions, Caller, DidSigner};
 use agentnet_node::identity::Identity;
-use agentnet_node::call::mcp::{Error, Remote};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 

@@ -142,7 +142,10 @@ impl Client {
     }
 
     /// `POST /admin/v1/trust/accept`: accept `did`'s live card as its pin.
-    pub async fn trust_accept(&self, did: &str) -> Result<crate::trust::pins::PinState, ClientError> {
+    pub async fn trust_accept(
+        &self,
+        did: &str,
+    ) -> Result<crate::trust::pins::PinState, ClientError> {
         let body = serde_json::json!({ "did": did });
         self.send(
             self.http

@@ -459,7 +459,10 @@ impl AdminState {
 
     /// `POST /admin/v1/trust/check`: `did`'s live card against its pin (pinned if first
     /// seen); `None` when the node keeps no pins or holds no live advertisement of `did`.
-    pub async fn pin_of(&self, did: &str) -> Result<Option<crate::trust::pins::PinState>, ApiError> {
+    pub async fn pin_of(
+        &self,
+        did: &str,
+    ) -> Result<Option<crate::trust::pins::PinState>, ApiError> {
         let Some(pins) = self.pins.clone() else {
             return Ok(None);
         };

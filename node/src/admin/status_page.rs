@@ -35,9 +35,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{AdminState, ApiError};
-use crate::network::directory::{Peer, Stats};
-use crate::hosted::Hosted;
 use crate::hosted::tasks::{RecentTask, TaskDb};
+use crate::hosted::Hosted;
+use crate::network::directory::{Peer, Stats};
 
 /// The page's path.
 pub const PATH: &str = "/status";

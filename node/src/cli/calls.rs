@@ -35,9 +35,7 @@ fn caller(
 }
 
 /// The caller and the verified MCP endpoint of `agentnet tools` and `agentnet tool`.
-async fn remote_mcp(
-    a: &RemoteMcpArgs,
-) -> anyhow::Result<(call::Caller, crate::call::mcp::Remote)> {
+async fn remote_mcp(a: &RemoteMcpArgs) -> anyhow::Result<(call::Caller, crate::call::mcp::Remote)> {
     let dir = data_dir::resolve(a.reach.node.data_dir.as_deref())?;
     let signer = signer(&dir, a.as_did.as_deref(), "--as")?;
     let delegation = match &a.delegation {

@@ -78,9 +78,16 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
     let net_stop = stop.child_token();
     let (client, net_task) = start_network(&opts, &key.key, &store, validator, &net_stop).await?;
     let publisher_stop = stop.child_token();
-    let (publisher, publisher_task) =
-        start_publisher(&opts, &key.key, &client, &store, &hosted, &tracker, &publisher_stop)
-            .await?;
+    let (publisher, publisher_task) = start_publisher(
+        &opts,
+        &key.key,
+        &client,
+        &store,
+        &hosted,
+        &tracker,
+        &publisher_stop,
+    )
+    .await?;
     let sweep_stop = stop.child_token();
     let sweep_task = spawn_sweep(&task_db, &tracker, &sweep_stop);
     let endorsements = start_endorsements(
@@ -639,5 +646,8 @@ async fn listen_addrs(opts: &Options, client: &net::Client) -> Result<Vec<String
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let peer = client.peer_id();
-    Ok(addrs.iter().map(|a| with_peer(a, peer).to_string()).collect())
+    Ok(addrs
+        .iter()
+        .map(|a| with_peer(a, peer).to_string())
+        .collect())
 }

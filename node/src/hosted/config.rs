@@ -387,4 +387,3 @@ impl AgentConfig {
         }
     }
 }
-

@@ -523,9 +523,7 @@ mod tests {
         assert_eq!(params["url"], "https://node.example/a2a/e/mcp");
         assert_eq!(params["transport"], TRANSPORT);
         // Our client reads back what we advertise.
-        let ep = crate::call::mcp::endpoint("did:x", &card)
-            .unwrap()
-            .unwrap();
+        let ep = crate::call::mcp::endpoint("did:x", &card).unwrap().unwrap();
         assert_eq!(ep.url.as_str(), "https://node.example/a2a/e/mcp");
         assert_eq!(ep.versions, VERSIONS);
 

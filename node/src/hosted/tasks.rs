@@ -1650,7 +1650,8 @@ pub fn open_dir(
     path: &std::path::Path,
     retention: Retention,
 ) -> Result<(Store, Arc<TaskDb>), StoreError> {
-    let store = crate::db::open(path, agentnet_discovery::store::Limits::default()).map_err(backend)?;
+    let store =
+        crate::db::open(path, agentnet_discovery::store::Limits::default()).map_err(backend)?;
     let db = TaskDb::open(&store, retention)?;
     Ok((store, db))
 }

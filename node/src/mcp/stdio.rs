@@ -16,8 +16,8 @@ use super::{Config, Server};
 use crate::audit::{ReceiptSink, Recorder};
 use crate::call::DidSigner;
 use crate::data_dir::{self, AgentKeys};
-use crate::network::directory::Directory;
 use crate::identity::Identity;
+use crate::network::directory::Directory;
 
 /// What `agentnet mcp` was asked for.
 #[derive(Debug, Clone)]

@@ -429,7 +429,10 @@ pub struct Trust {
 
 impl Trust {
     /// `None` when there is nothing to say.
-    pub fn of(pin: Option<crate::trust::pins::PinState>, flags: Vec<crate::trust::flags::Flag>) -> Option<Trust> {
+    pub fn of(
+        pin: Option<crate::trust::pins::PinState>,
+        flags: Vec<crate::trust::flags::Flag>,
+    ) -> Option<Trust> {
         (pin.is_some() || !flags.is_empty()).then_some(Trust {
             level: None,
             pin,

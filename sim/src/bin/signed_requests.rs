@@ -33,8 +33,8 @@ use std::time::Instant;
 
 use agentnet_a2a::client::{self, Client, ClientLimits, PreparedRequest};
 use agentnet_did::SecretKey;
-use agentnet_node::hosted::a2a_auth::DidAuthConfig;
 use agentnet_node::call::{self, DidSigner};
+use agentnet_node::hosted::a2a_auth::DidAuthConfig;
 use agentnet_node::identity::Identity;
 use clap::Parser;
 
