@@ -1,6 +1,9 @@
 //! [`Client`]: a running node's admin API over HTTP, and the [`Directory`] it reads.
 
-use super::*;
+use super::{
+    ApiError, BoxFuture, ClientError, Directory, Duration, Found, Path, Peers, PublishRequest,
+    Published, Token, UnpublishRequest, Unpublished, Value, MAX_RESPONSE,
+};
 
 /// A client of a running node's admin API.
 #[derive(Debug, Clone)]

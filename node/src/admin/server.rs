@@ -1,7 +1,14 @@
 //! The admin listener's side: [`AdminState`], the routes behind [`Guard`], and the node's
 //! own [`Directory`].
 
-use super::*;
+use super::{
+    check_tags, directory, from_net, get, header, middleware, net, post, unix_now, AgentKeys,
+    AgentSummary, ApiError, Arc, BoxFuture, Bytes, ClientError, ConnectInfo, Deserialize,
+    Directory, Found, IntoResponse, Json, Method, Next, Peer, Peers, PublishRequest, Published,
+    Publisher, RawQuery, Request, Response, Router, SecretKey, Serialize, SocketAddr, State, Stats,
+    StatusCode, StoreError, StoredAdvert, Token, UnpublishRequest, Unpublished, UrlPath, Value,
+    DEFAULT_LIMIT, MAX_BODY, MAX_LIMIT,
+};
 
 /// What the admin handlers share.
 #[derive(Clone)]

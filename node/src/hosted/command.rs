@@ -1,7 +1,10 @@
 //! Kind `command`: a local command per turn, in its own process group, bounded (see the
 //! module documentation of [`super`]).
 
-use super::*;
+use super::{
+    agent_message, text_of, Arc, Artifact, AsyncReadExt, AsyncWriteExt, BoxFuture, Duration,
+    Handler, HandlerError, Outcome, Part, PathBuf, Stdio, Turn, Updates,
+};
 
 /// Most standard error kept from a failed command.
 const MAX_STDERR: usize = 4096;

@@ -2,7 +2,11 @@
 //! DID; a delegation chain the turn came with is presented upstream, handed off to the upstream
 //! agent (whose DID its verified card names) when the chain allows one more link.
 
-use super::*;
+use super::{
+    agent_message, client, json, receipts, Arc, Artifact, BoxFuture, CancelTaskRequest, Client,
+    ClientLimits, Duration, GetTaskRequest, Handler, HandlerError, Message, Outcome,
+    SendMessageRequest, SendMessageResponse, Task, TaskState, Turn, Updates, Value,
+};
 
 /// Forwards turns to an upstream A2A agent.
 #[derive(Clone)]
