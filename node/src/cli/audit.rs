@@ -1,6 +1,13 @@
 //! `agentnet audit`: the node's audit log of verified task receipts ([`crate::audit`]).
 
-use super::*;
+use std::io::Read as _;
+
+use anyhow::Context as _;
+
+use super::{
+    admin, admin_client, bail, data_dir, is_local, json, json_line, resolver_options, text, Args,
+    ExitCode, NetArgs, NodeArg, Path, PathBuf, Reach, Resolver, Subcommand, Value,
+};
 use crate::audit::{self, Entry, Recorder, Report};
 
 /// `agentnet audit`.

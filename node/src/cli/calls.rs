@@ -1,6 +1,12 @@
 //! Calling agents: `call` (A2A), `tools` and `tool` (their MCP endpoints).
 
-use super::*;
+use anyhow::Context as _;
+
+use super::{
+    admin_client, bail, call, data_dir, is_local, json, json_line, print_table, private_hint,
+    resolver_options, shell_word, text, Arc, CallArgs, ExitCode, Path, Reach, RemoteMcpArgs,
+    Resolver, SecretKey, ToolArgs, ToolsArgs, Value,
+};
 use crate::trust::pins::PinState;
 
 /// The identity requests are signed as: `--as DID` (its key in the data directory), else the

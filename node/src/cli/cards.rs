@@ -1,6 +1,11 @@
 //! `card sign` and `card verify`.
 
-use super::*;
+use anyhow::Context as _;
+
+use super::{
+    bail, card, data_dir, json, json_line, json_text, read_json, resolver_options, text, DidUrl,
+    ExitCode, Jwk, KeySource, NetArgs, Path, Resolver, SecretKey, Value,
+};
 
 pub(super) fn sign_card(
     card_path: &Path,

@@ -1,7 +1,12 @@
 //! `agentnet delegate`: write a delegation link (docs/PROTOCOL.md, "Delegation"); and the
 //! `--delegation FILE` that `call`, `tool` and `mcp` present.
 
-use super::*;
+use anyhow::Context as _;
+
+use super::{
+    bail, call, data_dir, identity, json, json_line, output, Arc, Args, DataDirArg, ExitCode, Path,
+    PathBuf, SecretKey, Value,
+};
 use agentnet_did::delegation::{self, Capability, Chain, Grant};
 
 #[derive(Debug, Args)]

@@ -1,6 +1,11 @@
 //! `resolve`, `identity new|show` and `key new`: DIDs, their documents and keys.
 
-use super::*;
+use anyhow::Context as _;
+
+use super::{
+    data_dir, identity, json, json_line, json_text, print_table, read_json, text, ExitCode, Path,
+    Resolver, ResolverOptions, SecretKey,
+};
 
 pub(super) async fn resolve(
     did: &str,

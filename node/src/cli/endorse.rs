@@ -1,7 +1,7 @@
 //! `agentnet endorse` and `agentnet endorsements`: the node's signed endorsements
 //! ([`crate::trust::endorsements`], docs/PROTOCOL.md, "Endorsements").
 
-use super::*;
+use super::{admin_client, delegate, json_text, print_table, text, Args, ExitCode, NodeArg};
 use crate::admin::EndorseBody;
 
 #[derive(Debug, Args)]

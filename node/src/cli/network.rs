@@ -1,6 +1,11 @@
 //! The commands that ask the running node: `publish`, `unpublish`, `discover`, `peers`.
 
-use super::*;
+use anyhow::Context as _;
+
+use super::{
+    admin, admin_client, bail, data_dir, expires_in, json_line, json_text, print_table, read_json,
+    text, unix_time, ExitCode, NodeArg, Path, PublishRequest, SecretKey,
+};
 use crate::trust::pins::PinState;
 
 pub(super) async fn publish(

@@ -1,6 +1,9 @@
 //! The node's own commands: `init`, `up` (and its banner), `mcp`.
 
-use super::*;
+use super::{
+    admin, config, daemon, data_dir, is_local, json, resolver_options, Arc, Directory, ExitCode,
+    FileConfig, McpArgs, Path, SecretKey, StoreLimits, UpArgs, ADMIN_TIMEOUT,
+};
 
 /// `n` MiB in bytes, refused when it overflows.
 fn mib(flag: &str, n: u64) -> anyhow::Result<u64> {

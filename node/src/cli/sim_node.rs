@@ -30,7 +30,9 @@ use agentnet_discovery::net::{self, Config, TransportKind};
 use agentnet_discovery::store::{Memory, Store};
 use serde::Deserialize;
 
-use super::*;
+use anyhow::Context as _;
+
+use super::{bail, json, Args, ExitCode, PathBuf, Value};
 
 /// Largest params file read.
 const MAX_PARAMS_BYTES: u64 = 64 << 20;

@@ -2,7 +2,10 @@
 //! `config check` (the configuration `up` would run with, starting nothing), and the log
 //! format of every command (`--log-format`).
 
-use super::*;
+use super::{
+    admin, admin_client, bail, data_dir, duration, expires_in, json, json_text, rfc3339, text,
+    ExitCode, FileConfig, NodeArg, Overrides, UpArgs, Value, ValueEnum,
+};
 
 /// How the commands log on standard error.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
