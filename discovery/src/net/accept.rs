@@ -1,7 +1,10 @@
 //! The one path every advertisement takes into the store: cheap checks, the resolution pool, keys, then signatures and the write on the validation pool.
 
 use super::pool::on_pool;
-use super::*;
+use super::{
+    blocking, unix_now, Accepted, CancellationToken, Counter, Error, Instant, OwnedSemaphorePermit,
+    PeerId, PutOutcome, Reject, ResolveSlots, Stats, Store, Validated, Validator,
+};
 
 /// Count a refusal: penalized reasons by name, the others (stale, throttled, unresolvable) as
 /// ignored.

@@ -7,7 +7,9 @@
 //! peer at all, every bootstrap address not connected is dialed again, after
 //! [`RETRY_MIN`], then twice as long each time up to [`RETRY_MAX`].
 
-use super::*;
+use super::{
+    peer_of, Arc, ConnectionId, Deserialize, Duration, Instant, Multiaddr, Mutex, PeerId, Serialize,
+};
 
 /// First wait before a bootstrap address is dialed again...
 pub(super) const RETRY_MIN: Duration = Duration::from_secs(1);

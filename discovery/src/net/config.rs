@@ -1,6 +1,6 @@
 //! Network settings.
 
-use super::*;
+use super::{Duration, Multiaddr};
 
 /// Which transports the node uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Blocking work off the async workers: the validation pool, and `spawn_blocking` for store calls.
 
-use super::*;
+use super::{oneshot, Arc, Error, Mutex};
 
 pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,

@@ -1,6 +1,12 @@
 //! The swarm: transports, and the behaviours with their settings.
 
-use super::*;
+use super::{
+    gossipsub, identify, kad, links, mdns, noise, ping, request_response, tcp, yamux, Config,
+    Digest, Duration, Error, FetchRequest, FetchResponse, IdentTopic, MessageAuthenticity,
+    MessageId, Multiaddr, NetworkBehaviour, ProtocolSupport, ProviderStore, Registry, Sha256,
+    StreamProtocol, Swarm, Toggle, TransportKind, FETCH_PROTOCOL, FETCH_STREAMS_PER_CONNECTION,
+    IDENTIFY_PROTOCOL, KAD_PROTOCOL, MAX_FETCH_RESPONSE, TOPIC,
+};
 
 #[derive(NetworkBehaviour)]
 pub(super) struct Behaviour {
