@@ -57,7 +57,7 @@ macro_rules! msg {
     };
 }
 
-use Kind::*;
+use Kind::{Bool, MapMsg, MapStr, Msg, OptBool, OptStr, RepMsg, RepStr, Str, Struct};
 msg!(AGENT_CARD, "AgentCard", [
     "name" => Str, "description" => Str, "supportedInterfaces" => RepMsg(&AGENT_INTERFACE),
     "provider" => Msg(&AGENT_PROVIDER), "version" => Str, "documentationUrl" => OptStr,

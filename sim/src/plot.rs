@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use plotters::prelude::*;
+use plotters::prelude::{
+    ChartBuilder, Color, IntoDrawingArea, LineSeries, PathElement, RGBColor, SVGBackend,
+    SeriesLabelPosition, BLACK, WHITE,
+};
 
 /// One line of a figure.
 pub struct Series {

@@ -51,7 +51,10 @@ use agentnet_node::data_dir::NodeFile;
 use agentnet_node::identity::Identity;
 use agentnet_node::DidSigner;
 use clap::Parser;
-use plotters::prelude::*;
+use plotters::prelude::{
+    ChartBuilder, Color, IntoDrawingArea, LineSeries, PathElement, RGBColor, SVGBackend,
+    SeriesLabelPosition, BLACK, WHITE,
+};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
