@@ -362,7 +362,7 @@ pub use node::{advert, anp_jsonrpc, ard_query};
 
 #[cfg(feature = "node")]
 mod node {
-    use super::*;
+    use super::{a2a_router, agent_key, resolver, rt, serve, Arc, OnceLock, SecretKey, NOW};
     use agentnet_discovery::advert::{self, Validator};
 
     fn validator() -> &'static Validator {
