@@ -183,26 +183,63 @@ impl Authenticator for NoAuth {
     }
 }
 
-/// Apply `policy` to what the authenticator said.
+/// Why [`Policy::admit`] refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The request carried an identity that does not verify: the authenticator's reason.
+    Invalid(String),
+    /// The verified identity is empty or longer than [`MAX_CALLER_LEN`].
+    Length,
+    /// No identity, under [`Policy::Did`].
+    Unsigned,
+}
+
+impl Refusal {
+    /// What the caller is told; `unsigned`: how this face asks for a signature.
+    pub fn message(self, unsigned: &str) -> String {
+        match self {
+            Refusal::Invalid(reason) => reason,
+            Refusal::Length => format!("caller identity must be 1 to {MAX_CALLER_LEN} bytes"),
+            Refusal::Unsigned => unsigned.to_string(),
+        }
+    }
+}
+
+impl Policy {
+    /// Who is calling, and may they: the one decision every face of an agent (A2A, its MCP
+    /// endpoint, its ANP endpoint) applies to what its authenticator said. An identity that
+    /// does not verify is refused whatever the policy; a verified one is held to
+    /// [`MAX_CALLER_LEN`]; no identity is served as [`Owner::Anonymous`] of its `source` under
+    /// [`Policy::Open`] only.
+    pub fn admit(
+        self,
+        identity: Result<Option<String>, AuthError>,
+        source: Source,
+    ) -> Result<Caller, Refusal> {
+        match identity {
+            Err(e) => Err(Refusal::Invalid(e.0)),
+            Ok(Some(id)) if id.is_empty() || id.len() > MAX_CALLER_LEN => Err(Refusal::Length),
+            Ok(Some(id)) => Ok(Caller::new(Owner::Caller(id), source)),
+            Ok(None) => match self {
+                Policy::Open => Ok(Caller::new(Owner::Anonymous(source), source)),
+                Policy::Did => Err(Refusal::Unsigned),
+            },
+        }
+    }
+}
+
+/// [`Policy::admit`], as the A2A routes answer a refusal.
 pub(crate) fn decide(
     policy: Policy,
     identity: Result<Option<String>, AuthError>,
     source: Source,
 ) -> Result<Caller, crate::ProtocolError> {
-    use crate::ProtocolError::Unauthenticated;
-    match identity {
-        Err(e) => Err(Unauthenticated(e.0)),
-        Ok(Some(id)) if id.is_empty() || id.len() > MAX_CALLER_LEN => Err(Unauthenticated(
-            format!("caller identity must be 1 to {MAX_CALLER_LEN} bytes"),
-        )),
-        Ok(Some(id)) => Ok(Caller::new(Owner::Caller(id), source)),
-        Ok(None) => match policy {
-            Policy::Open => Ok(Caller::new(Owner::Anonymous(source), source)),
-            Policy::Did => Err(Unauthenticated(
-                "this agent serves identified callers only (sign the request with your DID)".into(),
-            )),
-        },
-    }
+    policy.admit(identity, source).map_err(|r| {
+        crate::ProtocolError::Unauthenticated(
+            r.message("this agent serves identified callers only (sign the request with your DID)"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -224,6 +261,37 @@ mod tests {
         );
         assert!(decide(Policy::Did, Ok(Some(String::new())), src).is_err());
         assert!(decide(Policy::Did, Ok(Some("x".repeat(MAX_CALLER_LEN + 1))), src).is_err());
+    }
+    #[test]
+    fn every_face_admits_through_one_decision() {
+        let src = Source::of("192.0.2.7".parse().unwrap());
+        let long = "d".repeat(MAX_CALLER_LEN + 1);
+        for policy in [Policy::Did, Policy::Open] {
+            assert_eq!(
+                policy.admit(Ok(Some(long.clone())), src),
+                Err(Refusal::Length)
+            );
+            assert_eq!(
+                policy.admit(Ok(Some(String::new())), src),
+                Err(Refusal::Length)
+            );
+            assert_eq!(
+                policy.admit(Err(AuthError("bad signature".into())), src),
+                Err(Refusal::Invalid("bad signature".into()))
+            );
+            let ok = policy.admit(Ok(Some("did:key:z6Mk".into())), src).unwrap();
+            assert_eq!(ok.owner.caller(), Some("did:key:z6Mk"));
+        }
+        assert_eq!(Policy::Did.admit(Ok(None), src), Err(Refusal::Unsigned));
+        assert_eq!(
+            Policy::Open.admit(Ok(None), src).unwrap().owner.caller(),
+            None
+        );
+        assert_eq!(
+            Refusal::Length.message("sign"),
+            format!("caller identity must be 1 to {MAX_CALLER_LEN} bytes")
+        );
+        assert_eq!(Refusal::Unsigned.message("sign it"), "sign it");
     }
 
     #[test]

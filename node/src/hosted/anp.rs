@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use agentnet_a2a::auth::{Authenticator, Caller, Owner, RequestParts, Source, MAX_CALLER_LEN};
+use agentnet_a2a::auth::{Authenticator, Caller, Policy, RequestParts, Source};
 use agentnet_a2a::server::Server;
 use agentnet_a2a::types::{GetTaskRequest, SendMessageRequest, SendMessageResponse};
 use agentnet_a2a::ProtocolError;
@@ -341,39 +341,24 @@ async fn rpc(State((face, server)): State<(Arc<Face>, Arc<Server>)>, req: Reques
             body: &bytes,
         })
         .await;
-    let caller = match identity {
-        Err(e) => {
+    let policy = if face.require_did {
+        Policy::Did
+    } else {
+        Policy::Open
+    };
+    let caller = match policy.admit(identity, source) {
+        Ok(caller) => caller,
+        Err(refusal) => {
             return rpc_error(
                 StatusCode::UNAUTHORIZED,
                 &id,
-                &ProtocolError::Unauthenticated(e.0),
-            )
-        }
-        Ok(Some(did)) if !did.is_empty() && did.len() <= MAX_CALLER_LEN => {
-            Caller::new(Owner::Caller(did), source)
-        }
-        Ok(Some(_)) => {
-            return rpc_error(
-                StatusCode::UNAUTHORIZED,
-                &id,
-                &ProtocolError::Unauthenticated(format!(
-                    "caller identity must be 1 to {MAX_CALLER_LEN} bytes"
+                &ProtocolError::Unauthenticated(refusal.message(
+                    "this agent serves DID-signed calls only: sign the request with RFC 9421 \
+                     HTTP Message Signatures (Signature-Input, Signature, Content-Digest) as a \
+                     DID, as the ANP SDK does",
                 )),
             )
         }
-        Ok(None) if face.require_did => {
-            return rpc_error(
-                StatusCode::UNAUTHORIZED,
-                &id,
-                &ProtocolError::Unauthenticated(
-                    "this agent serves DID-signed calls only: sign the request with RFC 9421 \
-                     HTTP Message Signatures (Signature-Input, Signature, Content-Digest) as a \
-                     DID, as the ANP SDK does"
-                        .into(),
-                ),
-            )
-        }
-        Ok(None) => Caller::new(Owner::Anonymous(source), source),
     };
     if request["jsonrpc"] != "2.0" {
         return rpc_error(

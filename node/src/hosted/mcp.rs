@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use agentnet_a2a::auth::{Authenticator, RequestParts};
+use agentnet_a2a::auth::{Authenticator, Policy, RequestParts, Source};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
@@ -192,36 +192,39 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
             body: &bytes,
         })
         .await;
-    let caller = match &who {
-        Ok(Some(did)) => Some(did.clone()),
-        _ => None,
-    };
-    let refusal = match who {
-        Ok(Some(did)) => {
-            tracing::debug!(%did, "signed MCP request");
-            None
-        }
-        Ok(None) if ep.require_did => Some(
-            "this MCP endpoint needs requests signed with the caller's DID \
-             (RFC 9421, see urn:agentnet:a2a:did-auth:v1)"
-                .to_string(),
-        ),
-        Ok(None) => None,
-        Err(e) => Some(e.0),
-    };
-    if let Some(m) = refusal {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "DIDWba")],
-            m,
-        )
-            .into_response();
-    }
     // The sessions it may open count against the caller's and its address's shares.
-    let source = parts
+    let peer = parts
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| crate::mcp::http::source_of(c.0.ip()))
+        .map(|c| c.0.ip());
+    let policy = if ep.require_did {
+        Policy::Did
+    } else {
+        Policy::Open
+    };
+    let admitted = policy.admit(
+        who,
+        Source::of(peer.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into())),
+    );
+    let caller = match admitted {
+        Ok(c) => c.owner.caller().map(str::to_string),
+        Err(refusal) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "DIDWba")],
+                refusal.message(
+                    "this MCP endpoint needs requests signed with the caller's DID \
+                     (RFC 9421, see urn:agentnet:a2a:did-auth:v1)",
+                ),
+            )
+                .into_response();
+        }
+    };
+    if let Some(did) = &caller {
+        tracing::debug!(%did, "signed MCP request");
+    }
+    let source = peer
+        .map(crate::mcp::http::source_of)
         .unwrap_or_else(|| "unknown".into());
     let opener = crate::mcp::http::Opener {
         owner: caller
@@ -504,6 +507,74 @@ impl ServerHandler for TurnTools {
 mod tests {
     use super::*;
     use crate::config::FileConfig;
+
+    /// An authenticator that verifies every request as `did`.
+    struct As(String);
+
+    impl Authenticator for As {
+        fn authenticate<'a>(
+            &'a self,
+            _request: RequestParts<'a>,
+        ) -> agentnet_a2a::auth::BoxFuture<'a, Result<Option<String>, agentnet_a2a::auth::AuthError>>
+        {
+            let did = self.0.clone();
+            Box::pin(async move { Ok(Some(did)) })
+        }
+    }
+
+    async fn initialize_as(did: &str) -> (u16, String) {
+        use tower::ServiceExt as _;
+        let ep = Endpoint {
+            auth: Arc::new(As(did.to_string())),
+            require_did: true,
+            host: "127.0.0.1".into(),
+            origin: None,
+            turns: None,
+            authority: None,
+        };
+        let req = Request::builder()
+            .method("POST")
+            .uri(PATH)
+            .header(header::HOST, "127.0.0.1")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Body::from(
+                serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"}}})
+                .to_string(),
+            ))
+            .unwrap();
+        let res = ep
+            .router(CancellationToken::new())
+            .oneshot(req)
+            .await
+            .unwrap();
+        let status = res.status().as_u16();
+        let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The MCP face admits callers as the A2A and ANP faces do ([`Policy::admit`]): a verified
+    /// identity longer than the A2A bound is refused, not taken as an owner key.
+    #[tokio::test]
+    async fn a_caller_identity_past_the_bound_is_refused_as_on_the_a2a_routes() {
+        let long = format!(
+            "did:web:example.com:{}",
+            "a".repeat(agentnet_a2a::auth::MAX_CALLER_LEN)
+        );
+        let (status, body) = initialize_as(&long).await;
+        assert_eq!(status, 401, "{body}");
+        assert!(
+            body.contains("caller identity must be 1 to 512 bytes"),
+            "{body}"
+        );
+        let (status, body) =
+            initialize_as("did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK").await;
+        assert_eq!(status, 200, "{body}");
+    }
 
     fn config(text: &str) -> Result<FileConfig, crate::config::ConfigError> {
         let cfg: FileConfig = toml::from_str(text).expect("TOML of our shape");
