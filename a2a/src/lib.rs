@@ -34,6 +34,8 @@
 //! - [`handler`]: the [`handler::Handler`] trait an agent implements: one turn of work.
 //! - [`samples`]: the built-in agents [`samples::Echo`] and [`samples::AskName`].
 //! - [`engine`]: the binding-independent task engine and its [`engine::Limits`].
+//! - `seen` (private): the message ids callers have sent, with the task each started, so that a
+//!   retried `SendMessage` is answered with that task (exactly-once sends).
 //! - [`server`]: both bindings as an `axum::Router`.
 //! - [`client`]: the client for both bindings, with the [`client::Signer`] hook.
 //! - [`sse`]: the bounded Server-Sent Events decoder the client reads streams with.

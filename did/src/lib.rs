@@ -33,6 +33,15 @@
 //! - [`receipt`]: signed task receipts (issue 18), a compact JWS over a JCS payload.
 //! - [`batch`]: Ed25519 request signatures verified in batches across concurrent callers.
 //! - [`text`]: NFC and hidden characters, [`text::sanitize`] for printing untrusted text.
+//! - [`jcs`]: RFC 8785 canonical JSON, the bytes every signature here covers; `jws` (private):
+//!   the compact JWS that receipts and endorsements share.
+//! - [`card`]: A2A Agent Card signatures (JWS over the canonical card), on [`a2a`]'s
+//!   canonicalization of the card as the official SDKs write it.
+//! - [`httpsig`]: RFC 9421 HTTP Message Signatures with a DID URL as `keyid` (the ANP SDK's).
+//! - [`endorsement`]: signed "A vouches for B" statements; [`checkpoint`]: signed checkpoints of
+//!   a hash-chained log (the audit log's head).
+//! - `resolution` (private): [`ResolveError`] and the check every fetched document passes.
+//! - `ssi_bridge` (feature `ssi`): other DID methods through spruceid's `ssi`, with our checks.
 
 pub mod a2a;
 pub mod batch;
