@@ -66,6 +66,19 @@ fn refuse(m: impl Into<String>) -> CallError {
 }
 
 /// `scheme://host:port` of `u`, the port always written.
+/// `u` on the description's origin `home`, else the refusal: the description's DID vouches for
+/// that origin only.
+fn same_origin(home: &str, u: &url::Url, what: &str) -> Result<(), CallError> {
+    if origin(u) == home {
+        Ok(())
+    } else {
+        Err(refuse(format!(
+            "the {what} {u} is not on the description's origin {home}: refused (the \
+             description's DID vouches for that origin only)"
+        )))
+    }
+}
+
 fn origin(u: &url::Url) -> String {
     format!(
         "{}://{}:{}",
@@ -209,34 +222,10 @@ impl Caller {
         // A DID: its document's `AgentDescription` service names the description (as the ANP
         // SDK writes it), which must then be that DID's.
         let (ad_url, did) = if ad_url.starts_with("did:") {
-            let doc = self
-                .resolver
-                .resolve_str(ad_url)
-                .await
-                .map_err(|e| refuse(format!("resolving {ad_url}: {e}")))?;
-            let endpoint = match description_service(&doc.service) {
-                Some(e) => e,
-                // Else the card the node's index holds for it may link one (agentnet's hosted
-                // agents do, [`EXTENSION`]).
-                None => {
-                    let card = self.card_of(ad_url).await.map_err(|e| {
-                        refuse(format!(
-                            "the DID document of {ad_url} has no AgentDescription service, and \
-                             no card of it links one ({e}): give the description's URL"
-                        ))
-                    })?;
-                    card_description(&card).ok_or_else(|| {
-                        refuse(format!(
-                            "neither the DID document nor the card of {ad_url} links an Agent \
-                             Description: give the description's URL"
-                        ))
-                    })?
-                }
-            };
             if did.is_some_and(|d| d != ad_url) {
                 return Err(refuse("--did and --ad name two DIDs"));
             }
-            (endpoint, Some(ad_url))
+            (self.description_of(ad_url).await?, Some(ad_url))
         } else {
             (ad_url.to_owned(), did)
         };
@@ -244,16 +233,6 @@ impl Caller {
             .map_err(|e| refuse(format!("{ad_url:?} is not a URL: {e}")))?;
         let ad = self.anp_document(&ad_url).await?;
         let home = origin(&ad_url);
-        let same_origin = |u: &url::Url, what: &str| {
-            if origin(u) == home {
-                Ok(())
-            } else {
-                Err(refuse(format!(
-                    "the {what} {u} is not on the description's origin {home}: refused (the \
-                     description's DID vouches for that origin only)"
-                )))
-            }
-        };
         let did_str = ad["did"]
             .as_str()
             .ok_or_else(|| refuse("the description names no did: it cannot be verified"))?;
@@ -266,6 +245,76 @@ impl Caller {
                 )));
             }
         }
+        self.check_binding(&ad_url, &ad, &parsed, progress).await?;
+        let doc = self.openrpc_of(&ad_url, &ad).await?;
+        let (method, param) = choose_method(&doc)?;
+        let server = first_server(&method["servers"])
+            .or_else(|| first_server(&doc["servers"]))
+            .or_else(|| first_server(&ad["servers"]))
+            .ok_or_else(|| refuse("the interface names no server to call"))?;
+        let rpc_url = ad_url
+            .join(server)
+            .map_err(|e| refuse(format!("the server URL {server:?}: {e}")))?;
+        same_origin(&home, &rpc_url, "endpoint")?;
+        let addrs = check_url(&rpc_url, self.opts.allow_private).await?;
+        progress(Progress::Interface {
+            url: rpc_url.to_string(),
+            binding: "ANP JSON-RPC",
+        });
+        Ok(AnpAgent {
+            did: did_str.to_owned(),
+            name: ad["name"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect(),
+            ad_url,
+            rpc_url,
+            method: method["name"].as_str().unwrap_or("").to_owned(),
+            param,
+            addrs,
+        })
+    }
+
+    /// The URL of the Agent Description `did` names: its DID document's `AgentDescription`
+    /// service, else the one the card the node's index holds for it links (agentnet's hosted
+    /// agents do, [`EXTENSION`]).
+    async fn description_of(&self, did: &str) -> Result<String, CallError> {
+        let doc = self
+            .resolver
+            .resolve_str(did)
+            .await
+            .map_err(|e| refuse(format!("resolving {did}: {e}")))?;
+        if let Some(e) = description_service(&doc.service) {
+            return Ok(e);
+        }
+        let card = self.card_of(did).await.map_err(|e| {
+            refuse(format!(
+                "the DID document of {did} has no AgentDescription service, and no card of it \
+                 links one ({e}): give the description's URL"
+            ))
+        })?;
+        card_description(&card).ok_or_else(|| {
+            refuse(format!(
+                "neither the DID document nor the card of {did} links an Agent Description: \
+                 give the description's URL"
+            ))
+        })
+    }
+
+    /// That the description at `ad_url` is `did`'s to vouch for: a did:wba or did:web of the
+    /// description's own origin, or a did:key whose signed card (on that origin) lists an
+    /// interface the description sits under.
+    async fn check_binding(
+        &self,
+        ad_url: &url::Url,
+        ad: &Value,
+        parsed: &Did,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<(), CallError> {
+        let did_str = parsed.as_str();
+        let home = origin(ad_url);
         match parsed.method() {
             DidMethod::Wba | DidMethod::Web => {
                 let (host, port) = did_authority(&parsed)
@@ -295,7 +344,7 @@ impl Caller {
                     })?;
                 let card_url = url::Url::parse(card_url)
                     .map_err(|e| refuse(format!("the card URL {card_url:?}: {e}")))?;
-                same_origin(&card_url, "card")?;
+                same_origin(&home, &card_url, "card")?;
                 let card = self.anp_document(&card_url).await?;
                 let verified = self.verify(did_str, card, progress).await?;
                 // The signed card vouches for its own URLs only: a copy served elsewhere
@@ -325,6 +374,12 @@ impl Caller {
                 )))
             }
         }
+        Ok(())
+    }
+
+    /// The OpenRPC document of the description's structured interface: inline, or fetched from
+    /// the description's origin.
+    async fn openrpc_of(&self, ad_url: &url::Url, ad: &Value) -> Result<Value, CallError> {
         let iface = ad["interfaces"]
             .as_array()
             .into_iter()
@@ -336,8 +391,8 @@ impl Caller {
                         .is_some_and(|p| p.eq_ignore_ascii_case("openrpc"))
             })
             .ok_or_else(|| refuse("the description has no OpenRPC interface (StructuredInterface, protocol openrpc)"))?;
-        let doc = match &iface["content"] {
-            c @ Value::Object(_) => c.clone(),
+        match &iface["content"] {
+            c @ Value::Object(_) => Ok(c.clone()),
             _ => {
                 let u = iface["url"]
                     .as_str()
@@ -345,38 +400,10 @@ impl Caller {
                 let u = ad_url
                     .join(u)
                     .map_err(|e| refuse(format!("the interface URL {u:?}: {e}")))?;
-                same_origin(&u, "interface")?;
-                self.anp_document(&u).await?
+                same_origin(&origin(ad_url), &u, "interface")?;
+                self.anp_document(&u).await
             }
-        };
-        let (method, param) = choose_method(&doc)?;
-        let server = first_server(&method["servers"])
-            .or_else(|| first_server(&doc["servers"]))
-            .or_else(|| first_server(&ad["servers"]))
-            .ok_or_else(|| refuse("the interface names no server to call"))?;
-        let rpc_url = ad_url
-            .join(server)
-            .map_err(|e| refuse(format!("the server URL {server:?}: {e}")))?;
-        same_origin(&rpc_url, "endpoint")?;
-        let addrs = check_url(&rpc_url, self.opts.allow_private).await?;
-        progress(Progress::Interface {
-            url: rpc_url.to_string(),
-            binding: "ANP JSON-RPC",
-        });
-        Ok(AnpAgent {
-            did: did_str.to_owned(),
-            name: ad["name"]
-                .as_str()
-                .unwrap_or("")
-                .chars()
-                .take(200)
-                .collect(),
-            ad_url,
-            rpc_url,
-            method: method["name"].as_str().unwrap_or("").to_owned(),
-            param,
-            addrs,
-        })
+        }
     }
 
     /// Send `text` to `agent` (one JSON-RPC call, signed) and answer its result.
