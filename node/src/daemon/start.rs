@@ -58,12 +58,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         .public_url
         .clone()
         .unwrap_or_else(|| format!("http://{http_addr}"));
-    let audit_log = AuditLog::open(
-        &store,
-        opts.hosted.audit.limits(),
-        Some(SecretKey::from_seed(&key.key.seed())),
-    )
-    .map_err(|e| Error::Audit(e.to_string()))?;
+    let audit_log = open_audit(&opts, &store, &key.key).await?;
     let audit = Recorder::Local(audit_log.clone(), resolver.clone());
     // The operator's card pins: discovery shows agents against them, proxies check their
     // upstreams' cards.
@@ -311,6 +306,27 @@ async fn open_store(opts: &Options) -> Result<Store, Error> {
         }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The audit log, signed by the node's key. Blocking (RocksDB; a log of the one-family layout is
+/// moved at open), so off the async workers.
+async fn open_audit(
+    opts: &Options,
+    store: &Store,
+    key: &SecretKey,
+) -> Result<Arc<AuditLog>, Error> {
+    let (store, limits, key) = (
+        store.clone(),
+        opts.hosted.audit.limits(),
+        SecretKey::from_seed(&key.seed()),
+    );
+    tokio::task::spawn_blocking(move || AuditLog::open(&store, limits, Some(key)))
+        .await
+        .map_err(|source| Error::Task {
+            what: "opening the audit log",
+            source,
+        })?
+        .map_err(|e| Error::Audit(e.to_string()))
 }
 
 /// Step 5: the hosted agents' task store, its unreadable records quarantined.

@@ -196,16 +196,13 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
     let peer = parts
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
+        .map(|c| Source::of(c.0.ip()));
     let policy = if ep.require_did {
         Policy::Did
     } else {
         Policy::Open
     };
-    let admitted = policy.admit(
-        who,
-        Source::of(peer.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into())),
-    );
+    let admitted = policy.admit(who, peer.unwrap_or(Source::Local));
     let caller = match admitted {
         Ok(c) => c.owner.caller().map(str::to_string),
         Err(refusal) => {
@@ -223,9 +220,7 @@ async fn guard(State(ep): State<Endpoint>, req: Request, next: Next) -> Response
     if let Some(did) = &caller {
         tracing::debug!(%did, "signed MCP request");
     }
-    let source = peer
-        .map(crate::mcp::http::source_of)
-        .unwrap_or_else(|| "unknown".into());
+    let source = peer.map_or_else(|| "unknown".into(), |p| p.key());
     let opener = crate::mcp::http::Opener {
         owner: caller
             .clone()
