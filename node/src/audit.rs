@@ -86,6 +86,9 @@ pub const MAX_PAGE: usize = 500;
 /// Most bytes of entries one admin page returns (under the admin client's 8 MiB).
 pub const MAX_PAGE_BYTES: usize = 4 << 20;
 
+/// Bytes no entry is smaller than (a receipt's JWS alone is larger): what
+/// [`AuditLog::room_for_stranger`] asks a share to hold before a stranger's work is done.
+pub const MIN_ENTRY_BYTES: u64 = 1024;
 const HEAD_KEY: &[u8] = b"H";
 const REMOTE_KEY: &[u8] = b"R";
 const REMOTE_BYTES_KEY: &[u8] = b"B";
@@ -305,6 +308,9 @@ pub struct AuditLog {
     signer: Option<Signer>,
     /// Remote callers' entries refused because their share was full, since the node started.
     strangers_refused: AtomicU64,
+    /// The largest entry on behalf of a remote caller tried since the node started (logged or
+    /// refused), at least [`MIN_ENTRY_BYTES`]: the room [`AuditLog::room_for_stranger`] asks for.
+    stranger_entry: AtomicU64,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -422,6 +428,7 @@ impl AuditLog {
             head: Mutex::new(head),
             signer,
             strangers_refused: AtomicU64::new(0),
+            stranger_entry: AtomicU64::new(MIN_ENTRY_BYTES),
         }))
     }
 
@@ -516,7 +523,7 @@ impl AuditLog {
         }
         // Remote callers' entries: their share of the log, and each caller's and source's.
         let counters = match &entry.on_behalf {
-            Some(o) => match self.strangers_room(o, new.on_behalf_source.as_deref(), &bytes)? {
+            Some(o) => match self.stranger_room(o, new.on_behalf_source.as_deref(), &bytes)? {
                 Ok(c) => c,
                 Err(why) => {
                     self.strangers_refused.fetch_add(1, Ordering::Relaxed);
@@ -557,17 +564,53 @@ impl AuditLog {
         Ok(entry)
     }
 
-    /// The counters to write for a remote caller's entry of `bytes` on behalf of `owner` from
-    /// `source`, or why its share has no room for it (the outer error: the store failed).
-    fn strangers_room(
+    /// Whether an entry on behalf of the remote caller `owner` from `source` could still be
+    /// logged: its shares hold room for an entry as large as the largest a stranger's was since
+    /// the node started (at least [`MIN_ENTRY_BYTES`]), so that once one was refused, the next
+    /// like it is refused here, before its work. A writer asks before
+    /// it does a stranger's work (a `proxy` before its upstream call), so that a full share
+    /// costs the node no work it could not log; refused, it is counted and logged as a refused
+    /// entry is. Blocking (RocksDB reads).
+    pub fn room_for_stranger(&self, owner: &str, source: Option<&str>) -> Result<(), AuditError> {
+        let room = self.stranger_entry.load(Ordering::Relaxed);
+        match self.strangers_room(owner, source, room)? {
+            Ok(_) => Ok(()),
+            Err(why) => {
+                self.strangers_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    on_behalf = %owner,
+                    source = source.unwrap_or("-"),
+                    refused = self.strangers_refused(),
+                    "audit entry on behalf of a remote caller refused before its work: {why}"
+                );
+                Err(AuditError::StrangersFull(why))
+            }
+        }
+    }
+
+    /// [`Self::strangers_room`] for a stranger's entry of `bytes`, whose size the next
+    /// [`Self::room_for_stranger`] asks room for if it is the largest yet.
+    fn stranger_room(
         &self,
         owner: &str,
         source: Option<&str>,
         bytes: &[u8],
     ) -> Result<Result<Vec<FamilyOp>, String>, AuditError> {
+        let n = bytes.len() as u64;
+        self.stranger_entry.fetch_max(n, Ordering::Relaxed);
+        self.strangers_room(owner, source, n)
+    }
+
+    /// The counters to write for a remote caller's entry of `n` bytes on behalf of `owner`
+    /// from `source`, or why its share has no room for it (the outer error: the store failed).
+    fn strangers_room(
+        &self,
+        owner: &str,
+        source: Option<&str>,
+        n: u64,
+    ) -> Result<Result<Vec<FamilyOp>, String>, AuditError> {
         let read = |k: &[u8]| crate::db::read_counter(&self.index, k).map_err(backend);
         let l = &self.limits;
-        let n = bytes.len() as u64;
         let okey = [&b"o"[..], owner.as_bytes()].concat();
         let obkey = [&b"b"[..], owner.as_bytes()].concat();
         // An entry whose writer gave no source is counted under its owner's key.
@@ -1127,6 +1170,25 @@ impl Recorder {
         }
     }
 
+    /// Whether an entry on behalf of the remote caller `owner` from `source` could still be
+    /// logged here ([`AuditLog::room_for_stranger`]), asked before a stranger's work is done;
+    /// the reason when not. A log in another process, or none, is not asked: its writer
+    /// works for the node's own user.
+    pub async fn room_for_stranger(&self, owner: &str, source: &str) -> Result<(), String> {
+        let Recorder::Local(log, _) = self else {
+            return Ok(());
+        };
+        let (log, owner, source) = (log.clone(), owner.to_owned(), source.to_owned());
+        match tokio::task::spawn_blocking(move || log.room_for_stranger(&owner, Some(&source)))
+            .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(AuditError::StrangersFull(why))) => Err(why),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("checking the audit log's room: {e}")),
+        }
+    }
+
     /// Verify and log the receipt of `task`, which `agent` ran for `caller` after `message`:
     /// the caller's message as the agent holds it ([`request_of`]), which the receipt must
     /// cover. `sent`: the parts the writer sent, when it knows them; `message` must hold the
@@ -1627,6 +1689,63 @@ mod tests {
             append(None, "mine").expect("the node's own entry is logged");
         }
         assert_eq!(log.len(), before + 3);
+    }
+
+    /// Before a stranger's work a writer asks whether its entry could be logged: yes while
+    /// every share holds an entry of the smallest size, no (counted) once one does not; no
+    /// entry is smaller than that size.
+    #[test]
+    fn a_stranger_s_room_is_known_before_the_work() {
+        let key = SecretKey::from_seed(&[4; 32]);
+        let did = key.did_key();
+        let entry = |n: u32, owner: &str| {
+            let task = format!("t{n}");
+            let m = hi(&task);
+            let t = json!({"id": task, "contextId": "c", "history": [m.clone()],
+                "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}});
+            let r = Receipt::for_task(&t, did.as_str(), None, "2026-01-01T00:00:00Z", vec![]);
+            let jws = receipt::sign(&r, &key, &did.with_fragment(did.method_specific_id()));
+            let new = NewEntry {
+                writer: "proxy".into(),
+                task_id: task,
+                agent: did.to_string(),
+                caller: None,
+                receipt: jws,
+                message: Some(m),
+                on_behalf: Some(owner.into()),
+                on_behalf_source: Some("192.0.2.1".into()),
+            };
+            (new, r)
+        };
+        let open = |dir: &std::path::Path, owner_bytes: u64| {
+            let store =
+                crate::db::open(dir, agentnet_discovery::store::Limits::default()).unwrap();
+            let mut limits = Limits::with_total_bytes(1 << 20);
+            limits.max_remote_owner_bytes = owner_bytes;
+            AuditLog::open(&store, limits, None).unwrap()
+        };
+        // The size of an entry: no smaller than what the check asks room for.
+        let dir = tempfile::tempdir().unwrap();
+        let (new, r) = entry(1, "c:did:key:zA");
+        let size = open(dir.path(), 1 << 20).append(new, &r).unwrap().bytes().len() as u64;
+        assert!(size > MIN_ENTRY_BYTES, "an entry of {size} bytes");
+        // A caller's share of two entries and a little: room for two, then none.
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), 2 * size + 10);
+        for n in 1..=2 {
+            log.room_for_stranger("c:did:key:zA", Some("192.0.2.1"))
+                .expect("the share has room");
+            let (new, r) = entry(n, "c:did:key:zA");
+            log.append(new, &r).unwrap();
+        }
+        let e = log
+            .room_for_stranger("c:did:key:zA", Some("192.0.2.1"))
+            .expect_err("a full share has no room");
+        assert!(e.to_string().contains("per caller"), "{e}");
+        assert_eq!(log.strangers_refused(), 1);
+        // Another caller still has room.
+        log.room_for_stranger("c:did:key:zB", Some("198.51.100.1"))
+            .expect("another caller has room");
     }
 
     /// The user message `text` as an agent's history holds it (task `t1`, context `c`).

@@ -87,6 +87,28 @@ impl ProxyAgent {
     }
 }
 
+impl ProxyAgent {
+    /// Why this turn's upstream receipt could not be logged, if it could not: the audit log's
+    /// share for entries on behalf of remote callers (this caller's, its network block's, or
+    /// all strangers') is full. Asked before the upstream call, so that a full share costs
+    /// no upstream work the node would do and then not log. `None` when no receipt is
+    /// logged for this agent (no audit log, or an unsigned upstream card).
+    async fn no_room_to_log(&self, turn: &Turn) -> Option<String> {
+        let (rec, _) = self.audit.as_ref()?;
+        if !matches!(self.upstream_did.get(), Some(Some(_))) {
+            return None;
+        }
+        let why = rec
+            .room_for_stranger(&turn.caller.key(), &turn.source.key())
+            .await
+            .err()?;
+        Some(format!(
+            "this proxy is not taking more work from you now: {why}; try again once the node's \
+             operator has made room (`agentnet audit` shows the log)"
+        ))
+    }
+}
+
 /// Each upstream request: connect within 10 s, answer within 60 s.
 const PROXY_TIMEOUTS: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(60));
 
@@ -227,6 +249,11 @@ impl Handler for ProxyAgent {
         let this = self.clone();
         Box::pin(async move {
             let (client, upstream) = this.client().await?;
+            if let Some(why) = this.no_room_to_log(&turn).await {
+                return Ok(Outcome::Rejected {
+                    message: agent_message(&turn, &why),
+                });
+            }
             // Continue the upstream task this one is waiting on, if any.
             let upstream_ids = turn.history.iter().rev().find_map(|m| {
                 m.metadata.as_ref()?.get(UPSTREAM_KEY).and_then(|v| {
