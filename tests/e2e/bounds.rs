@@ -141,6 +141,50 @@ async fn a_crowd_of_addresses_from_one_network_holds_one_blocks_share() {
     drop(node);
 }
 
+/// A crowd spread over ten /24s (127.20.0.0/24 to 127.29.0.0/24), 32 addresses each, each
+/// opening connections that send half a request head and stop: the blocks' shares bound each
+/// network, but ten networks together filled all 512 slots, and the listener then refused
+/// everyone (an honest client from another network got 503) until the crowd's connections
+/// timed out. Now a new source gets the slot of one of the crowd's idle connections, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_spread_over_many_networks_cannot_keep_a_new_source_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = UpNode::alone(dir.path());
+    let to = http_addr(&node);
+    let mut held = Vec::new();
+    for block in 20..30 {
+        for i in 2..=33 {
+            for _ in 0..2 {
+                let Ok(mut s) = connect_from(in_block(block, i), to).await else {
+                    continue;
+                };
+                let _ = s
+                    .write_all(b"GET /.well-known/did.json HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                    .await;
+                held.push(s);
+            }
+        }
+    }
+    // Let the node refuse what it refuses (a 503 and a close) before counting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let open = still_open(&held);
+    assert_eq!(open, 512, "the crowd holds every slot of the listener");
+    // The honest client: 127.0.0.1, a network holding nothing.
+    for n in 0..20 {
+        let r = get_once(to, "/.well-known/did.json").await;
+        assert!(r.starts_with("HTTP/1.1 200"), "try {n}: {r}");
+    }
+    // Each honest connection took the slot of one of the crowd's, and the crowd did not
+    // take them back (its connections are still open, and nobody reconnected).
+    let open = still_open(&held);
+    assert!(
+        (512 - 20..512).contains(&open),
+        "{open} of the crowd's connections open"
+    );
+    drop(held);
+    drop(node);
+}
+
 const STREAMS_CONFIG: &str = r#"
 [node]
 mdns = false

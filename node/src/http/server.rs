@@ -30,6 +30,11 @@
 //!   (16 addresses of 32 connections are 512). The last `reserved` slots go only to sources
 //!   holding fewer than [`Limits::max_per_source_in_reserve`] connections, so that a new
 //!   source still gets in while the listener is nearly full; the rule is `Shares`, a plain struct.
+//! - **Making room** (`held`): a crowd spread over enough blocks still fills every slot (eight
+//!   /24s of slow connections fill 512). Then a new source holding few gets the slot of an idle
+//!   connection (no request in flight) of the block holding the most, if that block holds at
+//!   least two more than the newcomer's; a request being served or a response streaming is
+//!   never cut, nor a trusted proxy's connection.
 //! - **Trusted proxies** ([`TrustedProxies`], `[http] trusted_proxies`): a request whose TCP
 //!   peer is a trusted reverse proxy is from the client its forwarding header names, resolved
 //!   once here ([`forwarded`]) and handed to the routers as their [`ConnectInfo`], so that every
@@ -48,7 +53,10 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentnet_a2a::auth::Source;
@@ -56,7 +64,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response, StatusCode};
 use axum::Router;
-use hyper::body::Incoming;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -64,8 +72,11 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 pub mod forwarded;
+mod held;
 
 pub use forwarded::TrustedProxies;
+
+use held::{Held, InFlight};
 
 /// What one listener lets its clients cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,11 +203,36 @@ impl Shares {
     /// Count one more connection of `source`, or say why not. A `proxy`'s connection (a
     /// trusted reverse proxy's) is held to the connection cap only.
     fn take(&mut self, source: Source, proxy: bool) -> Result<(), Refusal> {
+        self.check(source, proxy, self.total)?;
+        let held = self.held(source);
+        *self.by_source.entry(source).or_default() += 1;
+        let b = self.by_block.entry(Block::of(source)).or_default();
+        b.connections += 1;
+        b.sources += usize::from(held == 0);
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Connections `source` holds.
+    fn held(&self, source: Source) -> usize {
+        self.by_source.get(&source).copied().unwrap_or(0)
+    }
+
+    /// Connections the sources of `block` hold together.
+    fn in_block(&self, block: Block) -> usize {
+        self.by_block.get(&block).map_or(0, |b| b.connections)
+    }
+
+    /// Whether one more connection of `source` would be counted if the listener held `total`.
+    fn check(&self, source: Source, proxy: bool, total: usize) -> Result<(), Refusal> {
         let l = &self.limits;
-        let held = self.by_source.get(&source).copied().unwrap_or(0);
-        let block = Block::of(source);
-        let in_block = self.by_block.get(&block).copied().unwrap_or_default();
-        if self.total >= l.max_connections {
+        let held = self.held(source);
+        let in_block = self
+            .by_block
+            .get(&Block::of(source))
+            .copied()
+            .unwrap_or_default();
+        if total >= l.max_connections {
             return Err(Refusal::Full);
         }
         if !proxy {
@@ -213,14 +249,9 @@ impl Shares {
         // A proxy's connections are counted too, so that the reserve below sees how full the
         // listener is.
         let unreserved = l.max_connections.saturating_sub(l.reserved);
-        if !proxy && self.total >= unreserved && held >= l.max_per_source_in_reserve {
+        if !proxy && total >= unreserved && held >= l.max_per_source_in_reserve {
             return Err(Refusal::Reserve);
         }
-        *self.by_source.entry(source).or_default() += 1;
-        let b = self.by_block.entry(block).or_default();
-        b.connections += 1;
-        b.sources += usize::from(held == 0);
-        self.total += 1;
         Ok(())
     }
 
@@ -246,34 +277,8 @@ impl Shares {
     }
 }
 
-/// One connection counted in [`Shares`]; given back on drop.
-struct ShareSlot {
-    shares: Arc<Mutex<Shares>>,
-    source: Source,
-}
-
-fn lock(shares: &Mutex<Shares>) -> std::sync::MutexGuard<'_, Shares> {
-    shares.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl ShareSlot {
-    fn take(
-        shares: &Arc<Mutex<Shares>>,
-        source: Source,
-        proxy: bool,
-    ) -> Result<ShareSlot, Refusal> {
-        lock(shares).take(source, proxy)?;
-        Ok(ShareSlot {
-            shares: shares.clone(),
-            source,
-        })
-    }
-}
-
-impl Drop for ShareSlot {
-    fn drop(&mut self) {
-        lock(&self.shares).give_back(self.source);
-    }
+fn lock(held: &Mutex<Held>) -> std::sync::MutexGuard<'_, Held> {
+    held.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Serve `router` on the already bound `listener` until `shutdown`; in-flight requests finish,
@@ -289,7 +294,7 @@ pub async fn serve(
     // At least one slot; at most what `acquire_many` can count.
     let max = limits.max_connections.clamp(1, u32::MAX as usize);
     let slots = Arc::new(Semaphore::new(max));
-    let shares = Arc::new(Mutex::new(Shares::new(limits)));
+    let held = Arc::new(Mutex::new(Held::new(limits)));
     // Connections stop through this child token, so that the caller's token is only read.
     let conns_stop = shutdown.child_token();
     loop {
@@ -306,17 +311,14 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::debug!(%remote, max, "HTTP connection cap reached; refusing");
-            refuse(stream);
-            continue;
-        };
         let source = Source::of(remote.ip());
         let proxy = proxies.trusts(remote.ip());
-        let share = match ShareSlot::take(&shares, source, proxy) {
-            Ok(share) => share,
+        // No free slot: the listener may still make room for a source holding few.
+        let slot = slots.clone().try_acquire_owned().ok();
+        let admitted = match Held::admit(&held, source, proxy, slot) {
+            Ok(admitted) => admitted,
             Err(why) => {
-                tracing::debug!(%remote, %source, ?why, "HTTP connection share used up; refusing");
+                tracing::debug!(%remote, %source, ?why, "HTTP connection cap or share used up; refusing");
                 refuse(stream);
                 continue;
             }
@@ -325,13 +327,14 @@ pub async fn serve(
         let stop = conns_stop.clone();
         let proxies = proxies.clone();
         tokio::spawn(async move {
-            connection(stream, remote, router, limits, proxies, stop).await;
-            drop(share);
-            drop(slot);
+            let (busy, evict) = (admitted.busy.clone(), admitted.evict.clone());
+            connection(stream, remote, router, limits, proxies, stop, busy, evict).await;
+            drop(admitted);
         });
     }
     drop(listener);
-    // Every connection finishes its request and closes; each returns its slot.
+    // Every connection finishes its request and closes; each returns its slot (an evicted
+    // one's went to the connection that took its place).
     conns_stop.cancel();
     let _all = slots
         .acquire_many(u32::try_from(max).unwrap_or(u32::MAX))
@@ -344,6 +347,9 @@ fn refuse(stream: TcpStream) {
     let _ = stream.try_write(BUSY);
 }
 
+/// Serve one connection until it closes, `stop` asks it to finish (shutdown), or `evict`
+/// closes it to make room (only while no request is in flight on it: `busy` counts them).
+#[allow(clippy::too_many_arguments)]
 async fn connection(
     stream: TcpStream,
     remote: SocketAddr,
@@ -351,12 +357,16 @@ async fn connection(
     limits: Limits,
     proxies: TrustedProxies,
     stop: CancellationToken,
+    busy: Arc<AtomicUsize>,
+    evict: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let router = router.clone();
         // Per request: a proxy's kept-alive connection carries many clients' requests.
         let client = proxies.client(remote, req.headers());
+        // From the head to the end of the response body: not idle, not evicted.
+        let in_flight = InFlight::start(&busy);
         async move {
             let mut req = req.map(Body::new);
             req.extensions_mut().insert(ConnectInfo(client));
@@ -369,7 +379,12 @@ async fn connection(
                     timeout_response()
                 }
             };
-            Ok::<_, Infallible>(resp)
+            Ok::<_, Infallible>(resp.map(|body| {
+                Body::new(Counted {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -385,10 +400,41 @@ async fn connection(
             conn.as_mut().graceful_shutdown();
             conn.await
         }
+        // Idle when evicted: dropping the connection closes it.
+        _ = evict.cancelled() => {
+            tracing::debug!(%remote, "idle HTTP connection closed to make room for a new source");
+            return;
+        }
     };
     if let Err(error) = result {
         // Timeouts and clients going away are normal on an open network.
         tracing::debug!(%remote, %error, "HTTP connection closed");
+    }
+}
+
+/// A response body that holds its request's [`InFlight`] until it is sent (or dropped).
+struct Counted {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl HttpBody for Counted {
+    type Data = <Body as HttpBody>::Data;
+    type Error = <Body as HttpBody>::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
