@@ -290,8 +290,9 @@ impl Rules {
 
     /// Pattern, hidden-character and length flags of `texts` (a path ending in `description`
     /// is checked for length). Each text is read folded ([`fold::fold`]); a URL also with its
-    /// query and path decoded, and an identifier (`get_weather`, `ignore-previous`) also with
-    /// its `_` and `-` read as spaces. One flag per rule and path.
+    /// query and path decoded, an identifier (`get_weather`, `ignore-previous`) also with
+    /// its `_` and `-` read as spaces, and a disguised text also as a model reads it
+    /// ([`fold::disguises`]: letters spaced out, digits for letters). One flag per rule and path.
     fn texts(&self, texts: &[(String, &str)]) -> Vec<Flag> {
         let mut flags: Vec<Flag> = Vec::new();
         for (at, raw) in texts {
@@ -327,6 +328,7 @@ impl Rules {
             } else if !forms[0].contains(' ') && forms[0].contains(['_', '-']) {
                 forms.push(forms[0].replace(['_', '-'], " "));
             }
+            forms.extend(fold::disguises(&forms[0]));
             for r in &self.rules {
                 let hit = forms.iter().find_map(|t| {
                     r.patterns
@@ -744,5 +746,5 @@ mod tests {
     }
 
     /// (kind, poisoned caught at least, benign flagged at most).
-    const FLOOR: &[(&str, usize, usize)] = &[("card", 35, 0), ("tool", 40, 0), ("answer", 35, 0)];
+    const FLOOR: &[(&str, usize, usize)] = &[("card", 60, 0), ("tool", 75, 0), ("answer", 60, 0)];
 }
