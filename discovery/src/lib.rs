@@ -7,7 +7,15 @@
 //!   protocol), a [`net::Client`] talks to it. Every cost a peer can cause is bounded (validation
 //!   permits and a resolution pool, inbound provider-record quotas, inbound fetch limits, a
 //!   bounded `discover`); every helper task is tracked and ends before the node's task does.
-//! - [`store`]: RocksDB: advertisements by DID, the tag index, sequence numbers, peers.
+//!   Inside: `net/config`, `net/swarm` (transports, behaviours), `net/links` (simulated links),
+//!   `net/accept` (the path of every advertisement into the store), `net/pool` (blocking work),
+//!   `net/limits` and `net/dht` (admission policies), `net/bootstrap`, `net/stats` (counters).
+//! - [`store`]: RocksDB: advertisements by DID, the tag index, sequence numbers, peers; the
+//!   front door is [`Store`]. Inside: `store/codec` (key and value encodings),
+//!   `store/families` (the column families, opening, [`store::Memory`], caller-owned
+//!   [`store::Family`]), `store/index` (tag queries), `store/limits` (what others may make us
+//!   store), `store/migration` (earlier layouts), `store/peers` (known peers), `store/sweep`
+//!   (expiry and seq pruning), `store/usage` (bytes charged).
 //! - [`tags`]: tag normalization and the DHT keys of tags.
 //!
 //! The items most callers need are re-exported here: [`Client`], [`Config`], [`spawn`],

@@ -9,14 +9,17 @@
 //! swarm task returns only after the last of them.
 //!
 //! # Layout
-//! - this file: wire types, errors, counters, the [`Client`], the swarm task's event loop and
-//!   its teardown;
+//! - this file: wire types, errors, the [`Client`], the swarm task's event loop (a handler per
+//!   kind of swarm event) and its teardown;
 //! - `config`: [`Config`];
 //! - `swarm`: transports and behaviours with their settings;
+//! - `links`: latency and bandwidth between nodes on the memory transport (simulations);
 //! - `accept`: the path every advertisement takes into the store;
 //! - `pool`: the validation thread pool and `spawn_blocking` for store calls;
 //! - `limits`, `dht`: the admission policies (resolution slots, inbound fetches, inbound
-//!   provider records), plain structs taking `now`.
+//!   provider records), plain structs taking `now`;
+//! - `bootstrap`: the bootstrap peers, what their dials came to and when to dial them again;
+//! - `stats`: the counters ([`Stats`]) and the traffic read back from libp2p's metrics.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -51,6 +54,7 @@ mod dht;
 mod limits;
 pub mod links;
 mod pool;
+mod stats;
 mod swarm;
 
 use accept::{accept, Ctx, Gate};
@@ -58,6 +62,8 @@ pub use bootstrap::{BootstrapState, BootstrapStatus};
 use bootstrap::{Bootstraps, Outcome};
 pub use config::{Config, TransportKind};
 pub use links::{Link, LinkModel, Links};
+use stats::traffic_from_metrics;
+pub use stats::{Stats, Traffic};
 pub use swarm::GOSSIP_QUEUE_LEN;
 
 /// gossipsub's mesh bounds for degree `d`, as the node sets them: D_low = D - D/4, D_high = 2D,
@@ -217,218 +223,6 @@ pub enum Error {
     Busy(String),
 }
 
-/// Counters, for logs, `peers --json`, the simulation, and operators: each `Counter` is
-/// registered in the node's Prometheus registry (`agentnet_*` in `/admin/v1/metrics`, beside
-/// libp2p's own) and read here through its handle.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Advertisements accepted from gossip or fetches.
-    pub accepted: Counter,
-    /// Duplicate or stale (not new, not penalized).
-    pub ignored: Counter,
-    /// Refused, by reason.
-    pub rejected: Mutex<HashMap<&'static str, u64>>,
-    /// Gossip dropped by the per-peer rate limit or the validation bound.
-    pub throttled: Counter,
-    /// ... of which by the validation bound (every validation permit in use).
-    pub throttled_busy: Counter,
-    /// Times a peer used its whole gossip budget and was muted for the rest of its window
-    /// (what it sent meanwhile gossipsub dropped, uncounted here).
-    pub muted: Counter,
-    /// Refused gossip by the peer that sent it to us (at most 1024 peers tracked).
-    pub rejected_from: Mutex<HashMap<PeerId, u64>>,
-    /// Connections closed by the connection manager.
-    pub trimmed: Counter,
-    /// Connections established (both directions).
-    pub connections_opened: Counter,
-    /// Dials started (by us, Kademlia, mDNS).
-    pub dials: Counter,
-    /// Kademlia bootstraps completed in full (not cut short).
-    pub bootstraps: Counter,
-    /// Kademlia's automatic bootstraps cut short (see `Node::cut_automatic_bootstraps`).
-    pub bootstraps_cut: Counter,
-    /// Lookups of our own id on joining the DHT (the routing table got its first peer).
-    pub joins: Counter,
-    /// Kademlia requests sent by those join lookups (each to a peer, dialed if not connected).
-    pub kad_requests_join: Counter,
-    /// Kademlia requests sent by the automatic bootstraps before they were cut short.
-    pub kad_requests_cut: Counter,
-    /// Kademlia requests sent by every other query (our bootstraps, announcements, lookups).
-    pub kad_requests_other: Counter,
-    /// Gossip ignored because the resolution pool or the sender's share of it was full.
-    pub resolutions_refused: Counter,
-    /// Inbound fetch requests answered.
-    pub fetches_served: Counter,
-    /// Inbound fetch requests refused by [`Config::fetch_in_flight_total`],
-    /// [`Config::fetch_in_flight_per_peer`] or [`Config::fetch_per_peer`].
-    pub fetches_refused: Counter,
-    /// Inbound provider records stored (new or refreshed).
-    pub provider_records_admitted: Counter,
-    /// Inbound provider records refused by the quotas.
-    pub provider_records_refused: Counter,
-    /// [`ENDORSE_TOPIC`] messages the node's check accepted (forwarded).
-    pub endorsements_accepted: Counter,
-    /// ... ignored (stale, a bound reached, no check registered).
-    pub endorsements_ignored: Counter,
-    /// ... rejected (forged, malformed: the sender scored down).
-    pub endorsements_rejected: Counter,
-    /// Microseconds spent validating advertisements: the cheap checks, the signatures and the
-    /// store write (not the waits for a validation permit, a resolution slot or a DID document).
-    pub validation_micros: Counter,
-}
-
-impl Stats {
-    /// Register the counters in `registry` under the `agentnet_` prefix.
-    fn register(&self, registry: &mut Registry) {
-        let r = registry.sub_registry_with_prefix("agentnet");
-        let counters = [
-            (
-                "adverts_accepted",
-                "Advertisements accepted from gossip or fetches",
-                &self.accepted,
-            ),
-            (
-                "adverts_ignored",
-                "Advertisements duplicate or stale (not penalized)",
-                &self.ignored,
-            ),
-            (
-                "gossip_throttled",
-                "Gossip dropped by the per-peer rate limit or the validation bound",
-                &self.throttled,
-            ),
-            (
-                "gossip_throttled_busy",
-                "Gossip dropped because every validation permit was in use",
-                &self.throttled_busy,
-            ),
-            (
-                "gossip_peers_muted",
-                "Peers muted for the rest of their rate window, having used their gossip budget",
-                &self.muted,
-            ),
-            (
-                "connections_trimmed",
-                "Connections closed by the connection manager",
-                &self.trimmed,
-            ),
-            (
-                "connections_opened",
-                "Connections established, both directions",
-                &self.connections_opened,
-            ),
-            (
-                "dials",
-                "Dials started (by us, Kademlia, mDNS)",
-                &self.dials,
-            ),
-            (
-                "kad_bootstraps",
-                "Kademlia bootstraps completed in full (not cut short)",
-                &self.bootstraps,
-            ),
-            (
-                "kad_bootstraps_cut",
-                "Kademlia's automatic bootstraps cut short",
-                &self.bootstraps_cut,
-            ),
-            (
-                "kad_joins",
-                "Lookups of our own id on joining the DHT",
-                &self.joins,
-            ),
-            (
-                "kad_requests_join",
-                "Kademlia requests sent by the lookups of our own id on joining",
-                &self.kad_requests_join,
-            ),
-            (
-                "kad_requests_cut",
-                "Kademlia requests sent by automatic bootstraps before they were cut short",
-                &self.kad_requests_cut,
-            ),
-            (
-                "kad_requests_other",
-                "Kademlia requests sent by every other query",
-                &self.kad_requests_other,
-            ),
-            (
-                "validation_micros",
-                "Microseconds spent validating advertisements (checks, signatures, store write)",
-                &self.validation_micros,
-            ),
-            (
-                "resolutions_refused",
-                "Gossip ignored: the DID resolution pool or the sender's share of it was full",
-                &self.resolutions_refused,
-            ),
-            (
-                "fetches_served",
-                "Inbound fetch requests answered",
-                &self.fetches_served,
-            ),
-            (
-                "fetches_refused",
-                "Inbound fetch requests refused by the fetch limits",
-                &self.fetches_refused,
-            ),
-            (
-                "provider_records_admitted",
-                "Inbound DHT provider records stored (new or refreshed)",
-                &self.provider_records_admitted,
-            ),
-            (
-                "provider_records_refused",
-                "Inbound DHT provider records refused by the quotas",
-                &self.provider_records_refused,
-            ),
-            (
-                "endorsements_accepted",
-                "Endorsements accepted and forwarded",
-                &self.endorsements_accepted,
-            ),
-            (
-                "endorsements_ignored",
-                "Endorsements ignored (stale, a bound reached)",
-                &self.endorsements_ignored,
-            ),
-            (
-                "endorsements_rejected",
-                "Endorsements rejected (forged, malformed)",
-                &self.endorsements_rejected,
-            ),
-        ];
-        for (name, help, counter) in counters {
-            r.register(name, help, counter.clone());
-        }
-    }
-
-    fn reject(&self, r: &Reject) {
-        *self
-            .rejected
-            .lock()
-            .expect("stats lock poisoned")
-            .entry(r.reason())
-            .or_default() += 1;
-    }
-
-    fn reject_from(&self, peer: PeerId) {
-        let mut m = self.rejected_from.lock().expect("stats lock poisoned");
-        if m.len() < 1024 || m.contains_key(&peer) {
-            *m.entry(peer).or_default() += 1;
-        }
-    }
-
-    /// Total refused.
-    pub fn rejected_total(&self) -> u64 {
-        self.rejected
-            .lock()
-            .expect("stats lock poisoned")
-            .values()
-            .sum()
-    }
-}
-
 /// A connected peer.
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerInfo {
@@ -518,28 +312,6 @@ pub struct Client {
     bootstrap: Arc<Mutex<Vec<BootstrapStatus>>>,
     endorsements: TopicChecker,
     _stop_on_drop: Arc<DropGuard>,
-}
-
-/// Traffic counters read from the node's libp2p metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Traffic {
-    /// gossipsub messages received on the advertisement topic, duplicates included.
-    pub gossip_received: u64,
-    /// The same, duplicates removed.
-    pub gossip_unique: u64,
-    /// gossipsub IDONTWANT control messages received (`Config::gossip_idontwant` on a peer).
-    pub idontwant_received: u64,
-    /// Messages gossipsub abandoned on their way out: a peer's send queue full, or a forward
-    /// (or an answer to IWANT) that waited in it longer than its time limit.
-    pub send_dropped: u64,
-    /// Messages accepted by validation after they had left gossipsub's message cache, so never
-    /// forwarded (validation slower than the cache's history).
-    pub validated_too_late: u64,
-    /// Bytes received on all connections (all protocols, after encryption).
-    pub bytes_in: u64,
-    /// Bytes sent on all connections.
-    pub bytes_out: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -849,40 +621,6 @@ impl Client {
         self.call(|reply| Command::GossipUnchecked { bytes, reply })
             .await?
     }
-}
-
-/// Sum the counters [`Traffic`] reports from Prometheus text.
-fn traffic_from_metrics(text: &str) -> Traffic {
-    let mut t = Traffic::default();
-    let topic_label = format!("hash=\"{TOPIC}\"");
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name_labels, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let value = value as u64;
-        let (name, labels) = name_labels.split_once('{').unwrap_or((name_labels, ""));
-        let on_topic = labels.contains(&topic_label);
-        match name {
-            "gossipsub_topic_msg_recv_counts_unfiltered_total" if on_topic => {
-                t.gossip_received += value
-            }
-            "gossipsub_topic_msg_recv_counts_total" if on_topic => t.gossip_unique += value,
-            "gossipsub_idontwant_msgs_total" => t.idontwant_received += value,
-            "gossipsub_failed_messages_sum" => t.send_dropped += value,
-            "gossipsub_memcache_misses_total" => t.validated_too_late += value,
-            "libp2p_bandwidth_bytes_total" if labels.contains("direction=\"Inbound\"") => {
-                t.bytes_in += value
-            }
-            "libp2p_bandwidth_bytes_total" if labels.contains("direction=\"Outbound\"") => {
-                t.bytes_out += value
-            }
-            _ => {}
-        }
-    }
-    t
 }
 
 struct PendingProviders {
@@ -1908,89 +1646,153 @@ impl Node {
         });
     }
 
+    /// Apply one swarm event: each kind to its own handler, behaviours' events to
+    /// [`on_behaviour`](Self::on_behaviour).
     fn on_swarm(&mut self, ev: SwarmEvent<BehaviourEvent>) {
         match ev {
-            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
+            SwarmEvent::Behaviour(ev) => self.on_behaviour(ev),
+            SwarmEvent::Dialing { .. } => {
+                self.stats.dials.inc();
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                endpoint,
+                connection_id,
+                ..
+            } => self.on_connected(peer_id, &endpoint, connection_id),
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                num_established: 0,
+                ..
+            } => self.on_disconnected(peer_id),
+            SwarmEvent::OutgoingConnectionError {
+                peer_id,
+                error,
+                connection_id,
+            } => self.on_dial_failed(peer_id, &error, connection_id),
+            SwarmEvent::NewListenAddr { address, .. } => self.on_listening(address),
+            _ => {}
+        }
+    }
+
+    /// Apply one event of a behaviour: gossip, Kademlia, the fetch protocol, identify, mDNS.
+    fn on_behaviour(&mut self, ev: BehaviourEvent) {
+        match ev {
+            BehaviourEvent::Gossipsub(gossipsub::Event::Message {
                 propagation_source,
                 message_id,
                 message,
-            })) => {
+            }) => {
                 if message.topic == self.endorse_topic.hash() {
                     self.on_endorsement(propagation_source, message_id, message.data)
                 } else {
                     self.on_gossip(propagation_source, message_id, message.data)
                 }
             }
-            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::OutboundQueryProgressed {
+            BehaviourEvent::Kad(kad::Event::OutboundQueryProgressed {
                 id,
                 result,
                 step,
                 stats,
                 ..
-            })) => {
-                // Each step of a multi-step query (a bootstrap's buckets) counts its own.
-                let requests = u64::from(stats.num_requests());
-                if self.joining.contains(&id) {
-                    self.stats.kad_requests_join.inc_by(requests);
-                    if step.last {
-                        self.joining.remove(&id);
-                    }
-                } else if self.cut_bootstraps.contains(&id) {
-                    self.stats.kad_requests_cut.inc_by(requests);
-                } else {
-                    self.stats.kad_requests_other.inc_by(requests);
-                }
-                if step.last && self.providing.remove(&id) {
-                    if let QueryResult::StartProviding(Err(e)) = &result {
-                        tracing::debug!(error = ?e, "announcing a tag in the DHT");
-                    }
-                    self.provide_due();
-                }
-                if let QueryResult::Bootstrap(_) = &result {
-                    if step.last {
-                        self.own_bootstraps.remove(&id);
-                        if !self.cut_bootstraps.remove(&id) {
-                            self.stats.bootstraps.inc();
-                        }
-                    }
-                }
-                if let QueryResult::GetProviders(r) = result {
-                    let Some(pending_id) = self.provider_queries.get(&id).copied() else {
-                        return;
-                    };
-                    let done = match r {
-                        Ok(GetProvidersOk::FoundProviders { providers, .. }) => {
-                            if let Some(p) = self.pending_providers.get_mut(&pending_id) {
-                                let room = MAX_PROVIDERS_FOUND.saturating_sub(p.found.len());
-                                p.found.extend(providers.into_iter().take(room));
-                            }
-                            step.last
-                        }
-                        Ok(GetProvidersOk::FinishedWithNoAdditionalRecord { .. }) => true,
-                        Err(_) => true,
-                    };
-                    if done {
-                        self.provider_queries.remove(&id);
-                        if let Some(mut q) = self.swarm.behaviour_mut().kad.query_mut(&id) {
-                            q.finish();
-                        }
-                        let finished = self.pending_providers.get_mut(&pending_id).map(|p| {
-                            p.remaining -= 1;
-                            p.remaining == 0
-                        });
-                        if finished == Some(true) {
-                            if let Some(p) = self.pending_providers.remove(&pending_id) {
-                                let _ = p.reply.send(p.found.into_iter().collect());
-                            }
-                        }
-                    }
+            }) => self.on_query_progressed(id, result, &step, &stats),
+            BehaviourEvent::Kad(kad::Event::InboundRequest {
+                request:
+                    kad::InboundRequest::AddProvider {
+                        record: Some(record),
+                    },
+            }) => self.on_inbound_provider(record),
+            BehaviourEvent::Kad(kad::Event::RoutablePeer { peer, address, .. }) => {
+                self.add_kad_address(peer, address)
+            }
+            BehaviourEvent::Fetch(ev) => self.on_fetch_event(ev),
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                self.on_identified(peer_id, info)
+            }
+            BehaviourEvent::Mdns(mdns::Event::Discovered(list)) => self.on_mdns_discovered(list),
+            _ => {}
+        }
+    }
+
+    /// A step of one of our Kademlia queries: count its requests, then act on what finished
+    /// (an announcement, a bootstrap, a provider search).
+    fn on_query_progressed(
+        &mut self,
+        id: QueryId,
+        result: QueryResult,
+        step: &kad::ProgressStep,
+        stats: &kad::QueryStats,
+    ) {
+        // Each step of a multi-step query (a bootstrap's buckets) counts its own.
+        let requests = u64::from(stats.num_requests());
+        if self.joining.contains(&id) {
+            self.stats.kad_requests_join.inc_by(requests);
+            if step.last {
+                self.joining.remove(&id);
+            }
+        } else if self.cut_bootstraps.contains(&id) {
+            self.stats.kad_requests_cut.inc_by(requests);
+        } else {
+            self.stats.kad_requests_other.inc_by(requests);
+        }
+        if step.last && self.providing.remove(&id) {
+            if let QueryResult::StartProviding(Err(e)) = &result {
+                tracing::debug!(error = ?e, "announcing a tag in the DHT");
+            }
+            self.provide_due();
+        }
+        if let QueryResult::Bootstrap(_) = &result {
+            if step.last {
+                self.own_bootstraps.remove(&id);
+                if !self.cut_bootstraps.remove(&id) {
+                    self.stats.bootstraps.inc();
                 }
             }
-            SwarmEvent::Behaviour(BehaviourEvent::Fetch(request_response::Event::Message {
-                peer,
-                message,
-                ..
-            })) => match message {
+        }
+        if let QueryResult::GetProviders(r) = result {
+            self.on_providers_found(id, r, step.last);
+        }
+    }
+
+    /// Providers found by the search `id` of a pending [`Client::providers`] call (`last`: the
+    /// query's last step): kept up to [`MAX_PROVIDERS_FOUND`]; the caller is answered once
+    /// every search of the call is done.
+    fn on_providers_found(&mut self, id: QueryId, r: kad::GetProvidersResult, last: bool) {
+        let Some(pending_id) = self.provider_queries.get(&id).copied() else {
+            return;
+        };
+        let done = match r {
+            Ok(GetProvidersOk::FoundProviders { providers, .. }) => {
+                if let Some(p) = self.pending_providers.get_mut(&pending_id) {
+                    let room = MAX_PROVIDERS_FOUND.saturating_sub(p.found.len());
+                    p.found.extend(providers.into_iter().take(room));
+                }
+                last
+            }
+            Ok(GetProvidersOk::FinishedWithNoAdditionalRecord { .. }) => true,
+            Err(_) => true,
+        };
+        if done {
+            self.provider_queries.remove(&id);
+            if let Some(mut q) = self.swarm.behaviour_mut().kad.query_mut(&id) {
+                q.finish();
+            }
+            let finished = self.pending_providers.get_mut(&pending_id).map(|p| {
+                p.remaining -= 1;
+                p.remaining == 0
+            });
+            if finished == Some(true) {
+                if let Some(p) = self.pending_providers.remove(&pending_id) {
+                    let _ = p.reply.send(p.found.into_iter().collect());
+                }
+            }
+        }
+    }
+
+    /// The fetch protocol: a request to serve, or the answer (or failure) of one of ours.
+    fn on_fetch_event(&mut self, ev: request_response::Event<FetchRequest, FetchResponse>) {
+        match ev {
+            request_response::Event::Message { peer, message, .. } => match message {
                 request_response::Message::Request {
                     request, channel, ..
                 } => self.on_fetch_request(peer, request, channel),
@@ -2003,127 +1805,120 @@ impl Node {
                     }
                 }
             },
-            SwarmEvent::Behaviour(BehaviourEvent::Fetch(
-                request_response::Event::OutboundFailure {
-                    request_id,
-                    error,
-                    peer,
-                    ..
-                },
-            )) => {
+            request_response::Event::OutboundFailure {
+                request_id,
+                error,
+                peer,
+                ..
+            } => {
                 if let Some((_, reply)) = self.pending_fetches.remove(&request_id) {
                     let _ = reply.send(Err(Error::Network(format!("fetch from {peer}: {error}"))));
                 }
             }
-            SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
-                peer_id,
-                info,
-                ..
-            })) => {
-                let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().take(16).collect();
-                for a in &addrs {
-                    self.add_kad_address(peer_id, a.clone());
-                }
-                self.peer_addrs.insert(peer_id, addrs);
-            }
-            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::InboundRequest {
-                request:
-                    kad::InboundRequest::AddProvider {
-                        record: Some(record),
-                    },
-            })) => self.on_inbound_provider(record),
-            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutablePeer {
-                peer,
-                address,
-                ..
-            })) => self.add_kad_address(peer, address),
-            SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
-                for (peer, addr) in list {
-                    self.add_kad_address(peer, addr.clone());
-                    if !self.swarm.is_connected(&peer) {
-                        let _ = self.swarm.dial(addr);
-                    }
-                }
-            }
-            SwarmEvent::Dialing { .. } => {
-                self.stats.dials.inc();
-            }
-            SwarmEvent::ConnectionEstablished {
-                peer_id,
-                endpoint,
-                connection_id,
-                ..
-            } => {
-                self.stats.connections_opened.inc();
-                self.connected_since
-                    .entry(peer_id)
-                    .or_insert_with(Instant::now);
-                if let Some((_, reply)) = self.pending_dials.remove(&connection_id) {
-                    let _ = reply.send(Ok(()));
-                }
-                if let Outcome::Changed(address) =
-                    self.bootstraps
-                        .connected(connection_id, peer_id, Instant::now(), unix_now())
-                {
-                    tracing::info!(%address, peer = %peer_id, "connected to bootstrap peer");
-                }
-                if endpoint.is_dialer() {
-                    // Full queue: this one is not remembered (a dial hint, not data).
-                    let _ = self
-                        .peer_writes
-                        .try_send((peer_id, endpoint.get_remote_address().clone()));
-                }
-            }
-            SwarmEvent::ConnectionClosed {
-                peer_id,
-                num_established: 0,
-                ..
-            } => {
-                self.rates.remove(&peer_id);
-                if self.muted.remove(&peer_id).is_some() {
-                    self.swarm
-                        .behaviour_mut()
-                        .gossipsub
-                        .remove_blacklisted_peer(&peer_id);
-                }
-                self.peer_addrs.remove(&peer_id);
-                self.connected_since.remove(&peer_id);
-                self.bootstraps.disconnected(peer_id, unix_now());
-            }
-            SwarmEvent::OutgoingConnectionError {
-                peer_id,
-                error,
-                connection_id,
-            } => {
-                tracing::debug!(peer = ?peer_id, %error, "outgoing connection failed");
-                if let Some((a, reply)) = self.pending_dials.remove(&connection_id) {
-                    let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
-                }
-                let e = error.to_string();
-                match self
-                    .bootstraps
-                    .failed(connection_id, &e, Instant::now(), unix_now())
-                {
-                    Outcome::Changed(address) => {
-                        tracing::warn!(%address, error = %e, "dialing bootstrap peer failed; retrying while the node has no peer")
-                    }
-                    Outcome::Same(address) => {
-                        tracing::debug!(%address, error = %e, "dialing bootstrap peer failed")
-                    }
-                    Outcome::Other => {}
-                }
-            }
-            SwarmEvent::NewListenAddr { address, .. } => {
-                tracing::info!(%address, "listening");
-                // Kademlia schedules a bootstrap on a new listen address when no peer is
-                // connected, and warns "Failed to trigger bootstrap: No known peers" half a
-                // second later on the first node of a network. A bootstrap call that finds the
-                // routing table empty cancels that schedule and says nothing.
-                if self.routing_table_len() == 0 {
-                    let _ = self.swarm.behaviour_mut().kad.bootstrap();
-                }
-            }
             _ => {}
+        }
+    }
+
+    /// A peer said who it is: its listen addresses (the first 16) go to Kademlia and the
+    /// peer list.
+    fn on_identified(&mut self, peer_id: PeerId, info: identify::Info) {
+        let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().take(16).collect();
+        for a in &addrs {
+            self.add_kad_address(peer_id, a.clone());
+        }
+        self.peer_addrs.insert(peer_id, addrs);
+    }
+
+    /// Peers found on the local network: added to Kademlia and dialed if not connected.
+    fn on_mdns_discovered(&mut self, list: Vec<(PeerId, Multiaddr)>) {
+        for (peer, addr) in list {
+            self.add_kad_address(peer, addr.clone());
+            if !self.swarm.is_connected(&peer) {
+                let _ = self.swarm.dial(addr);
+            }
+        }
+    }
+
+    /// A connection is up: count it, answer a pending dial, mark a bootstrap peer reached, and
+    /// remember the address of a peer we dialed.
+    fn on_connected(
+        &mut self,
+        peer_id: PeerId,
+        endpoint: &libp2p::core::ConnectedPoint,
+        connection_id: ConnectionId,
+    ) {
+        self.stats.connections_opened.inc();
+        self.connected_since
+            .entry(peer_id)
+            .or_insert_with(Instant::now);
+        if let Some((_, reply)) = self.pending_dials.remove(&connection_id) {
+            let _ = reply.send(Ok(()));
+        }
+        if let Outcome::Changed(address) =
+            self.bootstraps
+                .connected(connection_id, peer_id, Instant::now(), unix_now())
+        {
+            tracing::info!(%address, peer = %peer_id, "connected to bootstrap peer");
+        }
+        if endpoint.is_dialer() {
+            // Full queue: this one is not remembered (a dial hint, not data).
+            let _ = self
+                .peer_writes
+                .try_send((peer_id, endpoint.get_remote_address().clone()));
+        }
+    }
+
+    /// The last connection to `peer_id` closed: forget its rate, mute, addresses and
+    /// connection time, and tell the bootstraps.
+    fn on_disconnected(&mut self, peer_id: PeerId) {
+        self.rates.remove(&peer_id);
+        if self.muted.remove(&peer_id).is_some() {
+            self.swarm
+                .behaviour_mut()
+                .gossipsub
+                .remove_blacklisted_peer(&peer_id);
+        }
+        self.peer_addrs.remove(&peer_id);
+        self.connected_since.remove(&peer_id);
+        self.bootstraps.disconnected(peer_id, unix_now());
+    }
+
+    /// A dial failed: answer a pending dial, and tell the bootstraps (a bootstrap peer's
+    /// failure is logged).
+    fn on_dial_failed(
+        &mut self,
+        peer_id: Option<PeerId>,
+        error: &libp2p::swarm::DialError,
+        connection_id: ConnectionId,
+    ) {
+        tracing::debug!(peer = ?peer_id, %error, "outgoing connection failed");
+        if let Some((a, reply)) = self.pending_dials.remove(&connection_id) {
+            let _ = reply.send(Err(Error::Network(format!("dialing {a}: {error}"))));
+        }
+        let e = error.to_string();
+        match self
+            .bootstraps
+            .failed(connection_id, &e, Instant::now(), unix_now())
+        {
+            Outcome::Changed(address) => {
+                tracing::warn!(%address, error = %e, "dialing bootstrap peer failed; retrying while the node has no peer")
+            }
+            Outcome::Same(address) => {
+                tracing::debug!(%address, error = %e, "dialing bootstrap peer failed")
+            }
+            Outcome::Other => {}
+        }
+    }
+
+    /// A new listen address: logged, and the first node of a network quiets Kademlia.
+    fn on_listening(&mut self, address: Multiaddr) {
+        tracing::info!(%address, "listening");
+        // Kademlia schedules a bootstrap on a new listen address when no peer is
+        // connected, and warns "Failed to trigger bootstrap: No known peers" half a
+        // second later on the first node of a network. A bootstrap call that finds the
+        // routing table empty cancels that schedule and says nothing.
+        if self.routing_table_len() == 0 {
+            let _ = self.swarm.behaviour_mut().kad.bootstrap();
         }
     }
 }

@@ -1,6 +1,12 @@
 //! Tests of the store: real RocksDB files in temporary directories.
 
 use super::*;
+use rocksdb::Options;
+
+use super::codec::{parse_index_value, tag_filter, tag_key, INDEX_VALUE_LEN};
+use super::families::{CF_USAGE, COLUMN_FAMILIES};
+use super::migration::SCHEMA_KEY;
+use super::usage::{decode_usage, USAGE_PEER_PREFIX, USAGE_TOTAL_KEY};
 
 fn advert(did: &str, seq: u64, issued_at: u64, expires_at: u64, tags: &[&str]) -> Validated {
     let mut tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
