@@ -31,6 +31,7 @@
 //! counted in all, per owner and per source) and `fanout` (the SSE fan-out: each live task's
 //! broadcast channel, and the [`EventStream`] that reads it).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{Caller, Owner, Source};
 use crate::error::ProtocolError;
 use crate::gate::{as_held, Admit, Admitted, Gate, Operation};
-use crate::handler::{Handler, Outcome, Turn, Update, Updates};
+use crate::handler::{Handler, HandlerError, Outcome, Turn, Update, Updates};
 use crate::seen::{Bounds, Seen};
 use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
 
@@ -77,6 +78,9 @@ pub fn asks_once(m: &Message) -> bool {
 /// How a turn ended: the task as the turn left it; `None` when the turn did not write the
 /// last state (canceled, shut down); an error when a task not stored yet could not be.
 type TurnEnd = Result<Option<Task>, ProtocolError>;
+
+/// What a turn's work came to: the agent's outcome or error, or the panic it raised.
+type Ran = std::thread::Result<Result<Outcome, HandlerError>>;
 
 /// Stripes of the per-task update lock.
 const STRIPES: usize = 64;
@@ -420,33 +424,13 @@ impl Engine {
         defer: bool,
     ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<TurnEnd>), ProtocolError> {
         let owner = &caller.owner;
-        self.validate_send(&req)?;
         let Admitted {
             metadata: admitted,
             held,
-        } = match &self.inner.gate {
-            None => Admitted::default(),
-            Some(gate) => {
-                let stored = match &req.message.task_id {
-                    Some(id) if !id.is_empty() && id.len() <= self.inner.limits.max_id_len => {
-                        self.load(owner, id).await?
-                    }
-                    _ => None,
-                };
-                gate.admit(Admit {
-                    caller,
-                    op: Operation::Send,
-                    message: Some(&req.message),
-                    task: stored.as_ref(),
-                })
-                .await?
-            }
-        };
+        } = self.admit_send(caller, &req).await?;
         let defer = defer && !stream && !self.inner.limits.defer_first_write.is_zero();
-        let mut unstored = None;
         let mut slot = self.reserve_run(caller)?;
         let mut message = req.message;
-        let max_hist = self.inner.limits.max_history_stored;
         let new_id = uuid::Uuid::new_v4().to_string();
         // The stream slot is taken before the task is created or moved, so that a refusal
         // leaves no task behind and no event is missed.
@@ -458,105 +442,19 @@ impl Engine {
         };
 
         let cancel = self.inner.shutdown.child_token();
-        let (task, history) = match message.task_id.clone() {
+        let (task, history, unstored) = match message.task_id.clone() {
             Some(id) => {
-                let msg = as_held(&message, held);
-                let task = self
-                    .update(
-                        owner,
-                        &id,
-                        ProtocolError::UnsupportedOperation(format!(
-                            "task {id} is in a terminal state and takes no more messages"
-                        )),
-                        {
-                            move |t, l| {
-                                if !is_interrupted(&t.status.state) {
-                                    return Err(ProtocolError::UnsupportedOperation(format!(
-                                        "task {} is still working; wait for it or cancel it",
-                                        t.id
-                                    )));
-                                }
-                                if let Some(c) = &msg.context_id {
-                                    if c != &t.context_id {
-                                        return Err(ProtocolError::InvalidParams(
-                                            "message.contextId does not match the task's".into(),
-                                        ));
-                                    }
-                                }
-                                let mut msg = msg;
-                                msg.context_id = Some(t.context_id.clone());
-                                push_history(t, msg, l.max_history_stored);
-                                t.status = TaskStatus {
-                                    state: TaskState::Working,
-                                    message: None,
-                                    timestamp: Some(now()),
-                                };
-                                Ok(())
-                            }
-                        },
-                    )
-                    .await?;
-                let mut before = task.history.clone().unwrap_or_default();
-                before.pop(); // the message just added is the turn's message, not its history
-                message.context_id = Some(task.context_id.clone());
-                (task, before)
+                let (task, history) = self.continue_task(owner, &id, &mut message, held).await?;
+                (task, history, None)
             }
             None => {
-                let id = new_id;
-                if asks_once(&message) {
-                    self.inner.seen.lock().expect("seen lock poisoned").insert(
-                        caller,
-                        &message.message_id,
-                        &id,
-                    );
-                }
-                let context_id = message
-                    .context_id
-                    .clone()
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-                message.task_id = Some(id.clone());
-                message.context_id = Some(context_id.clone());
-                let mut task = Task {
-                    id: id.clone(),
-                    context_id,
-                    status: TaskStatus {
-                        state: TaskState::Submitted,
-                        message: None,
-                        timestamp: Some(now()),
-                    },
-                    artifacts: None,
-                    history: None,
-                    metadata: admitted,
-                };
-                push_history(&mut task, as_held(&message, held), max_hist);
-                // The turn starts at once, so the task is stored as WORKING in its first write
-                // (one write fewer per message); the caller still sees it SUBMITTED first.
-                let mut working = task.clone();
-                working.status.state = TaskState::Working;
+                let task = self.new_task(caller, &mut message, new_id, admitted, held);
                 // Marked running before it is stored, so that a cancel that finds the task
                 // stored also finds the turn to stop.
-                self.mark_running(owner, &id, &cancel);
-                slot.task_id = Some(id.clone());
-                let c = caller.clone();
-                if defer {
-                    self.blocking(move |i| i.store.admit(&c).map_err(store_error))
-                        .await?;
-                    unstored = Some(Unstored {
-                        task: working,
-                        source: caller.source,
-                    });
-                } else {
-                    self.blocking(move |i| {
-                        let mut working = working;
-                        i.store.seal(&c.owner, &mut working);
-                        i.store
-                            .admit(&c)
-                            .and_then(|()| i.store.insert(&c, &working))
-                            .map_err(store_error)
-                    })
-                    .await?;
-                }
-                (task, Vec::new())
+                self.mark_running(owner, &task.id, &cancel);
+                slot.task_id = Some(task.id.clone());
+                let unstored = self.store_new(caller, &task, defer).await?;
+                (task, Vec::new(), unstored)
             }
         };
         message.task_id = Some(task.id.clone());
@@ -565,11 +463,6 @@ impl Engine {
             let first = self.shape(task.clone(), None);
             EventStream::open(self, owner, task.id.clone(), first, sub, false)
         });
-
-        self.mark_running(owner, &task.id, &cancel);
-        slot.task_id = Some(task.id.clone());
-
-        let (done_tx, done_rx) = oneshot::channel();
         let turn = Turn {
             task_id: task.id.clone(),
             context_id: task.context_id.clone(),
@@ -579,15 +472,186 @@ impl Engine {
             history,
             cancel,
         };
+        let fresh = task.status.state == TaskState::Submitted;
+        let done = self.launch(owner, turn, fresh, slot, unstored);
+        Ok((task, events, done))
+    }
+
+    /// Check a message before any work: its fields, then the gate, if any, with the task the
+    /// message names as stored. Returns what the gate admitted it with.
+    async fn admit_send(
+        &self,
+        caller: &Caller,
+        req: &SendMessageRequest,
+    ) -> Result<Admitted, ProtocolError> {
+        self.validate_send(req)?;
+        let Some(gate) = &self.inner.gate else {
+            return Ok(Admitted::default());
+        };
+        let stored = match &req.message.task_id {
+            Some(id) if !id.is_empty() && id.len() <= self.inner.limits.max_id_len => {
+                self.load(&caller.owner, id).await?
+            }
+            _ => None,
+        };
+        Ok(gate
+            .admit(Admit {
+                caller,
+                op: Operation::Send,
+                message: Some(&req.message),
+                task: stored.as_ref(),
+            })
+            .await?)
+    }
+
+    /// Continue the task `id`, waiting for its caller, with `message`: the message joins its
+    /// history (less the member the task holds already) and the task is `WORKING` again.
+    /// Returns the task and its history before the message; `message` gets the task's context.
+    async fn continue_task(
+        &self,
+        owner: &Owner,
+        id: &str,
+        message: &mut Message,
+        held: Option<&'static str>,
+    ) -> Result<(Task, Vec<Message>), ProtocolError> {
+        let msg = as_held(message, held);
+        let task = self
+            .update(
+                owner,
+                id,
+                ProtocolError::UnsupportedOperation(format!(
+                    "task {id} is in a terminal state and takes no more messages"
+                )),
+                {
+                    move |t, l| {
+                        if !is_interrupted(&t.status.state) {
+                            return Err(ProtocolError::UnsupportedOperation(format!(
+                                "task {} is still working; wait for it or cancel it",
+                                t.id
+                            )));
+                        }
+                        if let Some(c) = &msg.context_id {
+                            if c != &t.context_id {
+                                return Err(ProtocolError::InvalidParams(
+                                    "message.contextId does not match the task's".into(),
+                                ));
+                            }
+                        }
+                        let mut msg = msg;
+                        msg.context_id = Some(t.context_id.clone());
+                        push_history(t, msg, l.max_history_stored);
+                        t.status = TaskStatus {
+                            state: TaskState::Working,
+                            message: None,
+                            timestamp: Some(now()),
+                        };
+                        Ok(())
+                    }
+                },
+            )
+            .await?;
+        let mut before = task.history.clone().unwrap_or_default();
+        before.pop(); // the message just added is the turn's message, not its history
+        message.context_id = Some(task.context_id.clone());
+        Ok((task, before))
+    }
+
+    /// The new task `id` that `message` starts (`SUBMITTED`, the message its history, less the
+    /// member the gate `held`), remembered against a retry when the message asks to be run
+    /// once; `message` gets the task's ids.
+    fn new_task(
+        &self,
+        caller: &Caller,
+        message: &mut Message,
+        id: String,
+        metadata: Option<HashMap<String, serde_json::Value>>,
+        held: Option<&'static str>,
+    ) -> Task {
+        if asks_once(message) {
+            self.inner.seen.lock().expect("seen lock poisoned").insert(
+                caller,
+                &message.message_id,
+                &id,
+            );
+        }
+        let context_id = message
+            .context_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        message.task_id = Some(id.clone());
+        message.context_id = Some(context_id.clone());
+        let mut task = Task {
+            id,
+            context_id,
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: Some(now()),
+            },
+            artifacts: None,
+            history: None,
+            metadata,
+        };
+        let max_hist = self.inner.limits.max_history_stored;
+        push_history(&mut task, as_held(message, held), max_hist);
+        task
+    }
+
+    /// The first write of a new task, charged to the store's quota. With `defer` the task is
+    /// only admitted, and returned to be written by its turn (see
+    /// [`Limits::defer_first_write`]).
+    async fn store_new(
+        &self,
+        caller: &Caller,
+        task: &Task,
+        defer: bool,
+    ) -> Result<Option<Unstored>, ProtocolError> {
+        // The turn starts at once, so the task is stored as WORKING in its first write
+        // (one write fewer per message); the caller still sees it SUBMITTED first.
+        let mut working = task.clone();
+        working.status.state = TaskState::Working;
+        let c = caller.clone();
+        if defer {
+            self.blocking(move |i| i.store.admit(&c).map_err(store_error))
+                .await?;
+            return Ok(Some(Unstored {
+                task: working,
+                source: caller.source,
+            }));
+        }
+        self.blocking(move |i| {
+            let mut working = working;
+            i.store.seal(&c.owner, &mut working);
+            i.store
+                .admit(&c)
+                .and_then(|()| i.store.insert(&c, &working))
+                .map_err(store_error)
+        })
+        .await?;
+        Ok(None)
+    }
+
+    /// Start `turn` in a task of its own, marked running on the task's channel and holding
+    /// its running `slot` until it ends. The receiver gets how it ended.
+    fn launch(
+        &self,
+        owner: &Owner,
+        turn: Turn,
+        fresh: bool,
+        mut slot: RunSlot,
+        unstored: Option<Unstored>,
+    ) -> oneshot::Receiver<TurnEnd> {
+        self.mark_running(owner, &turn.task_id, &turn.cancel);
+        slot.task_id = Some(turn.task_id.clone());
+        let (done_tx, done_rx) = oneshot::channel();
         let engine = self.clone();
         let owner = owner.clone();
-        let fresh = task.status.state == TaskState::Submitted;
         tokio::spawn(async move {
             let last = engine.drive(owner, turn, fresh, unstored).await;
             drop(slot);
             let _ = done_tx.send(last);
         });
-        Ok((task, events, done_rx))
+        done_rx
     }
 
     /// Run one turn to its end and store what it produced. `unstored` is the new task not
@@ -601,18 +665,40 @@ impl Engine {
         mut unstored: Option<Unstored>,
     ) -> TurnEnd {
         let id = turn.task_id.clone();
-        let gone = || ProtocolError::UnsupportedOperation(String::new());
+        if !self
+            .announce_start(&owner, &turn, fresh, unstored.is_some())
+            .await
+        {
+            return Ok(None);
+        }
+        let Some(result) = self.run_turn(&owner, turn, &mut unstored).await? else {
+            return Ok(None);
+        };
+        let outcome = Self::outcome_of(&id, result);
+        self.finish(&owner, &id, &mut unstored, outcome).await
+    }
+
+    /// Tell the task's streams that the turn starts (`WORKING`); `false` when it is not to
+    /// start: canceled since the task was accepted.
+    async fn announce_start(
+        &self,
+        owner: &Owner,
+        turn: &Turn,
+        fresh: bool,
+        unstored: bool,
+    ) -> bool {
+        let id = &turn.task_id;
         if fresh {
             // Stored WORKING when it was accepted (see `begin`), or not stored yet; a cancel
             // since then has stopped the token.
             if turn.cancel.is_cancelled() {
-                return Ok(None);
+                return false;
             }
         }
-        if fresh && unstored.is_none() {
+        if fresh && !unstored {
             self.inner.publish(
-                &owner,
-                &id,
+                owner,
+                id,
                 StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                     task_id: id.clone(),
                     context_id: turn.context_id.clone(),
@@ -625,14 +711,26 @@ impl Engine {
                 }),
             );
         } else if !fresh {
-            match self.load(&owner, &id).await {
+            match self.load(owner, id).await {
                 Ok(Some(t)) if !t.status.state.is_terminal() => {
-                    self.inner.publish(&owner, &id, status_event(&t))
+                    self.inner.publish(owner, id, status_event(&t))
                 }
-                _ => return Ok(None), // canceled between acceptance and start
+                _ => return false, // canceled between acceptance and start
             }
         }
+        true
+    }
 
+    /// Run the agent's turn, storing and streaming its updates as they come, and writing an
+    /// `unstored` task when the delay has passed. `None` when the turn was canceled or shut
+    /// down; the error is a failed first write of an unstored task, which ends the turn.
+    async fn run_turn(
+        &self,
+        owner: &Owner,
+        turn: Turn,
+        unstored: &mut Option<Unstored>,
+    ) -> Result<Option<Ran>, ProtocolError> {
+        let id = turn.task_id.clone();
         let cancel = turn.cancel.clone();
         let (tx, mut rx) = mpsc::channel(16);
         // The turn runs in this task (no task of its own to spawn and wake): a panic in it is
@@ -652,11 +750,11 @@ impl Engine {
                     tokio::select! {
                         r = &mut work => break Some(r),
                         Some(u) = rx.recv() => {
-                            self.apply_update(&owner, &id, &mut unstored, u).await?;
+                            self.apply_update(owner, &id, unstored, u).await?;
                         }
                         _ = &mut first_write, if unstored.is_some() => {
                             if let Some(t) = unstored.take() {
-                                self.insert(&owner, t).await?;
+                                self.insert(owner, t).await?;
                             }
                         }
                         _ = cancel.cancelled() => break None,
@@ -666,18 +764,20 @@ impl Engine {
         };
         // Updates sent just before the outcome are applied first.
         while let Ok(u) = rx.try_recv() {
-            self.apply_update(&owner, &id, &mut unstored, u).await?;
+            self.apply_update(owner, &id, unstored, u).await?;
         }
         // Canceled (the cancel wrote the state) or shut down (the task stays as stored; one
         // not stored yet is dropped with its turn): a handler that noticed the cancel first
         // and returned does not get to write either.
-        let Some(result) = result.filter(|_| !cancel.is_cancelled()) else {
-            return Ok(None);
-        };
-        let outcome = match result {
+        Ok(result.filter(|_| !cancel.is_cancelled()))
+    }
+
+    /// The outcome of a turn's work: an agent's error or panic fails the task.
+    fn outcome_of(id: &str, result: Ran) -> Outcome {
+        match result {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => Outcome::Failed {
-                message: agent_text(&id, &e.0),
+                message: agent_text(id, &e.0),
             },
             Err(panic) => {
                 let why = panic
@@ -687,10 +787,22 @@ impl Engine {
                     .unwrap_or_default();
                 tracing::warn!(task = %id, panic = %why, "agent turn panicked");
                 Outcome::Failed {
-                    message: agent_text(&id, "the agent failed"),
+                    message: agent_text(id, "the agent failed"),
                 }
             }
-        };
+        }
+    }
+
+    /// Store the turn's outcome and send it to the task's streams, its artifacts before its
+    /// final status. An outcome the store refuses fails the task.
+    async fn finish(
+        &self,
+        owner: &Owner,
+        id: &str,
+        unstored: &mut Option<Unstored>,
+        outcome: Outcome,
+    ) -> TurnEnd {
+        let gone = ProtocolError::UnsupportedOperation(String::new());
         let (state, message, artifacts) = match outcome {
             Outcome::Completed { message, artifacts } => (TaskState::Completed, message, artifacts),
             Outcome::InputRequired { message } => (TaskState::InputRequired, Some(message), vec![]),
@@ -700,7 +812,7 @@ impl Engine {
         let outcome_artifacts = artifacts.clone();
         let first = unstored.is_some();
         let res = self
-            .change(&owner, &id, &mut unstored, gone(), {
+            .change(owner, id, unstored, gone, {
                 move |t, l| {
                     for a in artifacts {
                         add_artifact(t, a, l.max_artifacts);
@@ -729,9 +841,9 @@ impl Engine {
             Ok(t) => {
                 // The outcome's artifacts, as events, before the final status.
                 for a in outcome_artifacts {
-                    self.inner.publish(&owner, &id, artifact_event(&t, a));
+                    self.inner.publish(owner, id, artifact_event(&t, a));
                 }
-                self.inner.publish(&owner, &id, status_event(&t));
+                self.inner.publish(owner, id, status_event(&t));
                 Ok(Some(t))
             }
             Err(e) if first => Err(e),
@@ -739,7 +851,7 @@ impl Engine {
             Err(ProtocolError::UnsupportedOperation(m)) if m.is_empty() => Ok(None),
             // The outcome could not be stored (too large, store full, I/O): never left WORKING
             // silently. The task fails with the reason, without what could not be stored.
-            Err(e) => self.fail_unstorable(&owner, &id, &e).await,
+            Err(e) => self.fail_unstorable(owner, id, &e).await,
         }
     }
 
