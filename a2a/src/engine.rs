@@ -23,6 +23,13 @@
 //! body limit is applied by the server. A source ([`Source`]) is the caller's network block:
 //! DIDs cost nothing to mint, so a per-owner share alone bounds nobody; the per-source share is
 //! what keeps one address (or IPv6 /64) from taking a whole total.
+//!
+//! # Beside it
+//!
+//! This file is the state machine: admission, a task's creation and changes, the turn. Around
+//! it, one idea each: `limits` ([`Limits`]), `slots` (the running turns and open streams held,
+//! counted in all, per owner and per source) and `fanout` (the SSE fan-out: each live task's
+//! broadcast channel, and the [`EventStream`] that reads it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,118 +38,28 @@ use std::time::Duration;
 use a2a::{
     Artifact, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message,
     Role, SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
-    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use futures_util::FutureExt as _;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Caller, Owner, Source};
 use crate::error::ProtocolError;
 use crate::gate::{as_held, Admit, Admitted, Gate, Operation};
-use crate::handler::{Handler, Outcome, Turn, Update, Updates};
+use crate::handler::{Handler, HandlerError, Outcome, Turn, Update, Updates};
 use crate::seen::{Bounds, Seen};
 use crate::store::{Cursor, ListQuery, StoreError, TaskStore};
 
-/// What one agent's engine lets its callers cost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Limits {
-    /// Request bodies at most this many bytes (applied by the server): 1 MiB.
-    pub max_body_bytes: usize,
-    /// Messages kept in a task's history (oldest dropped first): 100.
-    pub max_history_stored: usize,
-    /// Messages returned in a task's history, whatever `historyLength` asks: 100.
-    pub max_history_returned: usize,
-    /// Artifacts kept per task (later ones are dropped with a warning): 64.
-    pub max_artifacts: usize,
-    /// `ListTasks` page size when the request sets none: 50 (the spec's default).
-    pub default_page_size: usize,
-    /// Largest `pageSize` accepted: 100 (the spec's maximum).
-    pub max_page_size: usize,
-    /// Turns running at once for one owner: 16.
-    pub max_running_per_owner: usize,
-    /// Turns running at once for one source (an IPv4 address or IPv6 /64, whatever the
-    /// owners): 64, so that free DIDs from one block take at most 1/16 of `max_running`.
-    pub max_running_per_source: usize,
-    /// Turns running at once in all: 1024.
-    pub max_running: usize,
-    /// SSE streams open on one task: 8.
-    pub max_subscribers_per_task: usize,
-    /// SSE streams open for one owner: 16.
-    pub max_subscribers_per_owner: usize,
-    /// SSE streams open for one source (an IPv4 address or IPv6 /64, whatever the owners): 32,
-    /// 1/8 of `max_subscribers`.
-    pub max_subscribers_per_source: usize,
-    /// SSE streams open in all: 256.
-    pub max_subscribers: usize,
-    /// An SSE stream that carries no event for this long ends (keep-alive comments do not
-    /// count), so a task that works for days holds no stream slot for days; the client can
-    /// subscribe again: 10 min.
-    pub max_stream_idle: Duration,
-    /// An SSE stream ends after this long whatever it carries (a `SubscribeToTask` on a task
-    /// waiting for input stays open until the task ends, so a task that keeps reporting would
-    /// otherwise hold its slot for as long as it lives); the client can subscribe again: 1 h.
-    pub max_stream_lifetime: Duration,
-    /// Events buffered per live task for its streams: 64.
-    pub event_buffer: usize,
-    /// A blocking `SendMessage` answers after this with the task as it is: 25 s, under the
-    /// node's 30 s request timeout.
-    pub max_blocking_wait: Duration,
-    /// SSE keep-alive comment interval: 15 s.
-    pub keep_alive: Duration,
-    /// A new task of a blocking `SendMessage` is first written when its turn reports (an
-    /// update or its outcome) or after this long, whichever comes first: 50 ms (at most half
-    /// of `max_blocking_wait`; zero writes it at once). Until then only the turn knows its id,
-    /// so nobody can ask for it; a turn that ends within the delay costs one write instead of
-    /// two. The quota is checked before the turn starts all the same.
-    pub defer_first_write: Duration,
-    /// Longest id (task, context, message) accepted: 256 bytes.
-    pub max_id_len: usize,
-    /// New-task messages remembered per owner with the task each started, so that the same
-    /// `messageId` sent again (a retry after a lost answer) gets that task, not a second one:
-    /// 256 (the oldest forgotten first).
-    pub max_seen_per_owner: usize,
-    /// And per source (an IPv4 address or IPv6 /64, whatever the owners): 4096.
-    pub max_seen_per_source: usize,
-    /// And in all: 16384 (about 7 MiB at the longest ids); 0 turns it off.
-    pub max_seen: usize,
-    /// Deepest JSON nesting of a request body (applied by the server, before anything is
-    /// parsed): 64. What the store wraps around a message must still read back
-    /// ([`crate::store::MAX_RECORD_DEPTH`]); at most that minus a margin.
-    pub max_json_depth: usize,
-}
+mod fanout;
+mod limits;
+mod slots;
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_body_bytes: 1 << 20,
-            max_history_stored: 100,
-            max_history_returned: 100,
-            max_artifacts: 64,
-            default_page_size: 50,
-            max_page_size: 100,
-            max_running_per_owner: 16,
-            max_running_per_source: 64,
-            max_running: 1024,
-            max_subscribers_per_task: 8,
-            max_subscribers_per_owner: 16,
-            max_subscribers_per_source: 32,
-            max_subscribers: 256,
-            max_stream_idle: Duration::from_secs(600),
-            max_stream_lifetime: Duration::from_secs(3600),
-            event_buffer: 64,
-            max_blocking_wait: Duration::from_secs(25),
-            keep_alive: Duration::from_secs(15),
-            defer_first_write: Duration::from_millis(50),
-            max_id_len: 256,
-            max_seen_per_owner: 256,
-            max_seen_per_source: 4096,
-            max_seen: 16384,
-            max_json_depth: 64,
-        }
-    }
-}
+pub use fanout::EventStream;
+pub use limits::Limits;
+
+use fanout::{artifact_event, status_event, Live};
+use slots::Shares;
 
 /// The card extension of an agent whose engine answers a repeated `SendMessage` (same
 /// `messageId`, same caller) with the task the first one started ([`Limits::max_seen`]): its
@@ -162,105 +79,11 @@ pub fn asks_once(m: &Message) -> bool {
 /// last state (canceled, shut down); an error when a task not stored yet could not be.
 type TurnEnd = Result<Option<Task>, ProtocolError>;
 
+/// What a turn's work came to: the agent's outcome or error, or the panic it raised.
+type Ran = std::thread::Result<Result<Outcome, HandlerError>>;
+
 /// Stripes of the per-task update lock.
 const STRIPES: usize = 64;
-
-/// A live task's fan-out: its event channel, its streams, its running turn.
-struct Channel {
-    tx: broadcast::Sender<StreamResponse>,
-    subscribers: usize,
-    running: Option<CancellationToken>,
-}
-
-#[derive(Default)]
-struct Live {
-    channels: HashMap<(Owner, String), Channel>,
-    running: Held,
-    subscribers: Held,
-}
-
-/// What one kind of slot (running turns, streams) holds: in all, per owner, per source.
-#[derive(Default)]
-struct Held {
-    total: usize,
-    by_owner: HashMap<Owner, usize>,
-    by_source: HashMap<Source, usize>,
-}
-
-/// The bounds of one kind of slot, and how its refusals name it.
-struct Shares {
-    total: usize,
-    per_owner: usize,
-    per_source: usize,
-    /// "tasks", "streams".
-    what: &'static str,
-    /// "running", "open".
-    state: &'static str,
-    /// Said to an owner at its share.
-    hint: &'static str,
-}
-
-impl Held {
-    /// Refuse one more for `caller` beyond `s` (in all, then the owner's, then the source's
-    /// share).
-    fn check(&self, caller: &Caller, s: &Shares) -> Result<(), ProtocolError> {
-        let (what, state) = (s.what, s.state);
-        if self.total >= s.total {
-            return Err(ProtocolError::Busy(format!(
-                "{} {what} are {state} on this agent",
-                s.total
-            )));
-        }
-        let mine = held(&self.by_owner, &caller.owner);
-        if mine >= s.per_owner {
-            return Err(ProtocolError::Busy(format!(
-                "you have {mine} {what} {state} on this agent (at most {}){}",
-                s.per_owner, s.hint
-            )));
-        }
-        let ours = held(&self.by_source, &caller.source);
-        if ours >= s.per_source {
-            return Err(ProtocolError::Busy(format!(
-                "{ours} {what} from your network ({}) are {state} on this agent (at most {})",
-                caller.source, s.per_source
-            )));
-        }
-        Ok(())
-    }
-
-    fn take(&mut self, owner: &Owner, source: &Source) {
-        self.total += 1;
-        count_up(&mut self.by_owner, owner);
-        count_up(&mut self.by_source, source);
-    }
-
-    fn give_back(&mut self, owner: &Owner, source: &Source) {
-        self.total = self.total.saturating_sub(1);
-        count_down(&mut self.by_owner, owner);
-        count_down(&mut self.by_source, source);
-    }
-}
-
-/// How many `key` holds in `counts` (absent is zero).
-fn held<K: std::hash::Hash + Eq>(counts: &HashMap<K, usize>, key: &K) -> usize {
-    counts.get(key).copied().unwrap_or(0)
-}
-
-/// Count one more for `key`.
-fn count_up<K: std::hash::Hash + Eq + Clone>(counts: &mut HashMap<K, usize>, key: &K) {
-    *counts.entry(key.clone()).or_default() += 1;
-}
-
-/// Count one less for `key`; an entry lives only while it is above zero, so the maps never
-/// hold more entries than the totals they share.
-fn count_down<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
-    if let Some(n) = counts.get_mut(key) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            counts.remove(key);
-        }
-    }
-}
 
 struct Inner {
     handler: Arc<dyn Handler>,
@@ -321,15 +144,6 @@ fn push_history(task: &mut Task, message: Message, max: usize) {
     }
 }
 
-fn status_event(task: &Task) -> StreamResponse {
-    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-        task_id: task.id.clone(),
-        context_id: task.context_id.clone(),
-        status: task.status.clone(),
-        metadata: None,
-    })
-}
-
 /// Releases a running-turn slot (and the channel's `running` mark) when the turn ends, however
 /// it ends.
 struct RunSlot {
@@ -355,140 +169,13 @@ impl Drop for RunSlot {
     }
 }
 
-/// Counts one SSE stream; uncounted on drop.
-struct SubscriberSlot {
-    inner: Arc<Inner>,
-    key: (Owner, String),
-    source: Source,
-}
-
-impl Drop for SubscriberSlot {
-    fn drop(&mut self) {
-        let mut live = self.inner.lock_live();
-        live.subscribers.give_back(&self.key.0, &self.source);
-        if let Some(ch) = live.channels.get_mut(&self.key) {
-            ch.subscribers = ch.subscribers.saturating_sub(1);
-            if ch.subscribers == 0 && ch.running.is_none() {
-                live.channels.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// The events of one task, for an SSE stream: first the task, then its status and artifact
-/// updates, ending after a terminal status, when no event has come for
-/// [`Limits::max_stream_idle`], and after [`Limits::max_stream_lifetime`]. A
-/// `SendStreamingMessage` stream also ends after an interrupted status (`INPUT_REQUIRED`,
-/// `AUTH_REQUIRED`: the turn is over), right after the first event when the task is already
-/// in one; a `SubscribeToTask` stream stays open through them until the task ends, so that a
-/// client waiting on an interrupted task sees it go on and finish. A message the agent
-/// answered directly ([`Handler::reply`]) is a stream of that one message.
-pub struct EventStream {
-    first: Option<StreamResponse>,
-    /// `None`: the stream is its first event only.
-    rx: Option<broadcast::Receiver<StreamResponse>>,
-    engine: Engine,
-    owner: Owner,
-    task_id: String,
-    ended: bool,
-    /// `SubscribeToTask`: an interrupted state does not end the stream.
-    until_terminal: bool,
-    deadline: tokio::time::Instant,
-    _slot: Option<SubscriberSlot>,
-}
-
-impl std::fmt::Debug for EventStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventStream")
-            .field("task_id", &self.task_id)
-            .field("ended", &self.ended)
-            .finish_non_exhaustive()
-    }
-}
-
-impl EventStream {
-    /// Does a task in state `s` end this stream?
-    fn ends_at(&self, s: &TaskState) -> bool {
-        s.is_terminal() || (!self.until_terminal && is_interrupted(s))
-    }
-
-    /// The next event; `None` once the stream has ended.
-    pub async fn next(&mut self) -> Option<StreamResponse> {
-        if self.ended {
-            return None;
-        }
-        if let Some(first) = self.first.take() {
-            match &first {
-                // A task already waiting for its caller has nothing more to stream, unless
-                // this is a subscription, which waits for the task to go on.
-                StreamResponse::Task(t) => self.ended = self.ends_at(&t.status.state),
-                StreamResponse::Message(_) => self.ended = true,
-                _ => {}
-            }
-            self.ended |= self.rx.is_none();
-            return Some(first);
-        }
-        let idle = self.engine.inner.limits.max_stream_idle;
-        let left = self
-            .deadline
-            .saturating_duration_since(tokio::time::Instant::now());
-        let rx = self.rx.as_mut()?;
-        let Ok(received) = tokio::time::timeout(idle.min(left), rx.recv()).await else {
-            if left <= idle {
-                tracing::debug!(task = %self.task_id, "SSE stream at its lifetime; ending it");
-            } else {
-                tracing::debug!(task = %self.task_id, ?idle, "SSE stream idle; ending it");
-            }
-            self.ended = true;
-            return None;
-        };
-        let ev = match received {
-            Ok(ev) => ev,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::debug!(task = %self.task_id, missed, "SSE stream lagged; sending the task");
-                match self.engine.load(&self.owner, &self.task_id).await {
-                    Ok(Some(t)) => StreamResponse::Task(self.engine.shape(t, None)),
-                    _ => {
-                        self.ended = true;
-                        return None;
-                    }
-                }
-            }
-            Err(broadcast::error::RecvError::Closed) => {
-                self.ended = true;
-                return None;
-            }
-        };
-        let state = match &ev {
-            StreamResponse::StatusUpdate(s) => Some(&s.status.state),
-            StreamResponse::Task(t) => Some(&t.status.state),
-            _ => None,
-        };
-        if let Some(s) = state {
-            self.ended = self.ends_at(s);
-        }
-        Some(ev)
-    }
-}
-
 impl Inner {
-    fn lock_live(&self) -> std::sync::MutexGuard<'_, Live> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
+    /// The stripe of the per-task update lock that `id` takes.
     fn stripe(&self, id: &str) -> &Mutex<()> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         id.hash(&mut h);
         &self.stripes[(h.finish() as usize) % STRIPES]
-    }
-
-    fn publish(&self, owner: &Owner, id: &str, ev: StreamResponse) {
-        let live = self.lock_live();
-        if let Some(ch) = live.channels.get(&(owner.clone(), id.to_string())) {
-            // No receiver is fine: nobody is streaming this task.
-            let _ = ch.tx.send(ev);
-        }
     }
 }
 
@@ -646,73 +333,6 @@ impl Engine {
         })
     }
 
-    /// Mark the task's channel running with the turn's cancel token (creating the channel if
-    /// no stream opened it).
-    fn mark_running(&self, owner: &Owner, id: &str, cancel: &CancellationToken) {
-        let buffer = self.inner.limits.event_buffer.max(1);
-        let mut live = self.inner.lock_live();
-        let ch = live
-            .channels
-            .entry((owner.clone(), id.to_string()))
-            .or_insert_with(|| Channel {
-                tx: broadcast::channel(buffer).0,
-                subscribers: 0,
-                running: None,
-            });
-        ch.running = Some(cancel.clone());
-    }
-
-    /// Open a stream slot on the task's channel (creating the channel), bounded per task, per
-    /// owner, per source and in all.
-    fn subscribe_channel(
-        &self,
-        caller: &Caller,
-        id: &str,
-    ) -> Result<(broadcast::Receiver<StreamResponse>, SubscriberSlot), ProtocolError> {
-        let (owner, source) = (&caller.owner, &caller.source);
-        let l = &self.inner.limits;
-        let key = (owner.clone(), id.to_string());
-        let mut live = self.inner.lock_live();
-        live.subscribers.check(
-            caller,
-            &Shares {
-                total: l.max_subscribers,
-                per_owner: l.max_subscribers_per_owner,
-                per_source: l.max_subscribers_per_source,
-                what: "streams",
-                state: "open",
-                hint: "; close one first",
-            },
-        )?;
-        let buffer = l.event_buffer.max(1);
-        let ch = live.channels.entry(key.clone()).or_insert_with(|| Channel {
-            tx: broadcast::channel(buffer).0,
-            subscribers: 0,
-            running: None,
-        });
-        if ch.subscribers >= l.max_subscribers_per_task {
-            let n = ch.subscribers;
-            if n == 0 && ch.running.is_none() {
-                live.channels.remove(&key);
-            }
-            return Err(ProtocolError::Busy(format!(
-                "{n} streams are open on this task (at most {})",
-                l.max_subscribers_per_task
-            )));
-        }
-        ch.subscribers += 1;
-        let rx = ch.tx.subscribe();
-        live.subscribers.take(owner, source);
-        Ok((
-            rx,
-            SubscriberSlot {
-                inner: self.inner.clone(),
-                key,
-                source: *source,
-            },
-        ))
-    }
-
     fn validate_send(&self, req: &SendMessageRequest) -> Result<(), ProtocolError> {
         let m = &req.message;
         self.check_id("message.messageId", &m.message_id)?;
@@ -804,33 +424,13 @@ impl Engine {
         defer: bool,
     ) -> Result<(Task, Option<EventStream>, oneshot::Receiver<TurnEnd>), ProtocolError> {
         let owner = &caller.owner;
-        self.validate_send(&req)?;
         let Admitted {
             metadata: admitted,
             held,
-        } = match &self.inner.gate {
-            None => Admitted::default(),
-            Some(gate) => {
-                let stored = match &req.message.task_id {
-                    Some(id) if !id.is_empty() && id.len() <= self.inner.limits.max_id_len => {
-                        self.load(owner, id).await?
-                    }
-                    _ => None,
-                };
-                gate.admit(Admit {
-                    caller,
-                    op: Operation::Send,
-                    message: Some(&req.message),
-                    task: stored.as_ref(),
-                })
-                .await?
-            }
-        };
+        } = self.admit_send(caller, &req).await?;
         let defer = defer && !stream && !self.inner.limits.defer_first_write.is_zero();
-        let mut unstored = None;
         let mut slot = self.reserve_run(caller)?;
         let mut message = req.message;
-        let max_hist = self.inner.limits.max_history_stored;
         let new_id = uuid::Uuid::new_v4().to_string();
         // The stream slot is taken before the task is created or moved, so that a refusal
         // leaves no task behind and no event is missed.
@@ -842,129 +442,27 @@ impl Engine {
         };
 
         let cancel = self.inner.shutdown.child_token();
-        let (task, history) = match message.task_id.clone() {
+        let (task, history, unstored) = match message.task_id.clone() {
             Some(id) => {
-                let msg = as_held(&message, held);
-                let task = self
-                    .update(
-                        owner,
-                        &id,
-                        ProtocolError::UnsupportedOperation(format!(
-                            "task {id} is in a terminal state and takes no more messages"
-                        )),
-                        {
-                            move |t, l| {
-                                if !is_interrupted(&t.status.state) {
-                                    return Err(ProtocolError::UnsupportedOperation(format!(
-                                        "task {} is still working; wait for it or cancel it",
-                                        t.id
-                                    )));
-                                }
-                                if let Some(c) = &msg.context_id {
-                                    if c != &t.context_id {
-                                        return Err(ProtocolError::InvalidParams(
-                                            "message.contextId does not match the task's".into(),
-                                        ));
-                                    }
-                                }
-                                let mut msg = msg;
-                                msg.context_id = Some(t.context_id.clone());
-                                push_history(t, msg, l.max_history_stored);
-                                t.status = TaskStatus {
-                                    state: TaskState::Working,
-                                    message: None,
-                                    timestamp: Some(now()),
-                                };
-                                Ok(())
-                            }
-                        },
-                    )
-                    .await?;
-                let mut before = task.history.clone().unwrap_or_default();
-                before.pop(); // the message just added is the turn's message, not its history
-                message.context_id = Some(task.context_id.clone());
-                (task, before)
+                let (task, history) = self.continue_task(owner, &id, &mut message, held).await?;
+                (task, history, None)
             }
             None => {
-                let id = new_id;
-                if asks_once(&message) {
-                    self.inner.seen.lock().expect("seen lock poisoned").insert(
-                        caller,
-                        &message.message_id,
-                        &id,
-                    );
-                }
-                let context_id = message
-                    .context_id
-                    .clone()
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-                message.task_id = Some(id.clone());
-                message.context_id = Some(context_id.clone());
-                let mut task = Task {
-                    id: id.clone(),
-                    context_id,
-                    status: TaskStatus {
-                        state: TaskState::Submitted,
-                        message: None,
-                        timestamp: Some(now()),
-                    },
-                    artifacts: None,
-                    history: None,
-                    metadata: admitted,
-                };
-                push_history(&mut task, as_held(&message, held), max_hist);
-                // The turn starts at once, so the task is stored as WORKING in its first write
-                // (one write fewer per message); the caller still sees it SUBMITTED first.
-                let mut working = task.clone();
-                working.status.state = TaskState::Working;
+                let task = self.new_task(caller, &mut message, new_id, admitted, held);
                 // Marked running before it is stored, so that a cancel that finds the task
                 // stored also finds the turn to stop.
-                self.mark_running(owner, &id, &cancel);
-                slot.task_id = Some(id.clone());
-                let c = caller.clone();
-                if defer {
-                    self.blocking(move |i| i.store.admit(&c).map_err(store_error))
-                        .await?;
-                    unstored = Some(Unstored {
-                        task: working,
-                        source: caller.source,
-                    });
-                } else {
-                    self.blocking(move |i| {
-                        let mut working = working;
-                        i.store.seal(&c.owner, &mut working);
-                        i.store
-                            .admit(&c)
-                            .and_then(|()| i.store.insert(&c, &working))
-                            .map_err(store_error)
-                    })
-                    .await?;
-                }
-                (task, Vec::new())
+                self.mark_running(owner, &task.id, &cancel);
+                slot.task_id = Some(task.id.clone());
+                let unstored = self.store_new(caller, &task, defer).await?;
+                (task, Vec::new(), unstored)
             }
         };
         message.task_id = Some(task.id.clone());
 
-        let events = if let Some((rx, sub)) = sub {
-            Some(EventStream {
-                first: Some(StreamResponse::Task(self.shape(task.clone(), None))),
-                rx: Some(rx),
-                engine: self.clone(),
-                owner: owner.clone(),
-                task_id: task.id.clone(),
-                ended: false,
-                until_terminal: false,
-                deadline: tokio::time::Instant::now() + self.inner.limits.max_stream_lifetime,
-                _slot: Some(sub),
-            })
-        } else {
-            None
-        };
-
-        self.mark_running(owner, &task.id, &cancel);
-        slot.task_id = Some(task.id.clone());
-
-        let (done_tx, done_rx) = oneshot::channel();
+        let events = sub.map(|sub| {
+            let first = self.shape(task.clone(), None);
+            EventStream::open(self, owner, task.id.clone(), first, sub, false)
+        });
         let turn = Turn {
             task_id: task.id.clone(),
             context_id: task.context_id.clone(),
@@ -974,15 +472,186 @@ impl Engine {
             history,
             cancel,
         };
+        let fresh = task.status.state == TaskState::Submitted;
+        let done = self.launch(owner, turn, fresh, slot, unstored);
+        Ok((task, events, done))
+    }
+
+    /// Check a message before any work: its fields, then the gate, if any, with the task the
+    /// message names as stored. Returns what the gate admitted it with.
+    async fn admit_send(
+        &self,
+        caller: &Caller,
+        req: &SendMessageRequest,
+    ) -> Result<Admitted, ProtocolError> {
+        self.validate_send(req)?;
+        let Some(gate) = &self.inner.gate else {
+            return Ok(Admitted::default());
+        };
+        let stored = match &req.message.task_id {
+            Some(id) if !id.is_empty() && id.len() <= self.inner.limits.max_id_len => {
+                self.load(&caller.owner, id).await?
+            }
+            _ => None,
+        };
+        Ok(gate
+            .admit(Admit {
+                caller,
+                op: Operation::Send,
+                message: Some(&req.message),
+                task: stored.as_ref(),
+            })
+            .await?)
+    }
+
+    /// Continue the task `id`, waiting for its caller, with `message`: the message joins its
+    /// history (less the member the task holds already) and the task is `WORKING` again.
+    /// Returns the task and its history before the message; `message` gets the task's context.
+    async fn continue_task(
+        &self,
+        owner: &Owner,
+        id: &str,
+        message: &mut Message,
+        held: Option<&'static str>,
+    ) -> Result<(Task, Vec<Message>), ProtocolError> {
+        let msg = as_held(message, held);
+        let task = self
+            .update(
+                owner,
+                id,
+                ProtocolError::UnsupportedOperation(format!(
+                    "task {id} is in a terminal state and takes no more messages"
+                )),
+                {
+                    move |t, l| {
+                        if !is_interrupted(&t.status.state) {
+                            return Err(ProtocolError::UnsupportedOperation(format!(
+                                "task {} is still working; wait for it or cancel it",
+                                t.id
+                            )));
+                        }
+                        if let Some(c) = &msg.context_id {
+                            if c != &t.context_id {
+                                return Err(ProtocolError::InvalidParams(
+                                    "message.contextId does not match the task's".into(),
+                                ));
+                            }
+                        }
+                        let mut msg = msg;
+                        msg.context_id = Some(t.context_id.clone());
+                        push_history(t, msg, l.max_history_stored);
+                        t.status = TaskStatus {
+                            state: TaskState::Working,
+                            message: None,
+                            timestamp: Some(now()),
+                        };
+                        Ok(())
+                    }
+                },
+            )
+            .await?;
+        let mut before = task.history.clone().unwrap_or_default();
+        before.pop(); // the message just added is the turn's message, not its history
+        message.context_id = Some(task.context_id.clone());
+        Ok((task, before))
+    }
+
+    /// The new task `id` that `message` starts (`SUBMITTED`, the message its history, less the
+    /// member the gate `held`), remembered against a retry when the message asks to be run
+    /// once; `message` gets the task's ids.
+    fn new_task(
+        &self,
+        caller: &Caller,
+        message: &mut Message,
+        id: String,
+        metadata: Option<HashMap<String, serde_json::Value>>,
+        held: Option<&'static str>,
+    ) -> Task {
+        if asks_once(message) {
+            self.inner.seen.lock().expect("seen lock poisoned").insert(
+                caller,
+                &message.message_id,
+                &id,
+            );
+        }
+        let context_id = message
+            .context_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        message.task_id = Some(id.clone());
+        message.context_id = Some(context_id.clone());
+        let mut task = Task {
+            id,
+            context_id,
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: Some(now()),
+            },
+            artifacts: None,
+            history: None,
+            metadata,
+        };
+        let max_hist = self.inner.limits.max_history_stored;
+        push_history(&mut task, as_held(message, held), max_hist);
+        task
+    }
+
+    /// The first write of a new task, charged to the store's quota. With `defer` the task is
+    /// only admitted, and returned to be written by its turn (see
+    /// [`Limits::defer_first_write`]).
+    async fn store_new(
+        &self,
+        caller: &Caller,
+        task: &Task,
+        defer: bool,
+    ) -> Result<Option<Unstored>, ProtocolError> {
+        // The turn starts at once, so the task is stored as WORKING in its first write
+        // (one write fewer per message); the caller still sees it SUBMITTED first.
+        let mut working = task.clone();
+        working.status.state = TaskState::Working;
+        let c = caller.clone();
+        if defer {
+            self.blocking(move |i| i.store.admit(&c).map_err(store_error))
+                .await?;
+            return Ok(Some(Unstored {
+                task: working,
+                source: caller.source,
+            }));
+        }
+        self.blocking(move |i| {
+            let mut working = working;
+            i.store.seal(&c.owner, &mut working);
+            i.store
+                .admit(&c)
+                .and_then(|()| i.store.insert(&c, &working))
+                .map_err(store_error)
+        })
+        .await?;
+        Ok(None)
+    }
+
+    /// Start `turn` in a task of its own, marked running on the task's channel and holding
+    /// its running `slot` until it ends. The receiver gets how it ended.
+    fn launch(
+        &self,
+        owner: &Owner,
+        turn: Turn,
+        fresh: bool,
+        mut slot: RunSlot,
+        unstored: Option<Unstored>,
+    ) -> oneshot::Receiver<TurnEnd> {
+        self.mark_running(owner, &turn.task_id, &turn.cancel);
+        slot.task_id = Some(turn.task_id.clone());
+        let (done_tx, done_rx) = oneshot::channel();
         let engine = self.clone();
         let owner = owner.clone();
-        let fresh = task.status.state == TaskState::Submitted;
         tokio::spawn(async move {
             let last = engine.drive(owner, turn, fresh, unstored).await;
             drop(slot);
             let _ = done_tx.send(last);
         });
-        Ok((task, events, done_rx))
+        done_rx
     }
 
     /// Run one turn to its end and store what it produced. `unstored` is the new task not
@@ -996,18 +665,40 @@ impl Engine {
         mut unstored: Option<Unstored>,
     ) -> TurnEnd {
         let id = turn.task_id.clone();
-        let gone = || ProtocolError::UnsupportedOperation(String::new());
+        if !self
+            .announce_start(&owner, &turn, fresh, unstored.is_some())
+            .await
+        {
+            return Ok(None);
+        }
+        let Some(result) = self.run_turn(&owner, turn, &mut unstored).await? else {
+            return Ok(None);
+        };
+        let outcome = Self::outcome_of(&id, result);
+        self.finish(&owner, &id, &mut unstored, outcome).await
+    }
+
+    /// Tell the task's streams that the turn starts (`WORKING`); `false` when it is not to
+    /// start: canceled since the task was accepted.
+    async fn announce_start(
+        &self,
+        owner: &Owner,
+        turn: &Turn,
+        fresh: bool,
+        unstored: bool,
+    ) -> bool {
+        let id = &turn.task_id;
         if fresh {
             // Stored WORKING when it was accepted (see `begin`), or not stored yet; a cancel
             // since then has stopped the token.
             if turn.cancel.is_cancelled() {
-                return Ok(None);
+                return false;
             }
         }
-        if fresh && unstored.is_none() {
+        if fresh && !unstored {
             self.inner.publish(
-                &owner,
-                &id,
+                owner,
+                id,
                 StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                     task_id: id.clone(),
                     context_id: turn.context_id.clone(),
@@ -1020,14 +711,26 @@ impl Engine {
                 }),
             );
         } else if !fresh {
-            match self.load(&owner, &id).await {
+            match self.load(owner, id).await {
                 Ok(Some(t)) if !t.status.state.is_terminal() => {
-                    self.inner.publish(&owner, &id, status_event(&t))
+                    self.inner.publish(owner, id, status_event(&t))
                 }
-                _ => return Ok(None), // canceled between acceptance and start
+                _ => return false, // canceled between acceptance and start
             }
         }
+        true
+    }
 
+    /// Run the agent's turn, storing and streaming its updates as they come, and writing an
+    /// `unstored` task when the delay has passed. `None` when the turn was canceled or shut
+    /// down; the error is a failed first write of an unstored task, which ends the turn.
+    async fn run_turn(
+        &self,
+        owner: &Owner,
+        turn: Turn,
+        unstored: &mut Option<Unstored>,
+    ) -> Result<Option<Ran>, ProtocolError> {
+        let id = turn.task_id.clone();
         let cancel = turn.cancel.clone();
         let (tx, mut rx) = mpsc::channel(16);
         // The turn runs in this task (no task of its own to spawn and wake): a panic in it is
@@ -1047,11 +750,11 @@ impl Engine {
                     tokio::select! {
                         r = &mut work => break Some(r),
                         Some(u) = rx.recv() => {
-                            self.apply_update(&owner, &id, &mut unstored, u).await?;
+                            self.apply_update(owner, &id, unstored, u).await?;
                         }
                         _ = &mut first_write, if unstored.is_some() => {
                             if let Some(t) = unstored.take() {
-                                self.insert(&owner, t).await?;
+                                self.insert(owner, t).await?;
                             }
                         }
                         _ = cancel.cancelled() => break None,
@@ -1061,18 +764,20 @@ impl Engine {
         };
         // Updates sent just before the outcome are applied first.
         while let Ok(u) = rx.try_recv() {
-            self.apply_update(&owner, &id, &mut unstored, u).await?;
+            self.apply_update(owner, &id, unstored, u).await?;
         }
         // Canceled (the cancel wrote the state) or shut down (the task stays as stored; one
         // not stored yet is dropped with its turn): a handler that noticed the cancel first
         // and returned does not get to write either.
-        let Some(result) = result.filter(|_| !cancel.is_cancelled()) else {
-            return Ok(None);
-        };
-        let outcome = match result {
+        Ok(result.filter(|_| !cancel.is_cancelled()))
+    }
+
+    /// The outcome of a turn's work: an agent's error or panic fails the task.
+    fn outcome_of(id: &str, result: Ran) -> Outcome {
+        match result {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => Outcome::Failed {
-                message: agent_text(&id, &e.0),
+                message: agent_text(id, &e.0),
             },
             Err(panic) => {
                 let why = panic
@@ -1082,10 +787,22 @@ impl Engine {
                     .unwrap_or_default();
                 tracing::warn!(task = %id, panic = %why, "agent turn panicked");
                 Outcome::Failed {
-                    message: agent_text(&id, "the agent failed"),
+                    message: agent_text(id, "the agent failed"),
                 }
             }
-        };
+        }
+    }
+
+    /// Store the turn's outcome and send it to the task's streams, its artifacts before its
+    /// final status. An outcome the store refuses fails the task.
+    async fn finish(
+        &self,
+        owner: &Owner,
+        id: &str,
+        unstored: &mut Option<Unstored>,
+        outcome: Outcome,
+    ) -> TurnEnd {
+        let gone = ProtocolError::UnsupportedOperation(String::new());
         let (state, message, artifacts) = match outcome {
             Outcome::Completed { message, artifacts } => (TaskState::Completed, message, artifacts),
             Outcome::InputRequired { message } => (TaskState::InputRequired, Some(message), vec![]),
@@ -1095,7 +812,7 @@ impl Engine {
         let outcome_artifacts = artifacts.clone();
         let first = unstored.is_some();
         let res = self
-            .change(&owner, &id, &mut unstored, gone(), {
+            .change(owner, id, unstored, gone, {
                 move |t, l| {
                     for a in artifacts {
                         add_artifact(t, a, l.max_artifacts);
@@ -1124,20 +841,9 @@ impl Engine {
             Ok(t) => {
                 // The outcome's artifacts, as events, before the final status.
                 for a in outcome_artifacts {
-                    self.inner.publish(
-                        &owner,
-                        &id,
-                        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                            task_id: t.id.clone(),
-                            context_id: t.context_id.clone(),
-                            artifact: a,
-                            append: None,
-                            last_chunk: None,
-                            metadata: None,
-                        }),
-                    );
+                    self.inner.publish(owner, id, artifact_event(&t, a));
                 }
-                self.inner.publish(&owner, &id, status_event(&t));
+                self.inner.publish(owner, id, status_event(&t));
                 Ok(Some(t))
             }
             Err(e) if first => Err(e),
@@ -1145,7 +851,7 @@ impl Engine {
             Err(ProtocolError::UnsupportedOperation(m)) if m.is_empty() => Ok(None),
             // The outcome could not be stored (too large, store full, I/O): never left WORKING
             // silently. The task fails with the reason, without what could not be stored.
-            Err(e) => self.fail_unstorable(&owner, &id, &e).await,
+            Err(e) => self.fail_unstorable(owner, id, &e).await,
         }
     }
 
@@ -1271,18 +977,7 @@ impl Engine {
         };
         match event {
             None => self.inner.publish(owner, id, status_event(&t)),
-            Some(artifact) => self.inner.publish(
-                owner,
-                id,
-                StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                    task_id: t.id.clone(),
-                    context_id: t.context_id.clone(),
-                    artifact,
-                    append: None,
-                    last_chunk: None,
-                    metadata: None,
-                }),
-            ),
+            Some(artifact) => self.inner.publish(owner, id, artifact_event(&t, artifact)),
         }
         Ok(())
     }
@@ -1370,17 +1065,11 @@ impl Engine {
         req: SendMessageRequest,
     ) -> Result<EventStream, ProtocolError> {
         if let Some(m) = self.direct_reply(&req)? {
-            return Ok(EventStream {
-                first: Some(StreamResponse::Message(m)),
-                rx: None,
-                engine: self.clone(),
-                owner: caller.owner.clone(),
-                task_id: String::new(),
-                ended: false,
-                until_terminal: false,
-                deadline: tokio::time::Instant::now(),
-                _slot: None,
-            });
+            return Ok(EventStream::single(
+                self,
+                &caller.owner,
+                StreamResponse::Message(m),
+            ));
         }
         if let Some(task) = self.repeated(caller, &req).await? {
             // The task the first send started: followed like `SubscribeToTask` while it runs
@@ -1400,17 +1089,11 @@ impl Engine {
                 }
             }
             let task = self.shape(task, None);
-            return Ok(EventStream {
-                first: Some(StreamResponse::Task(task)),
-                rx: None,
-                engine: self.clone(),
-                owner: caller.owner.clone(),
-                task_id: String::new(),
-                ended: false,
-                until_terminal: false,
-                deadline: tokio::time::Instant::now(),
-                _slot: None,
-            });
+            return Ok(EventStream::single(
+                self,
+                &caller.owner,
+                StreamResponse::Task(task),
+            ));
         }
         let (_, events, _) = self.begin(caller, req, true, false).await?;
         events.ok_or_else(|| ProtocolError::Internal("stream not opened".into()))
@@ -1589,17 +1272,15 @@ impl Engine {
         if task.status.state.is_terminal() {
             return Err(terminal(&req.id));
         }
-        Ok(EventStream {
-            first: Some(StreamResponse::Task(self.shape(task, None))),
-            rx: Some(rx),
-            engine: self.clone(),
-            owner: owner.clone(),
-            task_id: req.id,
-            ended: false,
-            until_terminal: true,
-            deadline: tokio::time::Instant::now() + self.inner.limits.max_stream_lifetime,
-            _slot: Some(slot),
-        })
+        let first = self.shape(task, None);
+        Ok(EventStream::open(
+            self,
+            owner,
+            req.id,
+            first,
+            (rx, slot),
+            true,
+        ))
     }
 }
 

@@ -33,7 +33,13 @@
 //!   delegation policy).
 //! - [`handler`]: the [`handler::Handler`] trait an agent implements: one turn of work.
 //! - [`samples`]: the built-in agents [`samples::Echo`] and [`samples::AskName`].
-//! - [`engine`]: the binding-independent task engine and its [`engine::Limits`].
+//! - [`engine`]: the binding-independent task engine, the state machine of a task, with its
+//!   satellites beside it in `engine/` (private):
+//!   - `engine::limits`: [`engine::Limits`], every bound with its default;
+//!   - `engine::slots`: the running turns and open streams callers hold, in all, per owner and
+//!     per source, and the check that refuses one more;
+//!   - `engine::fanout`: the SSE fan-out, a bounded broadcast channel per live task and the
+//!     [`engine::EventStream`] that reads it.
 //! - `seen` (private): the message ids callers have sent, with the task each started, so that a
 //!   retried `SendMessage` is answered with that task (exactly-once sends).
 //! - [`server`]: both bindings as an `axum::Router`.
