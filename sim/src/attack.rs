@@ -31,7 +31,8 @@ use rand::Rng as _;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Agent, Rng, SimNode, Vocabulary};
+use crate::agent::{Agent, Rng, Vocabulary};
+use crate::node::SimNode;
 
 /// What a full-node adversary sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -225,8 +225,8 @@ pub async fn run(p: &Plan<'_>, links_of: &dyn Fn(usize) -> Option<Links>) -> Res
         v.sort_by(f64::total_cmp);
         json!({
             "messages_reaching": v.len(),
-            "median_ms": crate::percentile(v, 0.5),
-            "p95_ms": crate::percentile(v, 0.95),
+            "median_ms": crate::measure::percentile(v, 0.5),
+            "p95_ms": crate::measure::percentile(v, 0.95),
             "max_ms": v.last(),
         })
     };

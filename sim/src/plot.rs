@@ -10,7 +10,9 @@ use plotters::prelude::{
 
 /// One line of a figure.
 pub struct Series {
+    /// Its name in the legend (none when empty).
     pub label: String,
+    /// Its (x, y) points, in order.
     pub points: Vec<(f64, f64)>,
 }
 

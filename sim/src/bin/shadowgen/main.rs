@@ -33,9 +33,8 @@ use serde_json::{json, Value};
 
 use agentnet_node::cli::netns;
 
-// The figures of `simulate --out`, drawn the same way (one module, two binaries).
-#[path = "../../plot.rs"]
-mod plot;
+// The figures of `simulate --out`, drawn the same way (the library's module).
+use agentnet_sim::plot;
 
 #[derive(Debug, Parser)]
 #[command(
