@@ -389,6 +389,7 @@ mod fixtures {
 
     use super::{Retention, TaskDb};
 
+    /// A task `id` in context `ctx`, its status `state` at `micros`.
     pub(super) fn task(id: &str, micros: i64, state: TaskState) -> Task {
         Task {
             id: id.into(),
@@ -404,6 +405,7 @@ mod fixtures {
         }
     }
 
+    /// The node's store in `dir` and its task store under `r`.
     pub(super) fn open(dir: &std::path::Path, r: Retention) -> (Store, Arc<TaskDb>) {
         let s = crate::db::open(dir, Limits::default()).unwrap();
         let db = TaskDb::open(&s, r).unwrap();

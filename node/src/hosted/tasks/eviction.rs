@@ -152,8 +152,8 @@ impl TaskDb {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Retention;
     use crate::hosted::tasks::fixtures::{open, task};
+    use crate::hosted::tasks::Retention;
     use agentnet_a2a::auth::{Caller, Owner, Source};
     use agentnet_a2a::store::{StoreError, TaskStore};
     use agentnet_a2a::types::{Message, Part, Role, TaskState};

@@ -207,9 +207,9 @@ pub struct RecentTask {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Retention;
     use super::*;
     use crate::hosted::tasks::fixtures::{open, task};
+    use crate::hosted::tasks::Retention;
     use agentnet_a2a::auth::Owner;
     use agentnet_a2a::store::TaskStore;
     use agentnet_a2a::types::{Message, Part, Role, TaskState};

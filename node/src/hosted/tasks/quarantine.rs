@@ -106,9 +106,9 @@ impl TaskDb {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{AgentTasks, Retention};
     use super::*;
     use crate::hosted::tasks::fixtures::{open, task};
+    use crate::hosted::tasks::{AgentTasks, Retention};
     use agentnet_a2a::auth::Owner;
     use agentnet_a2a::store::{ListQuery, TaskPage, TaskStore};
     use agentnet_a2a::types::{Task, TaskState};

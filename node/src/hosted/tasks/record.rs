@@ -231,10 +231,10 @@ fn trimmed(raw: &[u8], q: &ListQuery) -> Result<Task, serde_json::Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::accounting::{Acct, Usage};
-    use super::super::Retention;
     use super::*;
+    use crate::hosted::tasks::accounting::{Acct, Usage};
     use crate::hosted::tasks::fixtures::{open, task};
+    use crate::hosted::tasks::Retention;
     use agentnet_a2a::auth::Owner;
     use agentnet_a2a::store::TaskStore;
     use agentnet_a2a::types::TaskState;

@@ -113,9 +113,9 @@ impl TaskDb {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Retention;
     use super::*;
     use crate::hosted::tasks::fixtures::{open, task};
+    use crate::hosted::tasks::Retention;
     use agentnet_a2a::auth::Owner;
     use agentnet_a2a::store::{ListQuery, TaskStore};
     use agentnet_a2a::types::TaskState;
