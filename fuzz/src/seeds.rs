@@ -5,7 +5,7 @@
 //! credential ids), so rewriting them changes only those.
 
 use agentnet_did::delegation::{self, Capability, Grant};
-use agentnet_did::{httpsig, key, Did, SecretKey};
+use agentnet_did::{httpsig, key, Did, DidUrl, SecretKey};
 use serde_json::{json, Value};
 
 use crate::{agent_key, agent_kid, wba_document, NOW};
@@ -122,14 +122,33 @@ fn receipt_jws(caller: Option<&str>) -> String {
     sign(&r, &key, &agent_kid())
 }
 
+/// Where a target's seeds go: `add(target, file name, bytes)`.
+type Add<'a> = dyn FnMut(&'static str, &'static str, Vec<u8>) + 'a;
+
 /// Every seed: (target, file name, bytes).
 pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let key = agent_key();
     let kid = agent_kid();
     let mut out: Vec<(&'static str, &'static str, Vec<u8>)> = Vec::new();
     let mut add = |t, n, b: Vec<u8>| out.push((t, n, b));
+    jcs_seeds(&key, &mut add);
+    did_document_seeds(&key, &mut add);
+    httpsig_seeds(&key, &kid, &mut add);
+    card_seeds(&key, &mut add);
+    delegation_seeds(&key, &kid, &mut add);
+    receipt_seeds(&mut add);
+    endorsement_seeds(&key, &mut add);
+    a2a_jsonrpc_seeds(&mut add);
+    // advert: a did:key advertisement.
+    #[cfg(feature = "node")]
+    add("advert", "did_key.json", advert_bytes(&key, 7, NOW));
+    anp_jsonrpc_seeds(&mut add);
+    ard_query_seeds(&key, &mut add);
+    out
+}
 
-    // jcs: numbers at the edges of RFC 8785's rules, escapes, nesting.
+/// jcs: numbers at the edges of RFC 8785's rules, escapes, nesting.
+fn jcs_seeds(key: &SecretKey, add: &mut Add<'_>) {
     add(
         "jcs",
         "numbers.json",
@@ -146,10 +165,12 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     add(
         "jcs",
         "card.json",
-        serde_json::to_vec(&signed_card(&key)).unwrap(),
+        serde_json::to_vec(&signed_card(key)).unwrap(),
     );
+}
 
-    // did_document: did:wba with its proof, did:key, did:web.
+/// did_document: did:wba with its proof, did:key, did:web.
+fn did_document_seeds(key: &SecretKey, add: &mut Add<'_>) {
     add(
         "did_document",
         "wba.json",
@@ -178,24 +199,26 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         }))
         .unwrap(),
     );
+}
 
-    // httpsig: RFC 9421 by a did:key and by the pinned did:wba, and the legacy header.
+/// httpsig: RFC 9421 by a did:key and by the pinned did:wba, and the legacy header.
+fn httpsig_seeds(key: &SecretKey, kid: &DidUrl, add: &mut Add<'_>) {
     add(
         "httpsig",
         "rfc9421_key.txt",
-        signed_request(&key, &kid, "n-1"),
+        signed_request(key, kid, "n-1"),
     );
     let wba = wba_document();
     let wba_vm = agentnet_did::DidUrl::parse(&wba.verification_method[0].id).unwrap();
     add(
         "httpsig",
         "rfc9421_wba.txt",
-        signed_request(&key, &wba_vm, "n-2"),
+        signed_request(key, &wba_vm, "n-2"),
     );
     let did = Did::parse("did:wba:example.com:agents:fuzz").unwrap();
     let fragment = wba_vm.fragment().unwrap_or("key-1").to_owned();
     let auth = httpsig::sign_legacy(
-        &key,
+        key,
         &did,
         &fragment,
         "agent.example",
@@ -212,32 +235,38 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             b"{}",
         ),
     );
+}
 
-    // card
+/// card: the card signed, and unsigned.
+fn card_seeds(key: &SecretKey, add: &mut Add<'_>) {
     add(
         "card",
         "signed.json",
-        serde_json::to_vec(&signed_card(&key)).unwrap(),
+        serde_json::to_vec(&signed_card(key)).unwrap(),
     );
     add(
         "card",
         "unsigned.json",
         serde_json::to_vec(&card_json()).unwrap(),
     );
+}
 
-    // delegation: a root link, and the chain handed off one level.
+/// delegation: a root link, and the chain handed off one level.
+fn delegation_seeds(key: &SecretKey, kid: &DidUrl, add: &mut Add<'_>) {
     let c = chain();
     add("delegation", "root.json", serde_json::to_vec(&c).unwrap());
     let agent = SecretKey::from_seed(&[4; 32]).did_key();
-    if let Ok(Some(two)) = delegation::hand_off(&key, &kid, &c, &agent) {
+    if let Ok(Some(two)) = delegation::hand_off(key, kid, &c, &agent) {
         add(
             "delegation",
             "handed_off.json",
             serde_json::to_vec(&two).unwrap(),
         );
     }
+}
 
-    // receipt
+/// receipt: a task receipt for an anonymous caller, and for a signed one.
+fn receipt_seeds(add: &mut Add<'_>) {
     add("receipt", "anonymous.jws", receipt_jws(None).into_bytes());
     let caller = SecretKey::from_seed(&[5; 32]).did_key();
     add(
@@ -245,8 +274,10 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         "signed_caller.jws",
         receipt_jws(Some(caller.as_str())).into_bytes(),
     );
+}
 
-    // endorsement: an endorsement and a revocation.
+/// endorsement: an endorsement and a revocation.
+fn endorsement_seeds(key: &SecretKey, add: &mut Add<'_>) {
     use agentnet_did::endorsement::{sign, Endorsement};
     let sub = SecretKey::from_seed(&[6; 32]).did_key();
     let e = Endorsement::new(
@@ -256,11 +287,13 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         NOW - 60,
         NOW + 86_400,
     );
-    add("endorsement", "endorse.jws", sign(&e, &key).into_bytes());
+    add("endorsement", "endorse.jws", sign(&e, key).into_bytes());
     let r = Endorsement::revocation(key.did_key().as_str(), sub.as_str(), NOW - 60, NOW + 86_400);
-    add("endorsement", "revoke.jws", sign(&r, &key).into_bytes());
+    add("endorsement", "revoke.jws", sign(&r, key).into_bytes());
+}
 
-    // a2a_jsonrpc: the JSON-RPC binding (bare body to /echo/) and the HTTP+JSON binding.
+/// a2a_jsonrpc: the JSON-RPC binding (bare body to /echo/) and the HTTP+JSON binding.
+fn a2a_jsonrpc_seeds(add: &mut Add<'_>) {
     let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hello"}],
                     "metadata": {"k": "v"}},
@@ -300,12 +333,10 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         "rest_list.txt",
         request("GET", "/echo/tasks?pageSize=3&A2A-Version=1.0", &[], b""),
     );
+}
 
-    // advert: a did:key advertisement.
-    #[cfg(feature = "node")]
-    add("advert", "did_key.json", advert_bytes(&key, 7, NOW));
-
-    // anp_jsonrpc
+/// anp_jsonrpc: `send` and `getTask`.
+fn anp_jsonrpc_seeds(add: &mut Add<'_>) {
     add(
         "anp_jsonrpc",
         "send.json",
@@ -317,8 +348,10 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         "get_task.json",
         br#"{"jsonrpc":"2.0","id":"2","method":"getTask","params":{"taskId":"t1"}}"#.to_vec(),
     );
+}
 
-    // ard_query: search with a filter, facets, list with an EBNF filter, lookup.
+/// ard_query: search with a filter, facets, list with an EBNF filter, lookup.
+fn ard_query_seeds(key: &SecretKey, add: &mut Add<'_>) {
     add(
         "ard_query",
         "search.json",
@@ -347,5 +380,4 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     );
     let urn_id = format!("/agents/{}", key.did_key());
     add("ard_query", "lookup.txt", request("GET", &urn_id, &[], b""));
-    out
 }
