@@ -71,7 +71,7 @@ const MAX_URL: usize = 2048;
 #[non_exhaustive]
 pub enum Error {
     /// Finding or verifying the card, or checking the address (the A2A caller's refusals).
-    #[error(transparent)]
+    #[error("finding the MCP agent: {0}")]
     Call(#[from] CallError),
     /// The card advertises no MCP endpoint.
     #[error("the card of {0} advertises no MCP endpoint ({EXTENSION})")]
