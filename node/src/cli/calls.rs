@@ -2,12 +2,141 @@
 
 use anyhow::Context as _;
 
-use super::{
-    admin_client, bail, call, data_dir, is_local, json, json_line, print_table, private_hint,
-    resolver_options, shell_word, text, Arc, CallArgs, ExitCode, Path, Reach, RemoteMcpArgs,
-    Resolver, SecretKey, ToolArgs, ToolsArgs, Value,
-};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentnet_did::{text, Resolver, SecretKey};
+use anyhow::bail;
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::args::{admin_client, is_local, resolver_options, Reach};
+use super::one_line;
+use super::output::{json_line, print_table, shell_word};
 use crate::trust::pins::PinState;
+use crate::{call, data_dir};
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").args(["did", "skill", "ad"]).required(true).multiple(true)))]
+pub(super) struct CallArgs {
+    /// The message.
+    pub(super) text: String,
+    /// The agent's DID (looked up in the node's index; with --skill, only this agent).
+    #[arg(long)]
+    pub(super) did: Option<String>,
+    /// A skill tag the agent must have (repeat to require several); the first agent found
+    /// whose card verifies and offers an interface we speak is called.
+    #[arg(long = "skill")]
+    pub(super) skill: Vec<String>,
+    /// Or: an ANP agent, by the URL of its Agent Description (`ad.json`), or by a DID whose
+    /// document (an `AgentDescription` service) or card in the node's index links one; verified
+    /// as its DID's (with --did, that one); the call goes to its OpenRPC interface, signed.
+    #[arg(long, value_name = "URL|DID", conflicts_with_all = ["skill", "task", "stream"])]
+    pub(super) ad: Option<String>,
+    /// Continue this task (waiting for input) instead of starting one.
+    #[arg(long, value_name = "ID")]
+    pub(super) task: Option<String>,
+    /// Follow the task over SSE instead of polling.
+    #[arg(long)]
+    pub(super) stream: bool,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID", conflicts_with = "anonymous")]
+    pub(super) as_did: Option<String>,
+    /// Send unsigned requests.
+    #[arg(long)]
+    pub(super) anonymous: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub(super) timeout_secs: u64,
+    /// Present this delegation chain (written by `agentnet delegate`; its last link must be to
+    /// the DID this call signs as) in the message's metadata.
+    #[arg(long, value_name = "FILE", conflicts_with = "anonymous")]
+    pub(super) delegation: Option<PathBuf>,
+    /// Present the chain as it is: do not hand the agent called a link to act on it onward.
+    #[arg(long, requires = "delegation")]
+    pub(super) no_hand_off: bool,
+    #[command(flatten)]
+    pub(super) reach: Reach,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").args(["did", "skill"]).required(true)))]
+pub(super) struct RemoteMcpArgs {
+    /// The agent's DID (its card is looked up in the node's index).
+    #[arg(long)]
+    pub(super) did: Option<String>,
+    /// Or: the first agent with this skill tag (repeatable: all of them) whose verified card
+    /// advertises an MCP endpoint.
+    #[arg(long, value_name = "TAG")]
+    pub(super) skill: Vec<String>,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID")]
+    pub(super) as_did: Option<String>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub(super) timeout_secs: u64,
+    /// Present this delegation chain in the tool call's `_meta.actorChain` (handed off to the
+    /// agent when the chain allows; see `agentnet delegate`).
+    #[arg(long, value_name = "FILE")]
+    pub(super) delegation: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) reach: Reach,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ToolsArgs {
+    #[command(flatten)]
+    pub(super) remote: RemoteMcpArgs,
+    /// Accept the tools as listed now: `tool` calls a tool only while it is the one accepted
+    /// (the node pins each tool object when first listed).
+    #[arg(long)]
+    pub(super) accept: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ToolArgs {
+    /// The tool's name.
+    pub(super) name: String,
+    /// Its arguments, a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub(super) args: String,
+    #[command(flatten)]
+    pub(super) remote: RemoteMcpArgs,
+}
+
+/// `error` with what to do when it is an agent interface or MCP endpoint refused for being on
+/// plain http or a private address, and the command did not allow those.
+fn private_hint(error: anyhow::Error, allowed: bool) -> anyhow::Error {
+    // The MCP client's `Error::Call` is transparent: its `source()` skips the `CallError`,
+    // so the chain alone never shows it (`tools` and `tool` lost the hint that way).
+    let refused = error.chain().any(|c| {
+        matches!(c.downcast_ref(), Some(call::CallError::Address { .. }))
+            || matches!(
+                c.downcast_ref(),
+                Some(crate::call::mcp::Error::Call(
+                    call::CallError::Address { .. }
+                ))
+            )
+    });
+    if refused && !allowed {
+        anyhow::anyhow!(
+            "{}; an agent on this machine or a LAN needs --local (or a node started with \
+             `agentnet up --local`)",
+            one_line(&error)
+        )
+    } else {
+        error
+    }
+}
 
 /// The identity requests are signed as: `--as DID` (its key in the data directory), else the
 /// node's did:key.

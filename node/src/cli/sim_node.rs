@@ -32,7 +32,12 @@ use serde::Deserialize;
 
 use anyhow::Context as _;
 
-use super::{bail, json, Args, ExitCode, PathBuf, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Args;
+use serde_json::{json, Value};
 
 /// Largest params file read.
 const MAX_PARAMS_BYTES: u64 = 64 << 20;

@@ -1108,7 +1108,7 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
         }
     };
     let printed = if opts.json {
-        super::json_text(&report).and_then(|text| out!("{text}"))
+        super::output::json_text(&report).and_then(|text| out!("{text}"))
     } else {
         print_summary(&report, opts.keep)
     };
@@ -1120,7 +1120,7 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
         let last = report
             .nodes
             .last()
-            .map(|n| super::shell_word(&n.data_dir.display().to_string()))
+            .map(|n| super::output::shell_word(&n.data_dir.display().to_string()))
             .unwrap_or_default();
         // Inside a namespace, a command reaches the node's admin API from inside it too.
         let a = match report.nodes.last().and_then(|n| n.netns.as_deref()) {
