@@ -408,33 +408,12 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `agentnet call`: find the agent (by DID or skill, or its ANP description with `--ad`), send
+/// the message or continue the task, log the receipt, print the answer; exit 1 when the task
+/// failed.
 pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
     let dir = data_dir::resolve(args.reach.node.data_dir.as_deref())?;
-    let signer = if args.anonymous {
-        None
-    } else {
-        Some(signer(&dir, args.as_did.as_deref(), "--as or --anonymous")?)
-    };
-    let holder = if args.anonymous {
-        None
-    } else {
-        Some(super::delegate::identity_of(
-            &dir,
-            args.as_did.as_deref(),
-            "--as or --anonymous",
-        )?)
-    };
-    let opts = call::CallOptions {
-        stream: args.stream,
-        timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
-        delegation: super::delegate::delegation_for(
-            args.delegation.as_deref(),
-            holder,
-            args.no_hand_off,
-        )?,
-        ..Default::default()
-    };
-    let caller = caller(&args.reach, signer, opts)?;
+    let caller = call_caller(&args, &dir)?;
     let allow_private = caller.options().allow_private;
     if let Some(ad) = &args.ad {
         return anp_call(&caller, ad, &args)
@@ -475,18 +454,75 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         call::Outcome::Message(_) => (None, None),
     };
     let flags = answer_flags(&outcome);
-    // The receipt of a task that ended: verified, then logged by the node (never a reason to
-    // fail the call: a warning, and `receipt` in --json).
-    let recorded = match &outcome {
+    let recorded = record_receipt(&args, &dir, &agent, &outcome).await?;
+    print_outcome(&args, &agent, &outcome, recorded.as_ref(), &flags)?;
+    if let Some(e) = failed {
+        say!("error: {}", text::sanitize(&e));
+        return Ok(ExitCode::FAILURE);
+    }
+    let ok = match &state {
+        None => true,
+        Some(s) => !s.is_terminal() || *s == agentnet_a2a::types::TaskState::Completed,
+    };
+    if !ok {
+        say!(
+            "error: task {} ended {}",
+            text::sanitize(task_id.as_deref().unwrap_or("")),
+            state.as_ref().map(call::state_name).unwrap_or_default()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The caller of `agentnet call`: signing as `--as` or the node's did:key (unless
+/// `--anonymous`), presenting `--delegation`, streaming with `--stream`.
+fn call_caller(args: &CallArgs, dir: &Path) -> anyhow::Result<call::Caller> {
+    let signer = if args.anonymous {
+        None
+    } else {
+        Some(signer(dir, args.as_did.as_deref(), "--as or --anonymous")?)
+    };
+    let holder = if args.anonymous {
+        None
+    } else {
+        Some(super::delegate::identity_of(
+            dir,
+            args.as_did.as_deref(),
+            "--as or --anonymous",
+        )?)
+    };
+    let opts = call::CallOptions {
+        stream: args.stream,
+        timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
+        delegation: super::delegate::delegation_for(
+            args.delegation.as_deref(),
+            holder,
+            args.no_hand_off,
+        )?,
+        ..Default::default()
+    };
+    caller(&args.reach, signer, opts)
+}
+
+/// The receipt of a task that ended: verified, then logged by the node (never a reason to
+/// fail the call: a warning, and `receipt` in --json). `None` while the task goes on.
+async fn record_receipt(
+    args: &CallArgs,
+    dir: &Path,
+    agent: &call::Agent,
+    outcome: &call::Outcome,
+) -> anyhow::Result<Option<crate::audit::Recorded>> {
+    Ok(match outcome {
         call::Outcome::Task(t) if t.status.state.is_terminal() => {
             let caller_did = match (&args.anonymous, &args.as_did) {
                 (true, _) => None,
                 (false, Some(d)) => Some(d.clone()),
-                (false, None) => SecretKey::load(&data_dir::key_file(&dir))
+                (false, None) => SecretKey::load(&data_dir::key_file(dir))
                     .ok()
                     .map(|k| k.did_key().to_string()),
             };
-            let rec = super::audit::recorder(&args.reach, &dir)?;
+            let rec = super::audit::recorder(&args.reach, dir)?;
             // The request as the agent holds it, held against the text sent.
             let held = crate::audit::request_of(t);
             let sent = [agentnet_a2a::types::Part::text(args.text.as_str())];
@@ -514,9 +550,20 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
             Some(r)
         }
         _ => None,
-    };
+    })
+}
+
+/// Print the answer: one JSON line with `--json` (with the receipt, the pin and the flags),
+/// else its texts, the flags, and how to answer a task that waits for input.
+fn print_outcome(
+    args: &CallArgs,
+    agent: &call::Agent,
+    outcome: &call::Outcome,
+    recorded: Option<&crate::audit::Recorded>,
+    flags: &[crate::trust::flags::Flag],
+) -> anyhow::Result<()> {
     if args.json {
-        let body = match &outcome {
+        let body = match outcome {
             call::Outcome::Task(t) => json!({"task": t}),
             call::Outcome::Message(m) => json!({"message": m}),
         };
@@ -525,22 +572,22 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
             "interface": {"url": agent.endpoint.url.as_str(), "binding": agent.endpoint.binding.name()},
             "result": body,
         });
-        if let Some(r) = &recorded {
+        if let Some(r) = recorded {
             out["receipt"] = serde_json::to_value(r)?;
         }
         if let Some(p) = &agent.pin {
             out["pin"] = serde_json::to_value(p)?;
         }
         if !flags.is_empty() {
-            out["flags"] = serde_json::to_value(&flags)?;
+            out["flags"] = serde_json::to_value(flags)?;
         }
         out!("{}", json_line(&out)?)?;
     } else {
-        for t in call::texts(&outcome) {
+        for t in call::texts(outcome) {
             out!("{}", text::sanitize(&t))?;
         }
-        super::network::say_flags(agent.did.as_str(), &flags);
-        if let call::Outcome::Task(t) = &outcome {
+        super::network::say_flags(agent.did.as_str(), flags);
+        if let call::Outcome::Task(t) = outcome {
             if matches!(
                 t.status.state,
                 agentnet_a2a::types::TaskState::InputRequired
@@ -550,28 +597,12 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
                 }
                 say!(
                     "the agent waits for input; answer with: {}",
-                    text::sanitize(&answer_command(&args, agent.did.as_str(), &t.id))
+                    text::sanitize(&answer_command(args, agent.did.as_str(), &t.id))
                 );
             }
         }
     }
-    if let Some(e) = failed {
-        say!("error: {}", text::sanitize(&e));
-        return Ok(ExitCode::FAILURE);
-    }
-    let ok = match &state {
-        None => true,
-        Some(s) => !s.is_terminal() || *s == agentnet_a2a::types::TaskState::Completed,
-    };
-    if !ok {
-        say!(
-            "error: task {} ended {}",
-            text::sanitize(task_id.as_deref().unwrap_or("")),
-            state.as_ref().map(call::state_name).unwrap_or_default()
-        );
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `agentnet call --ad URL`: an ANP agent, through its description ([`call::anp`]).
