@@ -1,45 +1,39 @@
 //! The `agentnet` command line: the only part of the library, with [`testnet`], that prints.
 //!
-//! - this module: the arguments, [`main`], and what the commands share (input files, the
-//!   resolver options, the admin client);
+//! - this module: the top-level [`Cli`] with its commands, [`main`], and the dispatch;
+//! - `args`: the arguments several commands share (the node, the data directory, the resolver
+//!   options, the reach of calls), and the admin client; `input`: files read bounded;
 //! - `node`: `init`, `up` (and its banner), `mcp`;
-//! - `network`: `publish`, `unpublish`, `discover`, `peers`;
-//! - `cards`: `card sign|verify`; `dids`: `resolve`, `identity new|show`, `key new`;
+//! - `network`: `publish`, `unpublish`, `discover`, `peers`, `trust accept`;
+//! - `cards`: `card sign|verify`; `dids`: `resolve`, `identity new|show|list`, `key new`;
 //! - `calls`: `call`, `tools`, `tool`; [`testnet`]: `testnet`;
 //! - `status`: `status`, `config check`, and the log format (`--log-format`);
 //! - `output`: tables and JSON for the terminal.
+//!
+//! Each command's own arguments (its `clap::Args` or `clap::Subcommand` types) live in its file.
 
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use agentnet_did::card::{self, KeySource};
 use agentnet_did::didkey::{self, KeyFormat};
-use agentnet_did::key::Jwk;
-use agentnet_did::resolver::Options as ResolverOptions;
-use agentnet_did::web::HttpOptions;
-use agentnet_did::{json, text, DidUrl, Resolver, SecretKey};
-use anyhow::{bail, Context as _};
+use agentnet_did::text;
+use anyhow::bail;
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
-use serde_json::{json, Value};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
-use crate::admin::{self, PublishRequest};
-use crate::config::{self, FileConfig, Overrides};
-use crate::network::directory::Directory;
-use crate::{call, daemon, data_dir, identity};
-use agentnet_discovery::store::Limits as StoreLimits;
+use crate::{admin, identity};
 
 #[macro_use]
 mod output;
 mod ard;
+mod args;
 mod audit;
 mod calls;
 mod cards;
 mod delegate;
 mod dids;
 mod endorse;
+mod input;
 pub mod netns;
 mod network;
 mod node;
@@ -47,19 +41,17 @@ mod sim_node;
 mod status;
 pub mod testnet;
 
+use args::{resolver_options, DataDirArg, NetArgs, NodeArg};
 use audit::audit_cmd;
-use calls::{call_cmd, tool_cmd, tools_cmd};
-use cards::{sign_card, verify_card};
-use dids::{identity_list, identity_new, identity_show, key_new, resolve};
-use network::{discover, peers, publish, trust_accept, unpublish};
-use node::{init, mcp_stdio, up};
-use output::{
-    duration, expires_in, json_line, json_text, print_table, rfc3339, shell_word, unix_time,
+use calls::{call_cmd, tool_cmd, tools_cmd, CallArgs, ToolArgs, ToolsArgs};
+use cards::{sign_card, verify_card, CardCommand};
+use dids::{
+    identity_list, identity_new, identity_show, key_new, resolve, IdentityCommand, KeyCommand,
+    KeyFormatArg,
 };
-use status::{config_check, status, LogFormat};
-
-/// Largest card, DID document or JWK file we read.
-const MAX_INPUT: u64 = 1024 * 1024;
+use network::{discover, peers, publish, trust_accept, unpublish, TrustCommand};
+use node::{init, mcp_stdio, up, McpArgs, UpArgs};
+use status::{config_check, status, ConfigCommand, LogFormat};
 
 /// agentnet: a peer node for an open network of AI agents, with DID identities.
 #[derive(Debug, Parser)]
@@ -273,356 +265,6 @@ enum Command {
     },
 }
 
-#[derive(Debug, Subcommand)]
-enum ConfigCommand {
-    /// Print the configuration `up` would run with these flags and this file (TOML, or JSON
-    /// with --json), or say on one line why it is invalid (exit 1); starts nothing.
-    Check(UpArgs),
-}
-
-#[derive(Debug, Args)]
-struct UpArgs {
-    #[command(flatten)]
-    dir: DataDirArg,
-    /// libp2p listen address (repeatable); default: TCP and QUIC on all interfaces, random ports.
-    #[arg(long, value_name = "MULTIADDR")]
-    listen: Vec<String>,
-    /// Peer to dial at start, e.g. /ip4/203.0.113.7/tcp/4001/p2p/12D3Koo… (repeatable).
-    #[arg(long, value_name = "MULTIADDR")]
-    bootstrap: Vec<String>,
-    /// The node's configuration file (TOML): `[node]` settings (each flag here overrides its
-    /// value), `[tasks]` retention, `[auth]` verifier bounds, and the hosted A2A agents
-    /// (`[[agent]]`: echo, ask, tck, command, proxy). See docs/A2A.md.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Address of the public HTTP listener (well-known files, hosted agents); port 0 picks a
-    /// free one. Default 127.0.0.1:7878.
-    #[arg(long, value_name = "ADDR")]
-    http: Option<String>,
-    /// How clients reach the public listener, http(s)://host[:port] (behind a proxy, or when
-    /// listening on 0.0.0.0); default http://<bound address>.
-    #[arg(long, value_name = "URL")]
-    public_url: Option<String>,
-    /// Address of the admin API listener: a loopback address only; port 0 (the default) picks a
-    /// free one. The commands find it in <data-dir>/node.json and authenticate with the token
-    /// in <data-dir>/admin.token, written anew at every start. Default 127.0.0.1:0.
-    #[arg(long, value_name = "ADDR")]
-    admin: Option<String>,
-    /// Do not look for peers on the LAN with mDNS.
-    #[arg(long)]
-    no_mdns: bool,
-    /// Most MiB of other nodes' adverts (with their index and replay records) the store keeps;
-    /// past it, new agents from others are refused until expired ones are swept.
-    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_total_bytes >> 20)]
-    store_max_mib: u64,
-    /// Most MiB of adverts naming one publishing peer.
-    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_peer_bytes >> 20)]
-    store_peer_mib: u64,
-    /// Refuse other nodes' adverts while the store's disk has less than this many MiB free
-    /// (the node's own publishing goes on).
-    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().min_free_bytes >> 20)]
-    store_min_free_mib: u64,
-    /// Refuse new peer connections while the node's resident memory is above this many MiB
-    /// (connections already open stay); 0: no such bound.
-    #[arg(long, value_name = "MIB", default_value_t = daemon::DEFAULT_MAX_MEMORY_MIB)]
-    max_memory_mib: u64,
-    /// How the node resolves did:web/did:wba callers (and the agents it calls): a local
-    /// testnet's documents on loopback need `--allow-http-loopback` or `--ca-cert`.
-    #[command(flatten)]
-    net: NetArgs,
-    /// Print the start banner as one JSON line.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Which running node a command talks to.
-#[derive(Debug, Args)]
-struct NodeArg {
-    /// The node's admin API URL (e.g. http://127.0.0.1:7879); default: the one recorded in
-    /// <data-dir>/node.json. The token always comes from <data-dir>/admin.token.
-    #[arg(long, value_name = "URL")]
-    node: Option<String>,
-    /// The node's data directory.
-    #[arg(long, env = "AGENTNET_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Subcommand)]
-enum KeyCommand {
-    /// Write a new Ed25519 key (a private JWK, mode 0600; an existing file is never
-    /// overwritten) and print its did:key: an agent's identity for `publish --key` and
-    /// `card sign --key`.
-    New {
-        /// The key file to create.
-        file: PathBuf,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum IdentityCommand {
-    /// Create a key and the DID document of an identity under a domain; the key goes into
-    /// <data-dir>/agents/ (mode 0600), the document beside it, to be served at the URL printed.
-    New {
-        /// did:web identity: `host[%3Aport][:path:segments]`, e.g. `example.com:agents:x`
-        /// (served at https://example.com/agents/x/did.json).
-        #[arg(
-            long,
-            value_name = "ID",
-            conflicts_with = "wba",
-            required_unless_present = "wba"
-        )]
-        web: Option<String>,
-        /// did:wba identity with the ANP `e1_` key binding: `host[%3Aport]:path[:segments]`,
-        /// e.g. `example.com:agents`; the last segment `e1_<key thumbprint>` is added.
-        #[arg(long, value_name = "ID")]
-        wba: Option<String>,
-        /// Also write the DID document here.
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-        #[command(flatten)]
-        dir: DataDirArg,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// List the identities under a domain this data directory holds, each with the URL its
-    /// document must be served at.
-    List {
-        #[command(flatten)]
-        dir: DataDirArg,
-        /// Print JSON, one object per identity.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the DID document of an identity, and where to serve it.
-    Show {
-        /// The DID.
-        did: String,
-        #[command(flatten)]
-        dir: DataDirArg,
-    },
-}
-
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("target").args(["did", "skill", "ad"]).required(true).multiple(true)))]
-struct CallArgs {
-    /// The message.
-    text: String,
-    /// The agent's DID (looked up in the node's index; with --skill, only this agent).
-    #[arg(long)]
-    did: Option<String>,
-    /// A skill tag the agent must have (repeat to require several); the first agent found
-    /// whose card verifies and offers an interface we speak is called.
-    #[arg(long = "skill")]
-    skill: Vec<String>,
-    /// Or: an ANP agent, by the URL of its Agent Description (`ad.json`), or by a DID whose
-    /// document (an `AgentDescription` service) or card in the node's index links one; verified
-    /// as its DID's (with --did, that one); the call goes to its OpenRPC interface, signed.
-    #[arg(long, value_name = "URL|DID", conflicts_with_all = ["skill", "task", "stream"])]
-    ad: Option<String>,
-    /// Continue this task (waiting for input) instead of starting one.
-    #[arg(long, value_name = "ID")]
-    task: Option<String>,
-    /// Follow the task over SSE instead of polling.
-    #[arg(long)]
-    stream: bool,
-    /// Print the result as one JSON line.
-    #[arg(long)]
-    json: bool,
-    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
-    /// did:key.
-    #[arg(long = "as", value_name = "DID", conflicts_with = "anonymous")]
-    as_did: Option<String>,
-    /// Send unsigned requests.
-    #[arg(long)]
-    anonymous: bool,
-    /// Give up after this many seconds.
-    #[arg(long, default_value_t = 300)]
-    timeout_secs: u64,
-    /// Present this delegation chain (written by `agentnet delegate`; its last link must be to
-    /// the DID this call signs as) in the message's metadata.
-    #[arg(long, value_name = "FILE", conflicts_with = "anonymous")]
-    delegation: Option<PathBuf>,
-    /// Present the chain as it is: do not hand the agent called a link to act on it onward.
-    #[arg(long, requires = "delegation")]
-    no_hand_off: bool,
-    #[command(flatten)]
-    reach: Reach,
-}
-
-/// Where the commands that call agents find them and what they may reach.
-#[derive(Debug, Args)]
-struct Reach {
-    /// Allow agent interfaces and MCP endpoints on loopback and private addresses, and plain
-    /// http (testnets; `--local` implies it).
-    #[arg(long)]
-    allow_private: bool,
-    #[command(flatten)]
-    node: NodeArg,
-    #[command(flatten)]
-    net: NetArgs,
-}
-
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("target").args(["did", "skill"]).required(true)))]
-struct RemoteMcpArgs {
-    /// The agent's DID (its card is looked up in the node's index).
-    #[arg(long)]
-    did: Option<String>,
-    /// Or: the first agent with this skill tag (repeatable: all of them) whose verified card
-    /// advertises an MCP endpoint.
-    #[arg(long, value_name = "TAG")]
-    skill: Vec<String>,
-    /// Print the result as one JSON line.
-    #[arg(long)]
-    json: bool,
-    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
-    /// did:key.
-    #[arg(long = "as", value_name = "DID")]
-    as_did: Option<String>,
-    /// Give up after this many seconds.
-    #[arg(long, default_value_t = 60)]
-    timeout_secs: u64,
-    /// Present this delegation chain in the tool call's `_meta.actorChain` (handed off to the
-    /// agent when the chain allows; see `agentnet delegate`).
-    #[arg(long, value_name = "FILE")]
-    delegation: Option<PathBuf>,
-    #[command(flatten)]
-    reach: Reach,
-}
-
-#[derive(Debug, Args)]
-struct ToolsArgs {
-    #[command(flatten)]
-    remote: RemoteMcpArgs,
-    /// Accept the tools as listed now: `tool` calls a tool only while it is the one accepted
-    /// (the node pins each tool object when first listed).
-    #[arg(long)]
-    accept: bool,
-}
-
-#[derive(Debug, Args)]
-struct ToolArgs {
-    /// The tool's name.
-    name: String,
-    /// Its arguments, a JSON object.
-    #[arg(long, default_value = "{}")]
-    args: String,
-    #[command(flatten)]
-    remote: RemoteMcpArgs,
-}
-
-#[derive(Debug, Args)]
-struct McpArgs {
-    #[command(flatten)]
-    dir: DataDirArg,
-    /// Sign the A2A requests of send_message, get_task and cancel_task as this identity (its
-    /// key in <data-dir>/agents/); default: the node's did:key.
-    #[arg(long = "as", value_name = "DID")]
-    as_did: Option<String>,
-    /// Allow agent interfaces on loopback and private addresses, and plain http (testnets).
-    #[arg(long)]
-    allow_private: bool,
-    /// Peers to dial if a node is started here (no node runs on the data directory).
-    #[arg(long, value_name = "MULTIADDR")]
-    bootstrap: Vec<String>,
-    /// Present this delegation chain on every A2A message and tool call the tools make, handed
-    /// off to each agent called when the chain allows (see `agentnet delegate`).
-    #[arg(long, value_name = "FILE")]
-    delegation: Option<PathBuf>,
-    #[command(flatten)]
-    net: NetArgs,
-}
-
-#[derive(Debug, Subcommand)]
-enum TrustCommand {
-    /// Accept DID's card as the running node has it now: `discover` shows it `pinned`, not
-    /// `CHANGED`, until its name, description, skills, interfaces or security change again.
-    Accept {
-        /// The agent's DID.
-        did: String,
-        #[command(flatten)]
-        node: NodeArg,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum CardCommand {
-    /// Sign a card (JWS, EdDSA, kid = DID URL) and print the signed card.
-    Sign {
-        /// The Agent Card JSON file (`-` for standard input).
-        card: PathBuf,
-        #[command(flatten)]
-        dir: DataDirArg,
-        /// Sign with this key file (a private Ed25519 JWK) instead of the node's key; not with
-        /// a --data-dir on the command line (AGENTNET_DATA_DIR is then ignored).
-        #[arg(long)]
-        key: Option<PathBuf>,
-        /// The kid (verification method DID URL); default: the key's did:key.
-        #[arg(long)]
-        kid: Option<String>,
-    },
-    /// Verify every signature on a card, resolving each kid's DID.
-    Verify {
-        /// The signed Agent Card JSON file (`-` for standard input).
-        card: PathBuf,
-        /// Verify with this public JWK instead of resolving the kid.
-        #[arg(long)]
-        jwk: Option<PathBuf>,
-        #[command(flatten)]
-        net: NetArgs,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Debug, Args)]
-struct DataDirArg {
-    /// The node's data directory.
-    #[arg(long, env = "AGENTNET_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-struct NetArgs {
-    /// A network on this machine or a LAN: agents and MCP endpoints on loopback and private
-    /// addresses over plain http, did:web/did:wba on loopback over plain http. `agentnet up
-    /// --local` records it in <data-dir>/node.json, and the commands run on that data directory
-    /// follow it without the flag.
-    #[arg(
-        long,
-        env = "AGENTNET_LOCAL",
-        action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    local: bool,
-    /// Allow did:web/did:wba on loopback hosts over plain http (local testnets, tests).
-    #[arg(long)]
-    allow_http_loopback: bool,
-    /// Trust this extra root certificate (PEM) for did:web/did:wba.
-    #[arg(long)]
-    ca_cert: Option<PathBuf>,
-    /// HTTP timeout in seconds.
-    #[arg(long, default_value_t = 10)]
-    timeout: u64,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum KeyFormatArg {
-    /// Multikey (did:key v0.7 default).
-    Multikey,
-    /// Ed25519VerificationKey2020 / X25519KeyAgreementKey2020.
-    #[value(name = "2020")]
-    Ed2020,
-}
-
 /// Run the command line; the process exit code is 0 on success, 1 on failure, 2 on bad usage.
 pub fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -828,108 +470,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
 }
-
-/// Time the admin commands give the node: a discovery may wait for DHT queries.
-const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-fn admin_client(node: &NodeArg) -> anyhow::Result<admin::Client> {
-    let dir = data_dir::resolve(node.data_dir.as_deref())?;
-    Ok(match &node.node {
-        Some(url) => {
-            let token =
-                crate::data_dir::token::Token::read(&dir).map_err(admin::ClientError::Token)?;
-            admin::Client::new(url, token, ADMIN_TIMEOUT)?
-        }
-        None => admin::Client::from_data_dir(&dir, ADMIN_TIMEOUT)?,
-    })
-}
-
-/// Whether a command runs on a local network: `--local` (or `$AGENTNET_LOCAL`), or the node
-/// running on `dir` was started with it (`local` in its `node.json`).
-fn is_local(net: &NetArgs, dir: &Path) -> bool {
-    net.local || daemon::NodeFile::read(dir).is_ok_and(|f| f.local)
-}
-
-/// The resolver options of `net`; `local` ([`is_local`]) allows did:web/did:wba on loopback
-/// over plain http, as `--allow-http-loopback` does.
-fn resolver_options(net: &NetArgs, local: bool) -> anyhow::Result<ResolverOptions> {
-    let loopback = net.allow_http_loopback || local;
-    let mut http = HttpOptions {
-        timeout: std::time::Duration::from_secs(net.timeout.max(1)),
-        allow_http_loopback: loopback,
-        allow_loopback: loopback,
-        ..Default::default()
-    };
-    if let Some(ca) = &net.ca_cert {
-        http.extra_root_pems.push(read_bounded(ca)?);
-        // A private CA is how local testnets serve did:web: let them be on loopback.
-        http.allow_loopback = true;
-    }
-    Ok(ResolverOptions {
-        http,
-        ..Default::default()
-    })
-}
-
-/// `error` with what to do when it is an agent interface or MCP endpoint refused for being on
-/// plain http or a private address, and the command did not allow those.
-fn private_hint(error: anyhow::Error, allowed: bool) -> anyhow::Error {
-    // The MCP client's `Error::Call` is transparent: its `source()` skips the `CallError`,
-    // so the chain alone never shows it (`tools` and `tool` lost the hint that way).
-    let refused = error.chain().any(|c| {
-        matches!(c.downcast_ref(), Some(call::CallError::Address { .. }))
-            || matches!(
-                c.downcast_ref(),
-                Some(crate::call::mcp::Error::Call(
-                    call::CallError::Address { .. }
-                ))
-            )
-    });
-    if refused && !allowed {
-        anyhow::anyhow!(
-            "{}; an agent on this machine or a LAN needs --local (or a node started with \
-             `agentnet up --local`)",
-            one_line(&error)
-        )
-    } else {
-        error
-    }
-}
-
-fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .take(MAX_INPUT + 1)
-            .read_to_end(&mut buf)
-            .context("reading standard input")?;
-    } else {
-        let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        f.take(MAX_INPUT + 1)
-            .read_to_end(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
-    }
-    if buf.len() as u64 > MAX_INPUT {
-        bail!("{} is larger than {} bytes", path.display(), MAX_INPUT);
-    }
-    Ok(buf)
-}
-
-/// A JSON file read strictly: bounded size, depth and values, no member named twice (a card
-/// with a repeated member could be read one way here and another way by a verifier).
-fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let bytes = read_bounded(path)?;
-    json::from_slice(&bytes, FILE_JSON).map_err(|e| match e {
-        json::JsonError::Syntax(why) => anyhow::anyhow!("{} is not JSON: {why}", path.display()),
-        e => anyhow::anyhow!("{}: {e}", path.display()),
-    })
-}
-
-/// Bounds of JSON files given on the command line (cards, DID documents).
-const FILE_JSON: json::Limits = json::Limits {
-    max_depth: 128,
-    max_values: 1 << 20,
-};
 
 #[cfg(test)]
 mod cli_tests {

@@ -17,7 +17,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{admin_client, is_local, resolver_options, NetArgs, NodeArg};
+use super::args::{admin_client, is_local, resolver_options, NetArgs, NodeArg};
 use crate::admin::{self, PublishRequest};
 use crate::ard::manifest::{verify_entry, Trust};
 use crate::{call, data_dir};
@@ -169,7 +169,7 @@ pub(super) async fn import(cmd: ImportCommand) -> anyhow::Result<ExitCode> {
     if args.json {
         out!(
             "{}",
-            super::json_line(&serde_json::json!({
+            super::output::json_line(&serde_json::json!({
                 "manifest": manifest_url,
                 "entries": rows,
                 "skipped": skipped,

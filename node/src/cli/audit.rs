@@ -4,11 +4,18 @@ use std::io::Read as _;
 
 use anyhow::Context as _;
 
-use super::{
-    admin, admin_client, bail, data_dir, is_local, json, json_line, resolver_options, text, Args,
-    ExitCode, NetArgs, NodeArg, Path, PathBuf, Reach, Resolver, Subcommand, Value,
-};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use agentnet_did::{text, Resolver};
+use anyhow::bail;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use super::args::{admin_client, is_local, resolver_options, NetArgs, NodeArg, Reach};
+use super::output::json_line;
 use crate::audit::{self, Entry, Recorder, Report};
+use crate::{admin, data_dir};
 
 /// `agentnet audit`.
 #[derive(Debug, Args)]

@@ -2,12 +2,141 @@
 
 use anyhow::Context as _;
 
-use super::{
-    admin_client, bail, call, data_dir, is_local, json, json_line, print_table, private_hint,
-    resolver_options, shell_word, text, Arc, CallArgs, ExitCode, Path, Reach, RemoteMcpArgs,
-    Resolver, SecretKey, ToolArgs, ToolsArgs, Value,
-};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentnet_did::{text, Resolver, SecretKey};
+use anyhow::bail;
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::args::{admin_client, is_local, resolver_options, Reach};
+use super::one_line;
+use super::output::{json_line, print_table, shell_word};
 use crate::trust::pins::PinState;
+use crate::{call, data_dir};
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").args(["did", "skill", "ad"]).required(true).multiple(true)))]
+pub(super) struct CallArgs {
+    /// The message.
+    pub(super) text: String,
+    /// The agent's DID (looked up in the node's index; with --skill, only this agent).
+    #[arg(long)]
+    pub(super) did: Option<String>,
+    /// A skill tag the agent must have (repeat to require several); the first agent found
+    /// whose card verifies and offers an interface we speak is called.
+    #[arg(long = "skill")]
+    pub(super) skill: Vec<String>,
+    /// Or: an ANP agent, by the URL of its Agent Description (`ad.json`), or by a DID whose
+    /// document (an `AgentDescription` service) or card in the node's index links one; verified
+    /// as its DID's (with --did, that one); the call goes to its OpenRPC interface, signed.
+    #[arg(long, value_name = "URL|DID", conflicts_with_all = ["skill", "task", "stream"])]
+    pub(super) ad: Option<String>,
+    /// Continue this task (waiting for input) instead of starting one.
+    #[arg(long, value_name = "ID")]
+    pub(super) task: Option<String>,
+    /// Follow the task over SSE instead of polling.
+    #[arg(long)]
+    pub(super) stream: bool,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID", conflicts_with = "anonymous")]
+    pub(super) as_did: Option<String>,
+    /// Send unsigned requests.
+    #[arg(long)]
+    pub(super) anonymous: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub(super) timeout_secs: u64,
+    /// Present this delegation chain (written by `agentnet delegate`; its last link must be to
+    /// the DID this call signs as) in the message's metadata.
+    #[arg(long, value_name = "FILE", conflicts_with = "anonymous")]
+    pub(super) delegation: Option<PathBuf>,
+    /// Present the chain as it is: do not hand the agent called a link to act on it onward.
+    #[arg(long, requires = "delegation")]
+    pub(super) no_hand_off: bool,
+    #[command(flatten)]
+    pub(super) reach: Reach,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").args(["did", "skill"]).required(true)))]
+pub(super) struct RemoteMcpArgs {
+    /// The agent's DID (its card is looked up in the node's index).
+    #[arg(long)]
+    pub(super) did: Option<String>,
+    /// Or: the first agent with this skill tag (repeatable: all of them) whose verified card
+    /// advertises an MCP endpoint.
+    #[arg(long, value_name = "TAG")]
+    pub(super) skill: Vec<String>,
+    /// Print the result as one JSON line.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Sign requests as this identity (its key in <data-dir>/agents/); default: the node's
+    /// did:key.
+    #[arg(long = "as", value_name = "DID")]
+    pub(super) as_did: Option<String>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub(super) timeout_secs: u64,
+    /// Present this delegation chain in the tool call's `_meta.actorChain` (handed off to the
+    /// agent when the chain allows; see `agentnet delegate`).
+    #[arg(long, value_name = "FILE")]
+    pub(super) delegation: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) reach: Reach,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ToolsArgs {
+    #[command(flatten)]
+    pub(super) remote: RemoteMcpArgs,
+    /// Accept the tools as listed now: `tool` calls a tool only while it is the one accepted
+    /// (the node pins each tool object when first listed).
+    #[arg(long)]
+    pub(super) accept: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ToolArgs {
+    /// The tool's name.
+    pub(super) name: String,
+    /// Its arguments, a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub(super) args: String,
+    #[command(flatten)]
+    pub(super) remote: RemoteMcpArgs,
+}
+
+/// `error` with what to do when it is an agent interface or MCP endpoint refused for being on
+/// plain http or a private address, and the command did not allow those.
+fn private_hint(error: anyhow::Error, allowed: bool) -> anyhow::Error {
+    // The MCP client's `Error::Call` is transparent: its `source()` skips the `CallError`,
+    // so the chain alone never shows it (`tools` and `tool` lost the hint that way).
+    let refused = error.chain().any(|c| {
+        matches!(c.downcast_ref(), Some(call::CallError::Address { .. }))
+            || matches!(
+                c.downcast_ref(),
+                Some(crate::call::mcp::Error::Call(
+                    call::CallError::Address { .. }
+                ))
+            )
+    });
+    if refused && !allowed {
+        anyhow::anyhow!(
+            "{}; an agent on this machine or a LAN needs --local (or a node started with \
+             `agentnet up --local`)",
+            one_line(&error)
+        )
+    } else {
+        error
+    }
+}
 
 /// The identity requests are signed as: `--as DID` (its key in the data directory), else the
 /// node's did:key.
@@ -279,33 +408,12 @@ pub(super) async fn tool_cmd(args: ToolArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `agentnet call`: find the agent (by DID or skill, or its ANP description with `--ad`), send
+/// the message or continue the task, log the receipt, print the answer; exit 1 when the task
+/// failed.
 pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
     let dir = data_dir::resolve(args.reach.node.data_dir.as_deref())?;
-    let signer = if args.anonymous {
-        None
-    } else {
-        Some(signer(&dir, args.as_did.as_deref(), "--as or --anonymous")?)
-    };
-    let holder = if args.anonymous {
-        None
-    } else {
-        Some(super::delegate::identity_of(
-            &dir,
-            args.as_did.as_deref(),
-            "--as or --anonymous",
-        )?)
-    };
-    let opts = call::CallOptions {
-        stream: args.stream,
-        timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
-        delegation: super::delegate::delegation_for(
-            args.delegation.as_deref(),
-            holder,
-            args.no_hand_off,
-        )?,
-        ..Default::default()
-    };
-    let caller = caller(&args.reach, signer, opts)?;
+    let caller = call_caller(&args, &dir)?;
     let allow_private = caller.options().allow_private;
     if let Some(ad) = &args.ad {
         return anp_call(&caller, ad, &args)
@@ -346,18 +454,75 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
         call::Outcome::Message(_) => (None, None),
     };
     let flags = answer_flags(&outcome);
-    // The receipt of a task that ended: verified, then logged by the node (never a reason to
-    // fail the call: a warning, and `receipt` in --json).
-    let recorded = match &outcome {
+    let recorded = record_receipt(&args, &dir, &agent, &outcome).await?;
+    print_outcome(&args, &agent, &outcome, recorded.as_ref(), &flags)?;
+    if let Some(e) = failed {
+        say!("error: {}", text::sanitize(&e));
+        return Ok(ExitCode::FAILURE);
+    }
+    let ok = match &state {
+        None => true,
+        Some(s) => !s.is_terminal() || *s == agentnet_a2a::types::TaskState::Completed,
+    };
+    if !ok {
+        say!(
+            "error: task {} ended {}",
+            text::sanitize(task_id.as_deref().unwrap_or("")),
+            state.as_ref().map(call::state_name).unwrap_or_default()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The caller of `agentnet call`: signing as `--as` or the node's did:key (unless
+/// `--anonymous`), presenting `--delegation`, streaming with `--stream`.
+fn call_caller(args: &CallArgs, dir: &Path) -> anyhow::Result<call::Caller> {
+    let signer = if args.anonymous {
+        None
+    } else {
+        Some(signer(dir, args.as_did.as_deref(), "--as or --anonymous")?)
+    };
+    let holder = if args.anonymous {
+        None
+    } else {
+        Some(super::delegate::identity_of(
+            dir,
+            args.as_did.as_deref(),
+            "--as or --anonymous",
+        )?)
+    };
+    let opts = call::CallOptions {
+        stream: args.stream,
+        timeout: std::time::Duration::from_secs(args.timeout_secs.max(1)),
+        delegation: super::delegate::delegation_for(
+            args.delegation.as_deref(),
+            holder,
+            args.no_hand_off,
+        )?,
+        ..Default::default()
+    };
+    caller(&args.reach, signer, opts)
+}
+
+/// The receipt of a task that ended: verified, then logged by the node (never a reason to
+/// fail the call: a warning, and `receipt` in --json). `None` while the task goes on.
+async fn record_receipt(
+    args: &CallArgs,
+    dir: &Path,
+    agent: &call::Agent,
+    outcome: &call::Outcome,
+) -> anyhow::Result<Option<crate::audit::Recorded>> {
+    Ok(match outcome {
         call::Outcome::Task(t) if t.status.state.is_terminal() => {
             let caller_did = match (&args.anonymous, &args.as_did) {
                 (true, _) => None,
                 (false, Some(d)) => Some(d.clone()),
-                (false, None) => SecretKey::load(&data_dir::key_file(&dir))
+                (false, None) => SecretKey::load(&data_dir::key_file(dir))
                     .ok()
                     .map(|k| k.did_key().to_string()),
             };
-            let rec = super::audit::recorder(&args.reach, &dir)?;
+            let rec = super::audit::recorder(&args.reach, dir)?;
             // The request as the agent holds it, held against the text sent.
             let held = crate::audit::request_of(t);
             let sent = [agentnet_a2a::types::Part::text(args.text.as_str())];
@@ -385,9 +550,20 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
             Some(r)
         }
         _ => None,
-    };
+    })
+}
+
+/// Print the answer: one JSON line with `--json` (with the receipt, the pin and the flags),
+/// else its texts, the flags, and how to answer a task that waits for input.
+fn print_outcome(
+    args: &CallArgs,
+    agent: &call::Agent,
+    outcome: &call::Outcome,
+    recorded: Option<&crate::audit::Recorded>,
+    flags: &[crate::trust::flags::Flag],
+) -> anyhow::Result<()> {
     if args.json {
-        let body = match &outcome {
+        let body = match outcome {
             call::Outcome::Task(t) => json!({"task": t}),
             call::Outcome::Message(m) => json!({"message": m}),
         };
@@ -396,22 +572,22 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
             "interface": {"url": agent.endpoint.url.as_str(), "binding": agent.endpoint.binding.name()},
             "result": body,
         });
-        if let Some(r) = &recorded {
+        if let Some(r) = recorded {
             out["receipt"] = serde_json::to_value(r)?;
         }
         if let Some(p) = &agent.pin {
             out["pin"] = serde_json::to_value(p)?;
         }
         if !flags.is_empty() {
-            out["flags"] = serde_json::to_value(&flags)?;
+            out["flags"] = serde_json::to_value(flags)?;
         }
         out!("{}", json_line(&out)?)?;
     } else {
-        for t in call::texts(&outcome) {
+        for t in call::texts(outcome) {
             out!("{}", text::sanitize(&t))?;
         }
-        super::network::say_flags(agent.did.as_str(), &flags);
-        if let call::Outcome::Task(t) = &outcome {
+        super::network::say_flags(agent.did.as_str(), flags);
+        if let call::Outcome::Task(t) = outcome {
             if matches!(
                 t.status.state,
                 agentnet_a2a::types::TaskState::InputRequired
@@ -421,28 +597,12 @@ pub(super) async fn call_cmd(args: CallArgs) -> anyhow::Result<ExitCode> {
                 }
                 say!(
                     "the agent waits for input; answer with: {}",
-                    text::sanitize(&answer_command(&args, agent.did.as_str(), &t.id))
+                    text::sanitize(&answer_command(args, agent.did.as_str(), &t.id))
                 );
             }
         }
     }
-    if let Some(e) = failed {
-        say!("error: {}", text::sanitize(&e));
-        return Ok(ExitCode::FAILURE);
-    }
-    let ok = match &state {
-        None => true,
-        Some(s) => !s.is_terminal() || *s == agentnet_a2a::types::TaskState::Completed,
-    };
-    if !ok {
-        say!(
-            "error: task {} ended {}",
-            text::sanitize(task_id.as_deref().unwrap_or("")),
-            state.as_ref().map(call::state_name).unwrap_or_default()
-        );
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `agentnet call --ad URL`: an ANP agent, through its description ([`call::anp`]).

@@ -2,10 +2,51 @@
 
 use anyhow::Context as _;
 
-use super::{
-    bail, card, data_dir, json, json_line, json_text, read_json, resolver_options, text, DidUrl,
-    ExitCode, Jwk, KeySource, NetArgs, Path, Resolver, SecretKey, Value,
-};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use agentnet_did::card::{self, KeySource};
+use agentnet_did::key::Jwk;
+use agentnet_did::{text, DidUrl, Resolver, SecretKey};
+use anyhow::bail;
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use super::args::{resolver_options, DataDirArg, NetArgs};
+use super::input::read_json;
+use super::output::{json_line, json_text};
+use crate::data_dir;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum CardCommand {
+    /// Sign a card (JWS, EdDSA, kid = DID URL) and print the signed card.
+    Sign {
+        /// The Agent Card JSON file (`-` for standard input).
+        card: PathBuf,
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Sign with this key file (a private Ed25519 JWK) instead of the node's key; not with
+        /// a --data-dir on the command line (AGENTNET_DATA_DIR is then ignored).
+        #[arg(long)]
+        key: Option<PathBuf>,
+        /// The kid (verification method DID URL); default: the key's did:key.
+        #[arg(long)]
+        kid: Option<String>,
+    },
+    /// Verify every signature on a card, resolving each kid's DID.
+    Verify {
+        /// The signed Agent Card JSON file (`-` for standard input).
+        card: PathBuf,
+        /// Verify with this public JWK instead of resolving the kid.
+        #[arg(long)]
+        jwk: Option<PathBuf>,
+        #[command(flatten)]
+        net: NetArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 pub(super) fn sign_card(
     card_path: &Path,

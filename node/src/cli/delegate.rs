@@ -3,10 +3,18 @@
 
 use anyhow::Context as _;
 
-use super::{
-    bail, call, data_dir, identity, json, json_line, output, Arc, Args, DataDirArg, ExitCode, Path,
-    PathBuf, SecretKey, Value,
-};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentnet_did::SecretKey;
+use anyhow::bail;
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::args::DataDirArg;
+use super::output::{self, json_line};
+use crate::{call, data_dir, identity};
 use agentnet_did::delegation::{self, Capability, Chain, Grant};
 
 #[derive(Debug, Args)]

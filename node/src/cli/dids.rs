@@ -2,10 +2,86 @@
 
 use anyhow::Context as _;
 
-use super::{
-    data_dir, identity, json, json_line, json_text, print_table, read_json, text, ExitCode, Path,
-    Resolver, ResolverOptions, SecretKey,
-};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use agentnet_did::resolver::Options as ResolverOptions;
+use agentnet_did::{text, Resolver, SecretKey};
+use clap::{Subcommand, ValueEnum};
+use serde_json::json;
+
+use super::args::DataDirArg;
+use super::input::read_json;
+use super::output::{json_line, json_text, print_table};
+use crate::{data_dir, identity};
+
+#[derive(Debug, Subcommand)]
+pub(super) enum KeyCommand {
+    /// Write a new Ed25519 key (a private JWK, mode 0600; an existing file is never
+    /// overwritten) and print its did:key: an agent's identity for `publish --key` and
+    /// `card sign --key`.
+    New {
+        /// The key file to create.
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum IdentityCommand {
+    /// Create a key and the DID document of an identity under a domain; the key goes into
+    /// <data-dir>/agents/ (mode 0600), the document beside it, to be served at the URL printed.
+    New {
+        /// did:web identity: `host[%3Aport][:path:segments]`, e.g. `example.com:agents:x`
+        /// (served at https://example.com/agents/x/did.json).
+        #[arg(
+            long,
+            value_name = "ID",
+            conflicts_with = "wba",
+            required_unless_present = "wba"
+        )]
+        web: Option<String>,
+        /// did:wba identity with the ANP `e1_` key binding: `host[%3Aport]:path[:segments]`,
+        /// e.g. `example.com:agents`; the last segment `e1_<key thumbprint>` is added.
+        #[arg(long, value_name = "ID")]
+        wba: Option<String>,
+        /// Also write the DID document here.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the identities under a domain this data directory holds, each with the URL its
+    /// document must be served at.
+    List {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Print JSON, one object per identity.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the DID document of an identity, and where to serve it.
+    Show {
+        /// The DID.
+        did: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(super) enum KeyFormatArg {
+    /// Multikey (did:key v0.7 default).
+    Multikey,
+    /// Ed25519VerificationKey2020 / X25519KeyAgreementKey2020.
+    #[value(name = "2020")]
+    Ed2020,
+}
 
 pub(super) async fn resolve(
     did: &str,

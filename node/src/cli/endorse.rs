@@ -1,7 +1,14 @@
 //! `agentnet endorse` and `agentnet endorsements`: the node's signed endorsements
 //! ([`crate::trust::endorsements`], docs/PROTOCOL.md, "Endorsements").
 
-use super::{admin_client, delegate, json_text, print_table, text, Args, ExitCode, NodeArg};
+use std::process::ExitCode;
+
+use agentnet_did::text;
+use clap::Args;
+
+use super::args::{admin_client, NodeArg};
+use super::delegate;
+use super::output::{json_text, print_table};
 use crate::admin::EndorseBody;
 
 #[derive(Debug, Args)]

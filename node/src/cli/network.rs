@@ -2,11 +2,34 @@
 
 use anyhow::Context as _;
 
-use super::{
-    admin, admin_client, bail, data_dir, expires_in, json_line, json_text, print_table, read_json,
-    text, unix_time, ExitCode, NodeArg, Path, PublishRequest, SecretKey,
-};
+use std::path::Path;
+use std::process::ExitCode;
+
+use agentnet_did::{text, SecretKey};
+use anyhow::bail;
+use clap::Subcommand;
+
+use super::args::{admin_client, NodeArg};
+use super::input::read_json;
+use super::output::{expires_in, json_line, json_text, print_table, unix_time};
+use crate::admin::{self, PublishRequest};
+use crate::data_dir;
 use crate::trust::pins::PinState;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum TrustCommand {
+    /// Accept DID's card as the running node has it now: `discover` shows it `pinned`, not
+    /// `CHANGED`, until its name, description, skills, interfaces or security change again.
+    Accept {
+        /// The agent's DID.
+        did: String,
+        #[command(flatten)]
+        node: NodeArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 pub(super) async fn publish(
     card_path: &Path,

@@ -1,9 +1,95 @@
 //! The node's own commands: `init`, `up` (and its banner), `mcp`.
 
-use super::{
-    admin, config, daemon, data_dir, is_local, json, resolver_options, Arc, Directory, ExitCode,
-    FileConfig, McpArgs, Path, SecretKey, StoreLimits, UpArgs, ADMIN_TIMEOUT,
-};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentnet_did::SecretKey;
+use agentnet_discovery::store::Limits as StoreLimits;
+use clap::Args;
+use serde_json::json;
+
+use super::args::{is_local, resolver_options, DataDirArg, NetArgs, ADMIN_TIMEOUT};
+use crate::config::{self, FileConfig};
+use crate::network::directory::Directory;
+use crate::{admin, daemon, data_dir};
+
+#[derive(Debug, Args)]
+pub(super) struct UpArgs {
+    #[command(flatten)]
+    pub(super) dir: DataDirArg,
+    /// libp2p listen address (repeatable); default: TCP and QUIC on all interfaces, random ports.
+    #[arg(long, value_name = "MULTIADDR")]
+    pub(super) listen: Vec<String>,
+    /// Peer to dial at start, e.g. /ip4/203.0.113.7/tcp/4001/p2p/12D3Koo… (repeatable).
+    #[arg(long, value_name = "MULTIADDR")]
+    pub(super) bootstrap: Vec<String>,
+    /// The node's configuration file (TOML): `[node]` settings (each flag here overrides its
+    /// value), `[tasks]` retention, `[auth]` verifier bounds, and the hosted A2A agents
+    /// (`[[agent]]`: echo, ask, tck, command, proxy). See docs/A2A.md.
+    #[arg(long, value_name = "FILE")]
+    pub(super) config: Option<PathBuf>,
+    /// Address of the public HTTP listener (well-known files, hosted agents); port 0 picks a
+    /// free one. Default 127.0.0.1:7878.
+    #[arg(long, value_name = "ADDR")]
+    pub(super) http: Option<String>,
+    /// How clients reach the public listener, http(s)://host[:port] (behind a proxy, or when
+    /// listening on 0.0.0.0); default http://<bound address>.
+    #[arg(long, value_name = "URL")]
+    pub(super) public_url: Option<String>,
+    /// Address of the admin API listener: a loopback address only; port 0 (the default) picks a
+    /// free one. The commands find it in <data-dir>/node.json and authenticate with the token
+    /// in <data-dir>/admin.token, written anew at every start. Default 127.0.0.1:0.
+    #[arg(long, value_name = "ADDR")]
+    pub(super) admin: Option<String>,
+    /// Do not look for peers on the LAN with mDNS.
+    #[arg(long)]
+    pub(super) no_mdns: bool,
+    /// Most MiB of other nodes' adverts (with their index and replay records) the store keeps;
+    /// past it, new agents from others are refused until expired ones are swept.
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_total_bytes >> 20)]
+    pub(super) store_max_mib: u64,
+    /// Most MiB of adverts naming one publishing peer.
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().max_peer_bytes >> 20)]
+    pub(super) store_peer_mib: u64,
+    /// Refuse other nodes' adverts while the store's disk has less than this many MiB free
+    /// (the node's own publishing goes on).
+    #[arg(long, value_name = "MIB", default_value_t = StoreLimits::default().min_free_bytes >> 20)]
+    pub(super) store_min_free_mib: u64,
+    /// Refuse new peer connections while the node's resident memory is above this many MiB
+    /// (connections already open stay); 0: no such bound.
+    #[arg(long, value_name = "MIB", default_value_t = daemon::DEFAULT_MAX_MEMORY_MIB)]
+    pub(super) max_memory_mib: u64,
+    /// How the node resolves did:web/did:wba callers (and the agents it calls): a local
+    /// testnet's documents on loopback need `--allow-http-loopback` or `--ca-cert`.
+    #[command(flatten)]
+    pub(super) net: NetArgs,
+    /// Print the start banner as one JSON line.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct McpArgs {
+    #[command(flatten)]
+    pub(super) dir: DataDirArg,
+    /// Sign the A2A requests of send_message, get_task and cancel_task as this identity (its
+    /// key in <data-dir>/agents/); default: the node's did:key.
+    #[arg(long = "as", value_name = "DID")]
+    pub(super) as_did: Option<String>,
+    /// Allow agent interfaces on loopback and private addresses, and plain http (testnets).
+    #[arg(long)]
+    pub(super) allow_private: bool,
+    /// Peers to dial if a node is started here (no node runs on the data directory).
+    #[arg(long, value_name = "MULTIADDR")]
+    pub(super) bootstrap: Vec<String>,
+    /// Present this delegation chain on every A2A message and tool call the tools make, handed
+    /// off to each agent called when the chain allows (see `agentnet delegate`).
+    #[arg(long, value_name = "FILE")]
+    pub(super) delegation: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) net: NetArgs,
+}
 
 /// `n` MiB in bytes, refused when it overflows.
 fn mib(flag: &str, n: u64) -> anyhow::Result<u64> {

@@ -32,7 +32,12 @@ use serde::Deserialize;
 
 use anyhow::Context as _;
 
-use super::{bail, json, Args, ExitCode, PathBuf, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Args;
+use serde_json::{json, Value};
 
 /// Largest params file read.
 const MAX_PARAMS_BYTES: u64 = 64 << 20;
@@ -252,34 +257,15 @@ fn advert_for(id: u64, size: usize, peer: &str, addr: &str) -> anyhow::Result<Ve
     sign(want - bare.len())
 }
 
+/// Run one node of the harness: read its script, start the node, print each delivery, play
+/// the script, print the traffic, stop.
 pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let me = match a.node_id {
         Some(n) => n,
         None => id_from_hostname()?,
     };
-    let file = std::fs::File::open(&a.params)
-        .with_context(|| format!("reading {}", a.params.display()))?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(file, MAX_PARAMS_BYTES + 1),
-        &mut text,
-    )
-    .with_context(|| format!("reading {}", a.params.display()))?;
-    if text.len() as u64 > MAX_PARAMS_BYTES {
-        bail!(
-            "{} is larger than {MAX_PARAMS_BYTES} bytes",
-            a.params.display()
-        );
-    }
-    let params: Params = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not {{\"script\": [instruction, …]}}",
-            a.params.display()
-        )
-    })?;
-    let mut script = Vec::new();
-    flatten(params.script, me, &mut script)?;
+    let script = read_script(&a, me)?;
 
     let tmp;
     let store_dir = match &a.store {
@@ -327,11 +313,56 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
         fields(json!({"id": peer, "node_id": me, "listen": listen.to_string()})),
     );
 
-    // Every advertisement this node accepts from the network is a delivery.
-    let mut accepted = client.subscribe();
     let own = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
-    let own_seen = own.clone();
-    let printer = tokio::spawn(async move {
+    let printer = print_deliveries(client.subscribe(), own.clone());
+
+    let addr = listen.with(libp2p::multiaddr::Protocol::P2p(client.peer_id()));
+    for i in script {
+        play(&a, i, start, &client, &own, &peer, &addr).await?;
+    }
+    print_traffic(&client).await;
+    stop.cancel();
+    drop(client);
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    printer.abort();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The script of node `me`: the harness's params.json, bounded, its `ifNodeIdEquals` blocks
+/// for `me` flattened in.
+fn read_script(a: &SimNodeArgs, me: u32) -> anyhow::Result<Vec<Instruction>> {
+    let file = std::fs::File::open(&a.params)
+        .with_context(|| format!("reading {}", a.params.display()))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_PARAMS_BYTES + 1),
+        &mut text,
+    )
+    .with_context(|| format!("reading {}", a.params.display()))?;
+    if text.len() as u64 > MAX_PARAMS_BYTES {
+        bail!(
+            "{} is larger than {MAX_PARAMS_BYTES} bytes",
+            a.params.display()
+        );
+    }
+    let params: Params = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not {{\"script\": [instruction, …]}}",
+            a.params.display()
+        )
+    })?;
+    let mut script = Vec::new();
+    flatten(params.script, me, &mut script)?;
+    Ok(script)
+}
+
+/// Print every advertisement this node accepts from the network (a delivery), except the
+/// node's `own` messages, until the node stops.
+fn print_deliveries(
+    mut accepted: tokio::sync::broadcast::Receiver<net::Accepted>,
+    own_seen: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<u64>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         loop {
             match accepted.recv().await {
                 Ok(acc) => {
@@ -353,82 +384,98 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
         }
-    });
+    })
+}
 
-    let addr = listen.with(libp2p::multiaddr::Protocol::P2p(client.peer_id()));
-    for i in script {
-        match i {
-            Instruction::Connect { connect_to } => {
-                for m in connect_to {
-                    let ip = address_of(a.ip_base, m).with_context(|| {
-                        format!(
-                            "node {m} has no address: --ip-base {} plus {m} passes 255.255.255.255",
-                            a.ip_base
-                        )
-                    })?;
-                    let target = a
-                        .dial
-                        .replace("{n1}", &(u64::from(m) + 1).to_string())
-                        .replace("{n}", &m.to_string())
-                        .replace("{ip}", &ip.to_string());
-                    let peer_m = net::peer_id_of(&key_of(m))?;
-                    let ma: libp2p::Multiaddr = format!("{target}/p2p/{peer_m}")
-                        .parse()
-                        .with_context(|| format!("--dial gives {target:?} for node {m}"))?;
-                    let c = client.clone();
-                    // The harness's own nodes dial without waiting; a node that is not up yet is
-                    // tried again (for DIAL_ATTEMPTS seconds), then named.
-                    tokio::spawn(async move {
-                        for attempt in 1..=DIAL_ATTEMPTS {
-                            match c.dial(ma.clone()).await {
-                                Ok(()) => break,
-                                Err(e) if attempt == DIAL_ATTEMPTS => {
-                                    say!("sim-node: dialing node {m} at {ma}: {e}")
-                                }
-                                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-                            }
-                        }
-                    });
-                }
+/// Play one instruction of the script on the node behind `client` (`peer` at `addr`),
+/// started at `start`; the messages it publishes go into `own`.
+async fn play(
+    a: &SimNodeArgs,
+    i: Instruction,
+    start: Instant,
+    client: &net::Client,
+    own: &std::sync::Mutex<std::collections::HashSet<u64>>,
+    peer: &str,
+    addr: &libp2p::Multiaddr,
+) -> anyhow::Result<()> {
+    match i {
+        Instruction::Connect { connect_to } => connect(a, client, connect_to)?,
+        Instruction::WaitUntil { elapsed_seconds } => {
+            let at = start + Duration::from_secs_f64(elapsed_seconds.clamp(0.0, 1e7));
+            tokio::time::sleep_until(at.into()).await;
+        }
+        Instruction::Publish {
+            message_id,
+            message_size_bytes,
+            topic_id,
+        } => {
+            if let Ok(mut o) = own.lock() {
+                o.insert(message_id);
             }
-            Instruction::WaitUntil { elapsed_seconds } => {
-                let at = start + Duration::from_secs_f64(elapsed_seconds.clamp(0.0, 1e7));
-                tokio::time::sleep_until(at.into()).await;
-            }
-            Instruction::Publish {
-                message_id,
-                message_size_bytes,
-                topic_id,
-            } => {
-                if let Ok(mut o) = own.lock() {
-                    o.insert(message_id);
-                }
-                let bytes = advert_for(message_id, message_size_bytes, &peer, &addr.to_string())?;
-                let size = bytes.len();
-                match client.publish(bytes).await {
-                    Ok(_) => line(
-                        "Published",
-                        fields(
-                            json!({"id": message_id.to_string(), "topic": topic_id, "bytes": size}),
-                        ),
-                    ),
-                    Err(e) => say!("sim-node: publishing message {message_id}: {e}"),
-                }
-            }
-            Instruction::SubscribeToTopic { topic_id } => {
-                // One topic carries every advertisement; the node is always subscribed.
-                say!(
-                    "sim-node: topic {topic_id:?} is the advertisement topic {}",
-                    net::TOPIC
-                );
-            }
-            Instruction::InitGossipSub { .. } => {}
-            Instruction::IfNodeIdEquals { .. } => {}
-            Instruction::Other => {
-                say!("sim-node: an instruction this node does not implement, skipped")
+            let bytes = advert_for(message_id, message_size_bytes, peer, &addr.to_string())?;
+            let size = bytes.len();
+            match client.publish(bytes).await {
+                Ok(_) => line(
+                    "Published",
+                    fields(json!({"id": message_id.to_string(), "topic": topic_id, "bytes": size})),
+                ),
+                Err(e) => say!("sim-node: publishing message {message_id}: {e}"),
             }
         }
+        Instruction::SubscribeToTopic { topic_id } => {
+            // One topic carries every advertisement; the node is always subscribed.
+            say!(
+                "sim-node: topic {topic_id:?} is the advertisement topic {}",
+                net::TOPIC
+            );
+        }
+        Instruction::InitGossipSub { .. } => {}
+        Instruction::IfNodeIdEquals { .. } => {}
+        Instruction::Other => {
+            say!("sim-node: an instruction this node does not implement, skipped")
+        }
     }
+    Ok(())
+}
+
+/// Dial each node of `connect_to` at its address (`--ip-base`, `--dial`), in the background.
+fn connect(a: &SimNodeArgs, client: &net::Client, connect_to: Vec<u32>) -> anyhow::Result<()> {
+    for m in connect_to {
+        let ip = address_of(a.ip_base, m).with_context(|| {
+            format!(
+                "node {m} has no address: --ip-base {} plus {m} passes 255.255.255.255",
+                a.ip_base
+            )
+        })?;
+        let target = a
+            .dial
+            .replace("{n1}", &(u64::from(m) + 1).to_string())
+            .replace("{n}", &m.to_string())
+            .replace("{ip}", &ip.to_string());
+        let peer_m = net::peer_id_of(&key_of(m))?;
+        let ma: libp2p::Multiaddr = format!("{target}/p2p/{peer_m}")
+            .parse()
+            .with_context(|| format!("--dial gives {target:?} for node {m}"))?;
+        let c = client.clone();
+        // The harness's own nodes dial without waiting; a node that is not up yet is
+        // tried again (for DIAL_ATTEMPTS seconds), then named.
+        tokio::spawn(async move {
+            for attempt in 1..=DIAL_ATTEMPTS {
+                match c.dial(ma.clone()).await {
+                    Ok(()) => break,
+                    Err(e) if attempt == DIAL_ATTEMPTS => {
+                        say!("sim-node: dialing node {m} at {ma}: {e}")
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The last line: the node's peers and gossip traffic.
+async fn print_traffic(client: &net::Client) {
     let t = client.traffic();
     let peers = client.peers().await.map(|p| p.len()).unwrap_or(0);
     line(
@@ -442,11 +489,6 @@ pub(super) async fn sim_node_cmd(a: SimNodeArgs) -> anyhow::Result<ExitCode> {
             "bytes_out": t.bytes_out,
         })),
     );
-    stop.cancel();
-    drop(client);
-    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-    printer.abort();
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -2,10 +2,25 @@
 //! `config check` (the configuration `up` would run with, starting nothing), and the log
 //! format of every command (`--log-format`).
 
-use super::{
-    admin, admin_client, bail, data_dir, duration, expires_in, json, json_text, rfc3339, text,
-    ExitCode, FileConfig, NodeArg, Overrides, UpArgs, Value, ValueEnum,
-};
+use std::process::ExitCode;
+
+use agentnet_did::text;
+use anyhow::bail;
+use clap::{Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use super::args::{admin_client, NodeArg};
+use super::node::UpArgs;
+use super::output::{duration, expires_in, json_text, rfc3339};
+use crate::config::{FileConfig, Overrides};
+use crate::{admin, data_dir};
+
+#[derive(Debug, Subcommand)]
+pub(super) enum ConfigCommand {
+    /// Print the configuration `up` would run with these flags and this file (TOML, or JSON
+    /// with --json), or say on one line why it is invalid (exit 1); starts nothing.
+    Check(UpArgs),
+}
 
 /// How the commands log on standard error.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]

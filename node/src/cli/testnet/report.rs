@@ -303,7 +303,17 @@ pub struct WellKnownReport {
     pub ard_json: String,
 }
 
+/// The text summary of a run: the nodes, what they published and found, each sample's outcome,
+/// and node 1's well-known files.
 pub(super) fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
+    print_network(r)?;
+    print_calls(r)?;
+    print_authority(r)?;
+    print_well_known(r, keep)
+}
+
+/// The nodes, the adverts published and what the last node discovered.
+fn print_network(r: &Report) -> anyhow::Result<()> {
     out!()?;
     out!(
         "summary ({} ms{})",
@@ -365,6 +375,11 @@ pub(super) fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// The calls of the last node: A2A, MCP, and the same agent's ANP and ARD faces.
+fn print_calls(r: &Report) -> anyhow::Result<()> {
     let c = &r.call;
     out!(
         "  A2A call from node {} (signed as {}):",
@@ -439,6 +454,11 @@ pub(super) fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
         }
         Some(e) => out!("    FAILED: {e}")?,
     }
+    Ok(())
+}
+
+/// Authority across hops (the delegation sample) and discovery that is not approval (trust).
+fn print_authority(r: &Report) -> anyhow::Result<()> {
     let d = &r.delegation;
     out!("  authority across hops (principal {}):", d.principal)?;
     match &d.error {
@@ -492,6 +512,11 @@ pub(super) fn print_summary(r: &Report, keep: bool) -> anyhow::Result<()> {
         }
         Some(e) => out!("    FAILED: {e}")?,
     }
+    Ok(())
+}
+
+/// Node 1's well-known files, to fetch while the nodes run (with `keep`).
+fn print_well_known(r: &Report, keep: bool) -> anyhow::Result<()> {
     if keep {
         out!("  node 1's well-known files:")?;
     } else {
