@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{p, UpNode};
+use common::UpNode;
 use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
@@ -21,18 +21,14 @@ policy = "open"
 publish = false
 "#;
 
+/// A node hosting [`CONFIG`]'s agent.
 fn start(dir: &Path) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let config = dir.join("node.toml");
-    std::fs::write(&config, CONFIG).unwrap();
-    UpNode::spawn(dir, &["--config", p(&config), "--http", "127.0.0.1:0"])
+    UpNode::with_config(dir, CONFIG)
 }
 
+/// The open echo agent's A2A endpoint.
 fn agent(node: &UpNode) -> String {
-    format!(
-        "http://{}/a2a/open-echo",
-        node.info["http"].as_str().unwrap()
-    )
+    format!("{}/a2a/open-echo", node.http_url())
 }
 
 /// `{"k":{"k": ... "x" ...}}`, `levels` objects deep, as text (a `Value` that deep would
@@ -157,13 +153,8 @@ fn deep_messages_are_refused_at_the_door_and_the_node_starts_again() {
 fn one_anonymous_source_cannot_use_up_the_others_quota() {
     let dir = tempfile::tempdir().unwrap();
     let node_dir = dir.path().join("node");
-    std::fs::create_dir_all(&node_dir).unwrap();
-    let config = node_dir.join("node.toml");
-    std::fs::write(&config, format!("{CONFIG}\n[tasks]\nmax_per_owner = 3\n")).unwrap();
-    let node = UpNode::spawn(
-        &node_dir,
-        &["--config", p(&config), "--http", "127.0.0.1:0"],
-    );
+    let config = format!("{CONFIG}\n[tasks]\nmax_per_owner = 3\n");
+    let node = UpNode::with_config(&node_dir, &config);
     let url = agent(&node);
     let send = |from: &str, n: usize| {
         let body = format!(
@@ -219,17 +210,9 @@ fn one_anonymous_source_cannot_use_up_the_others_quota() {
 fn a_store_filled_by_nine_addresses_still_serves_a_tenth() {
     let dir = tempfile::tempdir().unwrap();
     let node_dir = dir.path().join("node");
-    std::fs::create_dir_all(&node_dir).unwrap();
-    let config = node_dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!("{CONFIG}\n[tasks]\nmax_tasks = 19\nmax_per_source = 3\nmax_per_owner = 3\n"),
-    )
-    .unwrap();
-    let node = UpNode::spawn(
-        &node_dir,
-        &["--config", p(&config), "--http", "127.0.0.1:0"],
-    );
+    let config =
+        format!("{CONFIG}\n[tasks]\nmax_tasks = 19\nmax_per_source = 3\nmax_per_owner = 3\n");
+    let node = UpNode::with_config(&node_dir, &config);
     let url = agent(&node);
     let send = |from: &str, n: usize| {
         let body = format!(

@@ -72,16 +72,14 @@ impl A2aNodeExt for Node {
 
     /// [`Node::start_with`], with more flags for `agentnet up`.
     fn start_args(dir: &Path, config: &str, extra: &[&str]) -> Node {
-        std::fs::create_dir_all(dir).unwrap();
-        let config_path = dir.join("node.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let mut args = vec!["--config", p(&config_path), "--http", "127.0.0.1:0"];
+        let mut args = vec!["--http", "127.0.0.1:0"];
         args.extend_from_slice(extra);
-        Node::spawn(dir, &args)
+        Node::with_config_args(dir, config, &args)
     }
 
+    /// The A2A endpoint of the hosted agent `id`.
     fn agent(&self, id: &str) -> String {
-        format!("http://{}/a2a/{id}", self.info["http"].as_str().unwrap())
+        format!("{}/a2a/{id}", self.http_url())
     }
 }
 

@@ -38,25 +38,19 @@ work_ms = 100
 publish = false
 "#;
 
+/// A node hosting [`CONFIG`]'s agents.
 fn start(dir: &Path) -> Node {
-    std::fs::create_dir_all(dir).unwrap();
-    let config = dir.join("node.toml");
-    std::fs::write(&config, CONFIG).unwrap();
     // The caller's did:wba document is on loopback: resolving it there needs the testnet flag.
-    Node::spawn(
+    Node::with_config_args(
         dir,
-        &[
-            "--config",
-            common::p(&config),
-            "--http",
-            "127.0.0.1:0",
-            "--allow-http-loopback",
-        ],
+        CONFIG,
+        &["--http", "127.0.0.1:0", "--allow-http-loopback"],
     )
 }
 
+/// The node's public HTTP base URL.
 fn base(node: &Node) -> String {
-    format!("http://{}", node.info["http"].as_str().unwrap())
+    node.http_url()
 }
 
 fn sdk_client(args: &[&str]) -> Value {

@@ -3,7 +3,7 @@
 //! error envelope.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -13,16 +13,14 @@ use common::*;
 /// Longest wait for a node to start, a peer to connect or an advertisement to arrive.
 const PATIENCE: Duration = Duration::from_secs(40);
 
+/// A node on loopback bootstrapping from `bootstrap`.
 fn start(dir: &Path, bootstrap: &[&str]) -> UpNode {
-    let mut args = LOOPBACK.to_vec();
-    for b in bootstrap {
-        args.extend(["--bootstrap", b]);
-    }
-    UpNode::spawn(dir, &args)
+    UpNode::joining(dir, bootstrap)
 }
 
+/// The node's public HTTP base URL.
 fn http(n: &UpNode) -> String {
-    format!("http://{}", n.info["http"].as_str().unwrap())
+    n.http_url()
 }
 
 fn addr(n: &UpNode) -> String {
@@ -115,15 +113,9 @@ fn publish(tmp: &Path, node: &UpNode, name: &str, card: &Value) -> String {
     did
 }
 
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+/// Poll `f` every 300 ms until it returns `Some`, at most [`PATIENCE`].
+fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::eventually(what, PATIENCE, Duration::from_millis(300), f)
 }
 
 fn error_code(v: &Value) -> &str {

@@ -224,10 +224,7 @@ async fn one_owner_cannot_hold_every_stream_of_an_agent() {
 
 /// `agentnet up --config <dir>/node.toml --http 127.0.0.1:0`.
 fn start_with_config(dir: &Path, config: &str) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join("node.toml");
-    std::fs::write(&path, config).unwrap();
-    UpNode::spawn(dir, &["--config", p(&path), "--http", "127.0.0.1:0"])
+    UpNode::with_config(dir, config)
 }
 
 /// An open echo agent whose tasks a network block may create three of (`max_per_source`):

@@ -3,71 +3,28 @@
 //! 127.0.0.1), and `call` finds them by DID and by skill, verifies, sends, follows (polling and
 //! SSE) and continues an INPUT_REQUIRED task.
 
-use std::fs::File;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::common;
 use common::*;
 
-struct Node {
-    child: Child,
-    dir: std::path::PathBuf,
+// A node alone on loopback.
+use common::UpNode as Node;
+
+/// What this module adds to the shared [`Node`] fixture.
+trait CallNodeExt {
+    fn start(dir: &Path) -> (Node, Value);
 }
 
-impl Node {
+impl CallNodeExt for Node {
+    /// [`Node::alone`] in `dir`, and its `node.json`.
     fn start(dir: &Path) -> (Node, Value) {
-        std::fs::create_dir_all(dir).unwrap();
-        let child = Command::new(BIN)
-            .args([
-                "up",
-                "--data-dir",
-                p(dir),
-                "--listen",
-                "/ip4/127.0.0.1/tcp/0",
-                "--http",
-                "127.0.0.1:0",
-                "--no-mdns",
-            ])
-            .env_remove("AGENTNET_DATA_DIR")
-            .stdin(Stdio::null())
-            .stdout(File::create(dir.join("up.out")).unwrap())
-            .stderr(File::create(dir.join("up.err")).unwrap())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let node = Node {
-            child,
-            dir: dir.to_owned(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(v) = std::fs::read(dir.join("node.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .filter(|v| v["pid"] == json!(pid))
-            {
-                return (node, v);
-            }
-            assert!(Instant::now() < deadline, "the node did not start");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- node log ---\n{}",
-                std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
-            );
-        }
+        let node = Node::alone(dir);
+        let info = node.info.clone();
+        (node, info)
     }
 }
 

@@ -28,10 +28,12 @@ pub fn agentnet(args: &[&str]) -> Output {
         .expect("the agentnet binary runs")
 }
 
+/// Its standard output, as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Its standard error, as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -86,16 +88,37 @@ pub struct UpNode {
 impl UpNode {
     /// `agentnet up` on `dir` alone: loopback listeners on ports the system picks, no mDNS.
     pub fn alone(dir: &Path) -> UpNode {
-        UpNode::spawn(
-            dir,
-            &[
-                "--listen",
-                "/ip4/127.0.0.1/tcp/0",
-                "--http",
-                "127.0.0.1:0",
-                "--no-mdns",
-            ],
-        )
+        UpNode::on_loopback(dir, &[])
+    }
+
+    /// [`UpNode::alone`] with more flags for `agentnet up`.
+    pub fn on_loopback(dir: &Path, extra: &[&str]) -> UpNode {
+        let mut args = LOOPBACK.to_vec();
+        args.extend_from_slice(extra);
+        UpNode::spawn(dir, &args)
+    }
+
+    /// [`UpNode::alone`], bootstrapping from each address of `bootstrap`.
+    pub fn joining(dir: &Path, bootstrap: &[&str]) -> UpNode {
+        let mut args = Vec::new();
+        for b in bootstrap {
+            args.extend(["--bootstrap", *b]);
+        }
+        UpNode::on_loopback(dir, &args)
+    }
+
+    /// `agentnet up --config <dir>/node.toml --http 127.0.0.1:0` with `config` in that file
+    /// (the flag overrides the file; where libp2p listens is the file's `[node]` section).
+    pub fn with_config(dir: &Path, config: &str) -> UpNode {
+        UpNode::with_config_args(dir, config, &["--http", "127.0.0.1:0"])
+    }
+
+    /// `agentnet up --config <dir>/node.toml <args>`, with `config` written to that file first.
+    pub fn with_config_args(dir: &Path, config: &str, args: &[&str]) -> UpNode {
+        let path = write_config(dir, config);
+        let mut all = vec!["--config", p(&path)];
+        all.extend_from_slice(args);
+        UpNode::spawn(dir, &all)
     }
 
     /// `agentnet up --data-dir <dir> <args>` (logging at `info`), once it has written the
@@ -139,6 +162,48 @@ impl UpNode {
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("up.err")).unwrap_or_default()
+    }
+
+    /// Its public HTTP listener as a base URL: `http://<addr>`.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.info["http"].as_str().unwrap())
+    }
+}
+
+/// `config` written to `<dir>/node.toml` (`dir` made first); the file's path.
+pub fn write_config(dir: &Path, config: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("node.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+/// `agentnet up --data-dir <dir>/data … --json` on loopback as [`start_up`] takes it, with
+/// `--config <dir>/node.toml` holding `config` when there is one.
+pub fn up_command(dir: &Path, config: Option<&str>) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["up", "--data-dir"]).arg(dir.join("data"));
+    if let Some(c) = config {
+        cmd.arg("--config").arg(write_config(dir, c));
+    }
+    cmd.args(LOOPBACK).arg("--json");
+    cmd
+}
+
+/// `f` until it gives a value, polled every `every`; panics after `within`.
+pub fn eventually<T>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(every);
     }
 }
 

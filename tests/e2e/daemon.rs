@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -14,15 +14,8 @@ use common::*;
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Poll `f` every 250 ms until it returns `Some`, at most [`PATIENCE`].
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::eventually(what, PATIENCE, Duration::from_millis(250), f)
 }
 
 // A running `agentnet up`.
@@ -45,11 +38,7 @@ trait DaemonNodeExt {
 impl DaemonNodeExt for Node {
     /// `agentnet up` on loopback with data directory `dir`.
     fn start(dir: &Path, bootstrap: &[&str]) -> Node {
-        let mut args = LOOPBACK.to_vec();
-        for b in bootstrap {
-            args.extend(["--bootstrap", b]);
-        }
-        Node::spawn(dir, &args)
+        Node::joining(dir, bootstrap)
     }
 
     fn data_dir(&self) -> &str {
@@ -58,7 +47,7 @@ impl DaemonNodeExt for Node {
 
     /// The public listener.
     fn http(&self) -> String {
-        format!("http://{}", self.info["http"].as_str().unwrap())
+        self.http_url()
     }
 
     /// The admin listener.

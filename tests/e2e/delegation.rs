@@ -194,17 +194,14 @@ async fn agent_did(url: &str) -> String {
     kid.split('#').next().unwrap().to_owned()
 }
 
+/// A node on loopback hosting the agents of `config`.
 fn start(dir: &Path, config: &str) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let cfg = dir.join("node.toml");
-    std::fs::write(&cfg, config).unwrap();
-    let mut args = vec!["--config", p(&cfg)];
-    args.extend(LOOPBACK);
-    UpNode::spawn(dir, &args)
+    UpNode::with_config_args(dir, config, &LOOPBACK)
 }
 
+/// Where the node's hosted agents are: `http://<addr>/a2a`.
 fn base(node: &UpNode) -> String {
-    format!("http://{}/a2a", node.info["http"].as_str().unwrap())
+    format!("{}/a2a", node.http_url())
 }
 
 #[tokio::test]

@@ -19,10 +19,9 @@ use common::*;
 const WAIT: Duration = Duration::from_secs(60);
 const SKILL: &str = "weather-endorse";
 
+/// A node on loopback with more flags `extra`.
 fn start(dir: &Path, extra: &[&str]) -> UpNode {
-    let mut args = LOOPBACK.to_vec();
-    args.extend_from_slice(extra);
-    UpNode::spawn(dir, &args)
+    UpNode::on_loopback(dir, extra)
 }
 
 fn addr(n: &UpNode) -> String {

@@ -14,18 +14,16 @@ use common::*;
 /// Longest wait for an advertisement to reach another node.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// A node on loopback hosting the agents of `config`, with more flags `extra`.
 fn start(dir: &Path, config: &str, extra: &[&str]) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let cfg = dir.join("node.toml");
-    std::fs::write(&cfg, config).unwrap();
-    let mut args = vec!["--config", p(&cfg)];
-    args.extend_from_slice(&LOOPBACK);
+    let mut args = LOOPBACK.to_vec();
     args.extend_from_slice(extra);
-    UpNode::spawn(dir, &args)
+    UpNode::with_config_args(dir, config, &args)
 }
 
+/// The node's public HTTP base URL.
 fn http(n: &UpNode) -> String {
-    format!("http://{}", n.info["http"].as_str().unwrap())
+    n.http_url()
 }
 
 /// `agentnet call --skill <tag> <text> --json` from `dir`'s node, retried (bounded) while the
