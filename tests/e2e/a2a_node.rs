@@ -376,21 +376,8 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
 /// address is its own network block); the HTTP status and the answer.
 fn rpc_from(from: [u8; 4], url: &str, method: &str, params: Value) -> (u16, Value) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let r = agentnet_did::http::client_builder()
-            .local_address(std::net::IpAddr::from(from))
-            .build()
-            .unwrap()
-            .post(url)
-            .header("content-type", "application/a2a+json")
-            .header("A2A-Version", "1.0")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
-    })
+    let from = std::net::IpAddr::from(from).to_string();
+    common::post_a2a_from(&from, url, body.to_string())
 }
 
 /// Issue 15, "Task bytes and disk" and "ListTasks amplification", against the binary over HTTP.
@@ -925,12 +912,7 @@ fn strangers_flooding_signed_requests_do_not_lock_out_a_new_signer() {
     let echo = node.agent("echo");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let from = |last: u8| {
-            agentnet_did::http::client_builder()
-                .local_address(std::net::IpAddr::from([127, 0, 0, last]))
-                .build()
-                .unwrap()
-        };
+        let from = |last: u8| common::client_from(&format!("127.0.0.{last}"));
         let send = |c: reqwest::Client| {
             let echo = echo.clone();
             async move {

@@ -27,21 +27,6 @@ fn addr(n: &UpNode) -> String {
     n.info["listen"][0].as_str().unwrap().to_owned()
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn client() -> reqwest::Client {
-    agentnet_did::http::client_builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
 /// `(status, JSON body)` of a request.
 fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
     rt().block_on(async {
@@ -54,11 +39,11 @@ fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
 }
 
 fn post(url: &str, body: &Value) -> (u16, Value) {
-    send(client().post(url).json(body))
+    send(loopback_client().post(url).json(body))
 }
 
 fn get(url: &str) -> (u16, Value) {
-    send(client().get(url))
+    send(loopback_client().get(url))
 }
 
 /// Percent-encode everything but unreserved characters (RFC 3986).
@@ -261,7 +246,7 @@ fn the_registry_answers_search_explore_and_lookup_from_gossip_and_refuses_in_env
     let (s, v) = post(&format!("{base}/search"), &json!({"query": {"filter": {}}}));
     assert_eq!((s, error_code(&v)), (400, "INVALID_ARGUMENT"), "{v}");
     let (s, v) = send(
-        client()
+        loopback_client()
             .post(format!("{base}/search"))
             .header("content-type", "application/json")
             .body("{\"query\":"),
@@ -309,7 +294,7 @@ fn the_registry_answers_search_explore_and_lookup_from_gossip_and_refuses_in_env
     // The wrong method: 405.
     let (s, v) = get(&format!("{base}/search"));
     assert_eq!((s, error_code(&v)), (405, "METHOD_NOT_ALLOWED"), "{v}");
-    let (s, v) = send(client().delete(format!("{base}/agents/{}", encode(&urn))));
+    let (s, v) = send(loopback_client().delete(format!("{base}/agents/{}", encode(&urn))));
     assert_eq!((s, error_code(&v)), (405, "METHOD_NOT_ALLOWED"), "{v}");
 }
 
@@ -320,7 +305,7 @@ fn one_source_is_rate_limited_with_429() {
     let base = http(&a);
     // The bucket holds ten seconds' worth; a bounded burst beyond it is refused.
     let statuses = rt().block_on(async {
-        let c = client();
+        let c = loopback_client();
         let mut out = Vec::new();
         for _ in 0..400 {
             let r = c

@@ -156,10 +156,7 @@ publish = false
 
 /// An unsigned client at 127.0.0.`i`: one anonymous owner, owned by its address.
 fn client_from(i: u8) -> reqwest::Client {
-    agentnet_did::http::client_builder()
-        .local_address(loopback(i))
-        .build()
-        .unwrap()
+    common::client_from(&loopback(i).to_string())
 }
 
 /// A new task at the open agent, answered at once (its turn works for ten minutes).

@@ -271,3 +271,49 @@ pub fn interop_node_dir() -> Option<PathBuf> {
     eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
     None
 }
+
+/// A current-thread tokio runtime, for the requests of a plain `#[test]`.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A client for the nodes on loopback: no proxy, each request given up after 30 s.
+pub fn loopback_client() -> reqwest::Client {
+    agentnet_did::http::client_builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// A client (no proxy) whose connections leave from the loopback address `from`: any
+/// 127.0.0.0/8 address binds on Linux, and each is a source of its own to the node.
+pub fn client_from(from: &str) -> reqwest::Client {
+    agentnet_did::http::client_builder()
+        .no_proxy()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// POST `body` unsigned to the A2A endpoint `url` (`application/a2a+json`, A2A version 1.0)
+/// from the loopback address `from`, on a runtime of its own: the HTTP status and the JSON
+/// answer (null when it is not JSON).
+pub fn post_a2a_from(from: &str, url: &str, body: String) -> (u16, Value) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let r = client_from(from)
+            .post(url)
+            .header("content-type", "application/a2a+json")
+            .header("A2A-Version", "1.0")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    })
+}

@@ -110,21 +110,6 @@ fn write_card(dir: &Path, name: &str, card: &Value) -> PathBuf {
     path
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn http_client() -> reqwest::Client {
-    agentnet_did::http::client_builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
 /// The DIDs in a `discover --json` answer.
 fn dids(found: &Value) -> Vec<&str> {
     found
@@ -240,7 +225,7 @@ fn a_card_published_on_one_node_is_discovered_on_another() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("not published"), "{}", stderr(&o));
     let status = rt().block_on(async {
-        http_client()
+        loopback_client()
             .get(format!("{}/admin/v1/adverts/{agent_did}", c.admin()))
             .bearer_auth(c.token())
             .send()
@@ -256,7 +241,7 @@ fn well_known_files_on_the_public_listener_and_nothing_else() {
     let tmp = tempfile::tempdir().unwrap();
     let a = Node::start(&tmp.path().join("a"), &[]);
     assert_ne!(a.http(), a.admin());
-    let http = http_client();
+    let http = loopback_client();
     rt().block_on(async {
         let doc: Value = http
             .get(format!("{}/.well-known/did.json", a.http()))
@@ -333,7 +318,7 @@ fn the_admin_api_authenticates_its_callers() {
         assert_eq!(mode & 0o777, 0o600, "admin.token is the owner's only");
     }
     let token = a.token();
-    let http = http_client();
+    let http = loopback_client();
     let peers = format!("{}/admin/v1/peers", a.admin());
     let publish = format!("{}/admin/v1/publish", a.admin());
     let body =
@@ -641,7 +626,7 @@ fn a_restarted_node_answers_from_its_store_and_refuses_replays() {
     let first = publish(&a);
     assert_eq!(first["did"], a.did());
     assert_eq!(first["seq"], 1);
-    let http = http_client();
+    let http = loopback_client();
     let advert_url = format!("{}/admin/v1/adverts/{}", a.admin(), a.did());
     let old_token = a.token();
     let old_advert = rt().block_on(async {

@@ -79,36 +79,22 @@ fn grant(who: &Who, from: &Who, c: &Capability, until: i64, chain: Option<&Value
 
 /// A signed JSON-RPC request `method` with `params` to `url`; the status and the answer.
 async fn rpc(url: &str, who: &Who, method: &str, params: Value) -> (u16, Value) {
-    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method,
-        "params": params}))
-    .unwrap();
-    let h = httpsig::sign(
-        &who.key,
-        &who.kid,
-        "POST",
-        url,
-        &body,
-        now() as u64,
-        &httpsig::new_nonce(),
-    )
-    .unwrap();
-    let mut headers = reqwest::header::HeaderMap::new();
-    h.apply(&mut headers);
-    let resp = http()
-        .post(url)
-        .header("content-type", "application/a2a+json")
-        .header("A2A-Version", "1.0")
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    signed_rpc(&http(), url, who, method, params).await
 }
 
 /// [`rpc`] from the loopback address `from` (any 127.0.0.0/8 address binds on Linux).
 async fn rpc_from(from: &str, url: &str, who: &Who, method: &str, params: Value) -> (u16, Value) {
+    signed_rpc(&client_from(from), url, who, method, params).await
+}
+
+/// [`rpc`] sent with `client`.
+async fn signed_rpc(
+    client: &reqwest::Client,
+    url: &str,
+    who: &Who,
+    method: &str,
+    params: Value,
+) -> (u16, Value) {
     let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method,
         "params": params}))
     .unwrap();
@@ -124,10 +110,6 @@ async fn rpc_from(from: &str, url: &str, who: &Who, method: &str, params: Value)
     .unwrap();
     let mut headers = reqwest::header::HeaderMap::new();
     h.apply(&mut headers);
-    let client = agentnet_did::http::client_builder()
-        .local_address(from.parse::<std::net::IpAddr>().unwrap())
-        .build()
-        .unwrap();
     let resp = client
         .post(url)
         .header("content-type", "application/a2a+json")

@@ -214,13 +214,7 @@ async fn command_processes_are_capped_per_caller_and_per_agent() {
     // Fresh DIDs from one address: that source's 8 (and no more) run, whatever DIDs it signs
     // with. One request each, one after the other (the processes sleep long enough for all of
     // them to be running together).
-    let from = |a: &str| {
-        agentnet_did::http::client_builder()
-            .no_proxy()
-            .local_address(a.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap()
-    };
+    let from = common::client_from;
     let callers: Vec<Caller> = (0..36).map(|_| Caller::new()).collect();
     let one_address = from("127.0.0.2");
     let mut busy = 0;

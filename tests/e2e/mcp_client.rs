@@ -839,13 +839,7 @@ async fn hosted_sessions_are_shared_out_per_did_and_per_address() {
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}}))
     .unwrap();
-    let from = |ip: &str| {
-        agentnet_did::http::client_builder()
-            .no_proxy()
-            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap()
-    };
+    let from = client_from;
     let here = from("127.0.0.1");
     let greedy = Identity::did_key(SecretKey::generate());
     let mut ids = Vec::new();

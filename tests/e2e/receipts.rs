@@ -858,23 +858,9 @@ fn stranger_sends(from: &str, url: &str, text: &str) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"role": "ROLE_USER", "parts": [{"text": text}],
             "messageId": format!("m-stranger-{n}")}}});
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let client = agentnet_did::http::client_builder()
-            .local_address(from.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap();
-        let r = client
-            .post(url)
-            .header("content-type", "application/a2a+json")
-            .header("A2A-Version", "1.0")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-        r.json().await.unwrap()
-    })
+    let (status, answer) = post_a2a_from(from, url, body.to_string());
+    assert_eq!(status, 200);
+    answer
 }
 
 /// Issue 43, item 4: strangers (anonymous callers from four network blocks) call a hosted
