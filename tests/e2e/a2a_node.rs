@@ -496,23 +496,9 @@ fn task_bytes_are_bounded_per_source_and_list_pages_by_bytes() {
 /// has no DID signing), where the list holds the caller's tasks.
 #[test]
 fn js_sdk_client_calls_hosted_agents_over_both_bindings() {
-    let js_dir = std::path::PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("interop/node");
-    let node_ok = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !node_ok || !js_dir.join("node_modules/@a2a-js/sdk").exists() {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+    let Some(js_dir) = common::interop_node_dir("@a2a-js/sdk") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start_with(
         &dir.path().join("node"),

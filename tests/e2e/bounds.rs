@@ -411,13 +411,7 @@ fn config_check_refuses_a_bad_trusted_proxy_and_shows_the_list() {
         ("[http]\nforwarded_header = \"x-real-ip\"\n", "x-real-ip"),
     ];
     for (bad, says) in cases {
-        std::fs::write(&config, bad).unwrap();
-        let o = agentnet(&["config", "check", "--config", p(&config)]);
-        assert_eq!(o.status.code(), Some(1), "{bad}: {}", stdout(&o));
-        let err = stderr(&o);
-        assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
-        assert!(err.contains(says), "{bad}: {err}");
-        assert!(stdout(&o).is_empty(), "{bad}");
+        common::assert_config_refused(&config, bad, says);
     }
     // `up` refuses it before it starts anything.
     std::fs::write(&config, cases[1].0).unwrap();

@@ -50,6 +50,57 @@ pub fn json_of(args: &[&str]) -> Value {
     serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)))
 }
 
+/// `agentnet config check` of `config` once `bad` is written there: refused (exit 1) with one
+/// line on standard error, which names `says`, and nothing on standard output.
+pub fn assert_config_refused(config: &Path, bad: &str, says: &str) {
+    std::fs::write(config, bad).unwrap();
+    let o = agentnet(&["config", "check", "--config", p(config)]);
+    assert_eq!(o.status.code(), Some(1), "{bad}: {}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
+    assert!(err.contains(says), "{bad}: {err}");
+    assert!(stdout(&o).is_empty(), "{bad}");
+}
+
+/// The adverts that `agentnet discover --skill <skill> <more> --json` lists from `data`'s node.
+pub fn discover_json(data: &Path, skill: &str, more: &[&str]) -> Vec<Value> {
+    let mut args = vec!["discover", "--skill", skill];
+    args.extend_from_slice(more);
+    args.extend(["--json", "--data-dir", p(data)]);
+    json_of(&args).as_array().unwrap().clone()
+}
+
+/// `agentnet call --skill <skill> <text> --json` from `data`'s node, allowed to call private
+/// addresses (the agents are on loopback) and given 30 s.
+pub fn call_skill(data: &Path, skill: &str, text: &str) -> Output {
+    agentnet(&[
+        "call",
+        "--skill",
+        skill,
+        text,
+        "--allow-private",
+        "--json",
+        "--timeout-secs",
+        "30",
+        "--data-dir",
+        p(data),
+    ])
+}
+
+/// `jws` (compact) with the character at `at` of its base64url payload changed (to `A`, or to
+/// `B` where it was `A`): the signature no longer matches.
+pub fn forge_payload(jws: &str, at: usize) -> String {
+    let parts: Vec<&str> = jws.split('.').collect();
+    let mut payload = parts[1].to_string().into_bytes();
+    payload[at] = if payload[at] == b'A' { b'B' } else { b'A' };
+    format!(
+        "{}.{}.{}",
+        parts[0],
+        String::from_utf8(payload).unwrap(),
+        parts[2]
+    )
+}
+
 /// Start a configured `agentnet up … --json` command and read the JSON banner it prints once
 /// `node.json` is written; the rest of its standard output is drained. The node is killed when
 /// the child is dropped.
@@ -252,16 +303,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// `interop/node`, when Node.js and its packages (`interop/setup.sh`) are there; `None` (the
-/// test skips) otherwise, except under `scripts/test.sh`, which installs them and sets
-/// `AGENTNET_INTEROP_REQUIRED`: a skip there is a failure.
-pub fn interop_node_dir() -> Option<PathBuf> {
+/// `interop/node`, when Node.js and its packages (`interop/setup.sh`; `package` is the one the
+/// test needs) are there; `None` (the test skips) otherwise, except under `scripts/test.sh`,
+/// which installs them and sets `AGENTNET_INTEROP_REQUIRED`: a skip there is a failure.
+pub fn interop_node_dir(package: &str) -> Option<PathBuf> {
     let js_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/node");
     let node_ok = Command::new("node")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if node_ok && js_dir.join("node_modules/canonicalize").exists() {
+    if node_ok && js_dir.join("node_modules").join(package).exists() {
         return Some(js_dir);
     }
     assert!(

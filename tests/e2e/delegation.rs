@@ -570,23 +570,7 @@ require_delegation_from = ["{p}"]
 
 /// The interop tools, or `None` (skipped) where they are not installed and not required.
 fn js_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("interop/node");
-    let node_ok = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !node_ok || !dir.join("node_modules/@digitalbazaar/vc").exists() {
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
-        return None;
-    }
-    Some(dir)
+    interop_node_dir("@digitalbazaar/vc")
 }
 
 fn node_js(dir: &Path, args: &[&str]) -> std::process::Output {

@@ -158,13 +158,7 @@ fn config_check_prints_the_flag_over_the_file_and_refuses_an_invalid_file() {
         ("[node\n", "node.toml"),
         ("[[agent]]\nid = \"Bad Id\"\nkind = \"echo\"\n", "Bad Id"),
     ] {
-        std::fs::write(&config, bad).unwrap();
-        let o = agentnet(&["config", "check", "--config", p(&config)]);
-        assert_eq!(o.status.code(), Some(1), "{bad}: {}", stdout(&o));
-        let err = stderr(&o);
-        assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
-        assert!(err.contains(says), "{bad}: {err}");
-        assert!(stdout(&o).is_empty(), "{bad}");
+        assert_config_refused(&config, bad, says);
     }
 }
 

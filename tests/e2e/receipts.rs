@@ -31,18 +31,7 @@ fn http(n: &UpNode) -> String {
 fn call(dir: &Path, tag: &str, text: &str) -> Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let o = agentnet(&[
-            "call",
-            "--skill",
-            tag,
-            text,
-            "--allow-private",
-            "--json",
-            "--timeout-secs",
-            "30",
-            "--data-dir",
-            p(dir),
-        ]);
+        let o = call_skill(dir, tag, text);
         if o.status.success() {
             return serde_json::from_str(stdout(&o).trim()).unwrap();
         }
@@ -224,7 +213,7 @@ tags = ["receipt-proxy"]
 /// refuses the same receipt for another task and one with a changed payload byte.
 #[test]
 fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
-    let Some(js_dir) = interop_node_dir() else {
+    let Some(js_dir) = interop_node_dir("canonicalize") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -259,15 +248,7 @@ fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
         "{v}"
     );
     // One byte of the payload changed (its base64url): the signature no longer verifies.
-    let parts: Vec<&str> = jws.split('.').collect();
-    let mut payload = parts[1].to_string().into_bytes();
-    payload[10] = if payload[10] == b'A' { b'B' } else { b'A' };
-    let forged = format!(
-        "{}.{}.{}",
-        parts[0],
-        String::from_utf8(payload).unwrap(),
-        parts[2]
-    );
+    let forged = forge_payload(&jws, 10);
     let (ok, v) = verify(&forged, task_id);
     assert!(!ok, "{v}");
 }

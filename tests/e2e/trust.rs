@@ -649,19 +649,7 @@ fn the_trust_policy_denies_ranks_and_explains() {
             &format!("{i}.json"),
         );
     }
-    let shown = |data: &Path| -> Vec<Value> {
-        json_of(&[
-            "discover",
-            "--skill",
-            "books-pin",
-            "--json",
-            "--data-dir",
-            p(data),
-        ])
-        .as_array()
-        .unwrap()
-        .clone()
-    };
+    let shown = |data: &Path| discover_json(data, "books-pin", &[]);
     let got = shown(&data);
     let dids: Vec<&str> = got.iter().map(|a| a["did"].as_str().unwrap()).collect();
     assert_eq!(dids, [allowed.as_str(), plain.as_str()], "{got:?}");
@@ -756,18 +744,7 @@ fn a_proxy_refuses_an_upstream_whose_card_changed_until_accepted() {
         )
     };
     let call = |text: &str| {
-        let o = agentnet(&[
-            "call",
-            "--skill",
-            "via-pin",
-            text,
-            "--allow-private",
-            "--json",
-            "--timeout-secs",
-            "30",
-            "--data-dir",
-            p(&proxy_dir),
-        ]);
+        let o = call_skill(&proxy_dir, "via-pin", text);
         (o.status.success(), format!("{}{}", stdout(&o), stderr(&o)))
     };
     let up = start_up("Echoes, first version.");
