@@ -183,6 +183,17 @@ fn reqwest_blocking(url: &str) -> Value {
     })
 }
 
+/// A signed `SendMessage` of `text` (message id `m-1`) to `url`: the id of the task it made.
+fn new_task(key: &SecretKey, url: &str, text: &str) -> String {
+    let msg =
+        json!({"message": {"role": "ROLE_USER", "parts": [{"text": text}], "messageId": "m-1"}});
+    let v = signed_rpc(key, url, "SendMessage", msg);
+    v["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string()
+}
+
 /// POST a signed JSON-RPC request.
 fn signed_rpc(key: &SecretKey, url: &str, method: &str, params: Value) -> Value {
     let body =
@@ -219,12 +230,7 @@ fn tasks_survive_a_killed_node() {
     let node_dir = dir.path().join("node");
     let (key, _, _) = caller(dir.path());
     let node = Node::start(&node_dir);
-    let msg = json!({"message": {"role": "ROLE_USER", "parts": [{"text": "remember me"}], "messageId": "m-1"}});
-    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
-    let id = v["result"]["task"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{v}"))
-        .to_string();
+    let id = new_task(&key, &node.agent("echo"), "remember me");
     let card_before = reqwest_blocking(&format!(
         "{}/.well-known/agent-card.json",
         node.agent("echo")
@@ -287,12 +293,7 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
     let node_dir = dir.path().join("node");
     let (key, _, _) = caller(dir.path());
     let node = Node::start(&node_dir);
-    let msg = json!({"message": {"role": "ROLE_USER", "parts": [{"text": "keep me"}], "messageId": "m-1"}});
-    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
-    let kept = v["result"]["task"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{v}"))
-        .to_string();
+    let kept = new_task(&key, &node.agent("echo"), "keep me");
     drop(node);
     {
         // The stopped node's store, opened with the library: an unreadable running task of

@@ -350,6 +350,11 @@ pub fn client_from(from: &str) -> reqwest::Client {
         .unwrap()
 }
 
+/// `GET url` with `client`: the answer's body as JSON.
+pub async fn get_json(client: &reqwest::Client, url: impl reqwest::IntoUrl) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 /// POST `body` unsigned to the A2A endpoint `url` (`application/a2a+json`, A2A version 1.0)
 /// from the loopback address `from`, on a runtime of its own: the HTTP status and the JSON
 /// answer (null when it is not JSON).

@@ -156,14 +156,7 @@ fn completed_text(answer: &(u16, Value)) -> String {
 
 /// The DID of the hosted agent at `url` (its card's signer).
 async fn agent_did(url: &str) -> String {
-    let card: Value = http()
-        .get(format!("{url}/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card: Value = get_json(&http(), format!("{url}/.well-known/agent-card.json")).await;
     let protected = card["signatures"][0]["protected"].as_str().unwrap();
     use base64::Engine as _;
     let header: Value = serde_json::from_slice(
@@ -216,14 +209,7 @@ require_delegation_from = ["{}"]
     let hour = now() + 3600;
 
     // The card says what the agent requires.
-    let card: Value = http()
-        .get(format!("{url}/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card: Value = get_json(&http(), format!("{url}/.well-known/agent-card.json")).await;
     let ext = card["capabilities"]["extensions"]
         .as_array()
         .unwrap()
@@ -497,14 +483,8 @@ require_delegation_from = ["{p}"]
 
     // Through the proxy on the second node: the caller hands the chain to front, front hands it
     // on to books; books checks the whole chain, three links, acting link caller → front.
-    let front_card: Value = http()
-        .get(format!("{front_url}/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let front_card: Value =
+        get_json(&http(), format!("{front_url}/.well-known/agent-card.json")).await;
     let _ = front_card;
     let held = std::fs::read(&chain).unwrap();
     let held: Value = serde_json::from_slice(&held).unwrap();
