@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{p, UpNode};
+use common::{post_a2a_from, UpNode};
 use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
@@ -21,18 +21,14 @@ policy = "open"
 publish = false
 "#;
 
+/// A node hosting [`CONFIG`]'s agent.
 fn start(dir: &Path) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let config = dir.join("node.toml");
-    std::fs::write(&config, CONFIG).unwrap();
-    UpNode::spawn(dir, &["--config", p(&config), "--http", "127.0.0.1:0"])
+    UpNode::with_config(dir, CONFIG)
 }
 
+/// The open echo agent's A2A endpoint.
 fn agent(node: &UpNode) -> String {
-    format!(
-        "http://{}/a2a/open-echo",
-        node.info["http"].as_str().unwrap()
-    )
+    format!("{}/a2a/open-echo", node.http_url())
 }
 
 /// `{"k":{"k": ... "x" ...}}`, `levels` objects deep, as text (a `Value` that deep would
@@ -52,29 +48,9 @@ fn rpc_body(method: &str, params: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#)
 }
 
+/// An unsigned A2A request from 127.0.0.1 (see [`post_a2a_from`]).
 fn post(url: &str, body: String) -> (u16, Value) {
-    post_from("127.0.0.1", url, body)
-}
-
-/// [`post`] from the loopback address `from` (any 127.0.0.0/8 address binds on Linux).
-fn post_from(from: &str, url: &str, body: String) -> (u16, Value) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let client = agentnet_did::http::client_builder()
-            .local_address(from.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap();
-        let r = client
-            .post(url)
-            .header("content-type", "application/a2a+json")
-            .header("A2A-Version", "1.0")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
-    })
+    post_a2a_from("127.0.0.1", url, body)
 }
 
 fn rpc(url: &str, method: &str, params: Value) -> (u16, Value) {
@@ -157,19 +133,14 @@ fn deep_messages_are_refused_at_the_door_and_the_node_starts_again() {
 fn one_anonymous_source_cannot_use_up_the_others_quota() {
     let dir = tempfile::tempdir().unwrap();
     let node_dir = dir.path().join("node");
-    std::fs::create_dir_all(&node_dir).unwrap();
-    let config = node_dir.join("node.toml");
-    std::fs::write(&config, format!("{CONFIG}\n[tasks]\nmax_per_owner = 3\n")).unwrap();
-    let node = UpNode::spawn(
-        &node_dir,
-        &["--config", p(&config), "--http", "127.0.0.1:0"],
-    );
+    let config = format!("{CONFIG}\n[tasks]\nmax_per_owner = 3\n");
+    let node = UpNode::with_config(&node_dir, &config);
     let url = agent(&node);
     let send = |from: &str, n: usize| {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"role":"ROLE_USER","parts":[{{"text":"hi"}}],"messageId":"m-{n}"}}}}}}"#
         );
-        post_from(from, &url, body).1
+        post_a2a_from(from, &url, body).1
     };
     let mut mine = Vec::new();
     for n in 0..3 {
@@ -196,7 +167,7 @@ fn one_anonymous_source_cannot_use_up_the_others_quota() {
     }
     // And the first address's tasks are its own.
     let get = |from: &str| {
-        post_from(
+        post_a2a_from(
             from,
             &url,
             rpc_body("GetTask", &json!({"id": mine[0]}).to_string()),
@@ -219,23 +190,15 @@ fn one_anonymous_source_cannot_use_up_the_others_quota() {
 fn a_store_filled_by_nine_addresses_still_serves_a_tenth() {
     let dir = tempfile::tempdir().unwrap();
     let node_dir = dir.path().join("node");
-    std::fs::create_dir_all(&node_dir).unwrap();
-    let config = node_dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!("{CONFIG}\n[tasks]\nmax_tasks = 19\nmax_per_source = 3\nmax_per_owner = 3\n"),
-    )
-    .unwrap();
-    let node = UpNode::spawn(
-        &node_dir,
-        &["--config", p(&config), "--http", "127.0.0.1:0"],
-    );
+    let config =
+        format!("{CONFIG}\n[tasks]\nmax_tasks = 19\nmax_per_source = 3\nmax_per_owner = 3\n");
+    let node = UpNode::with_config(&node_dir, &config);
     let url = agent(&node);
     let send = |from: &str, n: usize| {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"role":"ROLE_USER","parts":[{{"text":"hi"}}],"messageId":"m-{n}"}}}}}}"#
         );
-        post_from(from, &url, body)
+        post_a2a_from(from, &url, body)
     };
     let mut first = Vec::new();
     // The first address holds three, the others two each: 19, full.
@@ -259,7 +222,7 @@ fn a_store_filled_by_nine_addresses_still_serves_a_tenth() {
     );
     // The room came from the first address's oldest task; its newer one is still there.
     let get = |id: &str| {
-        post_from(
+        post_a2a_from(
             "127.0.1.1",
             &url,
             rpc_body("GetTask", &json!({"id": id}).to_string()),

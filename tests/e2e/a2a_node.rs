@@ -72,16 +72,14 @@ impl A2aNodeExt for Node {
 
     /// [`Node::start_with`], with more flags for `agentnet up`.
     fn start_args(dir: &Path, config: &str, extra: &[&str]) -> Node {
-        std::fs::create_dir_all(dir).unwrap();
-        let config_path = dir.join("node.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let mut args = vec!["--config", p(&config_path), "--http", "127.0.0.1:0"];
+        let mut args = vec!["--http", "127.0.0.1:0"];
         args.extend_from_slice(extra);
-        Node::spawn(dir, &args)
+        Node::with_config_args(dir, config, &args)
     }
 
+    /// The A2A endpoint of the hosted agent `id`.
     fn agent(&self, id: &str) -> String {
-        format!("http://{}/a2a/{id}", self.info["http"].as_str().unwrap())
+        format!("{}/a2a/{id}", self.http_url())
     }
 }
 
@@ -185,6 +183,17 @@ fn reqwest_blocking(url: &str) -> Value {
     })
 }
 
+/// A signed `SendMessage` of `text` (message id `m-1`) to `url`: the id of the task it made.
+fn new_task(key: &SecretKey, url: &str, text: &str) -> String {
+    let msg =
+        json!({"message": {"role": "ROLE_USER", "parts": [{"text": text}], "messageId": "m-1"}});
+    let v = signed_rpc(key, url, "SendMessage", msg);
+    v["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string()
+}
+
 /// POST a signed JSON-RPC request.
 fn signed_rpc(key: &SecretKey, url: &str, method: &str, params: Value) -> Value {
     let body =
@@ -221,12 +230,7 @@ fn tasks_survive_a_killed_node() {
     let node_dir = dir.path().join("node");
     let (key, _, _) = caller(dir.path());
     let node = Node::start(&node_dir);
-    let msg = json!({"message": {"role": "ROLE_USER", "parts": [{"text": "remember me"}], "messageId": "m-1"}});
-    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
-    let id = v["result"]["task"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{v}"))
-        .to_string();
+    let id = new_task(&key, &node.agent("echo"), "remember me");
     let card_before = reqwest_blocking(&format!(
         "{}/.well-known/agent-card.json",
         node.agent("echo")
@@ -289,12 +293,7 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
     let node_dir = dir.path().join("node");
     let (key, _, _) = caller(dir.path());
     let node = Node::start(&node_dir);
-    let msg = json!({"message": {"role": "ROLE_USER", "parts": [{"text": "keep me"}], "messageId": "m-1"}});
-    let v = signed_rpc(&key, &node.agent("echo"), "SendMessage", msg);
-    let kept = v["result"]["task"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{v}"))
-        .to_string();
+    let kept = new_task(&key, &node.agent("echo"), "keep me");
     drop(node);
     {
         // The stopped node's store, opened with the library: an unreadable running task of
@@ -378,21 +377,8 @@ fn an_unreadable_task_record_does_not_stop_the_node() {
 /// address is its own network block); the HTTP status and the answer.
 fn rpc_from(from: [u8; 4], url: &str, method: &str, params: Value) -> (u16, Value) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let r = agentnet_did::http::client_builder()
-            .local_address(std::net::IpAddr::from(from))
-            .build()
-            .unwrap()
-            .post(url)
-            .header("content-type", "application/a2a+json")
-            .header("A2A-Version", "1.0")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
-    })
+    let from = std::net::IpAddr::from(from).to_string();
+    common::post_a2a_from(&from, url, body.to_string())
 }
 
 /// Issue 15, "Task bytes and disk" and "ListTasks amplification", against the binary over HTTP.
@@ -511,23 +497,9 @@ fn task_bytes_are_bounded_per_source_and_list_pages_by_bytes() {
 /// has no DID signing), where the list holds the caller's tasks.
 #[test]
 fn js_sdk_client_calls_hosted_agents_over_both_bindings() {
-    let js_dir = std::path::PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("interop/node");
-    let node_ok = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !node_ok || !js_dir.join("node_modules/@a2a-js/sdk").exists() {
-        // scripts/test.sh installs the tools and sets this: a skip there is a failure.
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
+    let Some(js_dir) = common::interop_node_dir("@a2a-js/sdk") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start_with(
         &dir.path().join("node"),
@@ -927,12 +899,7 @@ fn strangers_flooding_signed_requests_do_not_lock_out_a_new_signer() {
     let echo = node.agent("echo");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let from = |last: u8| {
-            agentnet_did::http::client_builder()
-                .local_address(std::net::IpAddr::from([127, 0, 0, last]))
-                .build()
-                .unwrap()
-        };
+        let from = |last: u8| common::client_from(&format!("127.0.0.{last}"));
         let send = |c: reqwest::Client| {
             let echo = echo.clone();
             async move {

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{p, UpNode};
+use common::UpNode;
 use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
@@ -22,15 +22,14 @@ policy = "open"
 publish = false
 "#;
 
+/// A node hosting [`CONFIG`]'s agent.
 fn start(dir: &Path) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let config = dir.join("node.toml");
-    std::fs::write(&config, CONFIG).unwrap();
-    UpNode::spawn(dir, &["--config", p(&config), "--http", "127.0.0.1:0"])
+    UpNode::with_config(dir, CONFIG)
 }
 
+/// The `tck` agent's A2A endpoint.
 fn agent(node: &UpNode) -> String {
-    format!("http://{}/a2a/tck", node.info["http"].as_str().unwrap())
+    format!("{}/a2a/tck", node.http_url())
 }
 
 fn client() -> reqwest::Client {

@@ -38,25 +38,19 @@ work_ms = 100
 publish = false
 "#;
 
+/// A node hosting [`CONFIG`]'s agents.
 fn start(dir: &Path) -> Node {
-    std::fs::create_dir_all(dir).unwrap();
-    let config = dir.join("node.toml");
-    std::fs::write(&config, CONFIG).unwrap();
     // The caller's did:wba document is on loopback: resolving it there needs the testnet flag.
-    Node::spawn(
+    Node::with_config_args(
         dir,
-        &[
-            "--config",
-            common::p(&config),
-            "--http",
-            "127.0.0.1:0",
-            "--allow-http-loopback",
-        ],
+        CONFIG,
+        &["--http", "127.0.0.1:0", "--allow-http-loopback"],
     )
 }
 
+/// The node's public HTTP base URL.
 fn base(node: &Node) -> String {
-    format!("http://{}", node.info["http"].as_str().unwrap())
+    node.http_url()
 }
 
 fn sdk_client(args: &[&str]) -> Value {
@@ -129,14 +123,8 @@ async fn the_anp_endpoint_is_bounded_and_refuses_what_the_a2a_routes_refuse() {
     let base = base(&node);
     let client = agentnet_did::http::client();
 
-    let list: Value = client
-        .get(format!("{base}/.well-known/agent-descriptions"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value =
+        common::get_json(&client, format!("{base}/.well-known/agent-descriptions")).await;
     assert_eq!(list["@type"], "CollectionPage");
     let ids: Vec<&str> = list["items"]
         .as_array()
@@ -148,25 +136,12 @@ async fn the_anp_endpoint_is_bounded_and_refuses_what_the_a2a_routes_refuse() {
     for id in &ids {
         assert!(id.starts_with(&format!("{base}/a2a/")), "{id}");
     }
-    let ad: Value = client
-        .get(format!("{base}/a2a/echo/ad.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ad: Value = common::get_json(&client, format!("{base}/a2a/echo/ad.json")).await;
     assert_eq!(ad["@type"], "ad:AgentDescription");
     assert!(ad["did"].as_str().unwrap().starts_with("did:key:"));
     assert_eq!(ad["keywords"], json!(["anp-echo"]));
-    let interface: Value = client
-        .get(ad["interfaces"][0]["url"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let interface: Value =
+        common::get_json(&client, ad["interfaces"][0]["url"].as_str().unwrap()).await;
     assert_eq!(interface, ad["interfaces"][0]["content"]);
     let rpc_url = interface["servers"][0]["url"].as_str().unwrap().to_string();
     assert_eq!(rpc_url, format!("{base}/a2a/echo/anp/rpc"));
@@ -249,16 +224,7 @@ fn client_get(url: &str) -> Value {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        agentnet_did::http::client()
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    })
+    rt.block_on(async { common::get_json(&agentnet_did::http::client(), url).await })
 }
 
 /// `agentnet call --ad URL` as the given flags, from `data_dir`: its output.

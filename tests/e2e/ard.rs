@@ -3,7 +3,7 @@
 //! error envelope.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -13,35 +13,18 @@ use common::*;
 /// Longest wait for a node to start, a peer to connect or an advertisement to arrive.
 const PATIENCE: Duration = Duration::from_secs(40);
 
+/// A node on loopback bootstrapping from `bootstrap`.
 fn start(dir: &Path, bootstrap: &[&str]) -> UpNode {
-    let mut args = LOOPBACK.to_vec();
-    for b in bootstrap {
-        args.extend(["--bootstrap", b]);
-    }
-    UpNode::spawn(dir, &args)
+    UpNode::joining(dir, bootstrap)
 }
 
+/// The node's public HTTP base URL.
 fn http(n: &UpNode) -> String {
-    format!("http://{}", n.info["http"].as_str().unwrap())
+    n.http_url()
 }
 
 fn addr(n: &UpNode) -> String {
     n.info["listen"][0].as_str().unwrap().to_owned()
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn client() -> reqwest::Client {
-    agentnet_did::http::client_builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
 }
 
 /// `(status, JSON body)` of a request.
@@ -56,11 +39,11 @@ fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
 }
 
 fn post(url: &str, body: &Value) -> (u16, Value) {
-    send(client().post(url).json(body))
+    send(loopback_client().post(url).json(body))
 }
 
 fn get(url: &str) -> (u16, Value) {
-    send(client().get(url))
+    send(loopback_client().get(url))
 }
 
 /// Percent-encode everything but unreserved characters (RFC 3986).
@@ -115,15 +98,9 @@ fn publish(tmp: &Path, node: &UpNode, name: &str, card: &Value) -> String {
     did
 }
 
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+/// Poll `f` every 300 ms until it returns `Some`, at most [`PATIENCE`].
+fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::eventually(what, PATIENCE, Duration::from_millis(300), f)
 }
 
 fn error_code(v: &Value) -> &str {
@@ -269,7 +246,7 @@ fn the_registry_answers_search_explore_and_lookup_from_gossip_and_refuses_in_env
     let (s, v) = post(&format!("{base}/search"), &json!({"query": {"filter": {}}}));
     assert_eq!((s, error_code(&v)), (400, "INVALID_ARGUMENT"), "{v}");
     let (s, v) = send(
-        client()
+        loopback_client()
             .post(format!("{base}/search"))
             .header("content-type", "application/json")
             .body("{\"query\":"),
@@ -317,7 +294,7 @@ fn the_registry_answers_search_explore_and_lookup_from_gossip_and_refuses_in_env
     // The wrong method: 405.
     let (s, v) = get(&format!("{base}/search"));
     assert_eq!((s, error_code(&v)), (405, "METHOD_NOT_ALLOWED"), "{v}");
-    let (s, v) = send(client().delete(format!("{base}/agents/{}", encode(&urn))));
+    let (s, v) = send(loopback_client().delete(format!("{base}/agents/{}", encode(&urn))));
     assert_eq!((s, error_code(&v)), (405, "METHOD_NOT_ALLOWED"), "{v}");
 }
 
@@ -328,7 +305,7 @@ fn one_source_is_rate_limited_with_429() {
     let base = http(&a);
     // The bucket holds ten seconds' worth; a bounded burst beyond it is refused.
     let statuses = rt().block_on(async {
-        let c = client();
+        let c = loopback_client();
         let mut out = Vec::new();
         for _ in 0..400 {
             let r = c

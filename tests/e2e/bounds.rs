@@ -200,10 +200,7 @@ publish = false
 
 /// An unsigned client at 127.0.0.`i`: one anonymous owner, owned by its address.
 fn client_from(i: u8) -> reqwest::Client {
-    agentnet_did::http::client_builder()
-        .local_address(loopback(i))
-        .build()
-        .unwrap()
+    common::client_from(&loopback(i).to_string())
 }
 
 /// A new task at the open agent, answered at once (its turn works for ten minutes).
@@ -268,10 +265,7 @@ async fn one_owner_cannot_hold_every_stream_of_an_agent() {
 
 /// `agentnet up --config <dir>/node.toml --http 127.0.0.1:0`.
 fn start_with_config(dir: &Path, config: &str) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join("node.toml");
-    std::fs::write(&path, config).unwrap();
-    UpNode::spawn(dir, &["--config", p(&path), "--http", "127.0.0.1:0"])
+    UpNode::with_config(dir, config)
 }
 
 /// An open echo agent whose tasks a network block may create three of (`max_per_source`):
@@ -461,13 +455,7 @@ fn config_check_refuses_a_bad_trusted_proxy_and_shows_the_list() {
         ("[http]\nforwarded_header = \"x-real-ip\"\n", "x-real-ip"),
     ];
     for (bad, says) in cases {
-        std::fs::write(&config, bad).unwrap();
-        let o = agentnet(&["config", "check", "--config", p(&config)]);
-        assert_eq!(o.status.code(), Some(1), "{bad}: {}", stdout(&o));
-        let err = stderr(&o);
-        assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
-        assert!(err.contains(says), "{bad}: {err}");
-        assert!(stdout(&o).is_empty(), "{bad}");
+        common::assert_config_refused(&config, bad, says);
     }
     // `up` refuses it before it starts anything.
     std::fs::write(&config, cases[1].0).unwrap();

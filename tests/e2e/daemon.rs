@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -14,15 +14,8 @@ use common::*;
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Poll `f` every 250 ms until it returns `Some`, at most [`PATIENCE`].
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::eventually(what, PATIENCE, Duration::from_millis(250), f)
 }
 
 // A running `agentnet up`.
@@ -45,11 +38,7 @@ trait DaemonNodeExt {
 impl DaemonNodeExt for Node {
     /// `agentnet up` on loopback with data directory `dir`.
     fn start(dir: &Path, bootstrap: &[&str]) -> Node {
-        let mut args = LOOPBACK.to_vec();
-        for b in bootstrap {
-            args.extend(["--bootstrap", b]);
-        }
-        Node::spawn(dir, &args)
+        Node::joining(dir, bootstrap)
     }
 
     fn data_dir(&self) -> &str {
@@ -58,7 +47,7 @@ impl DaemonNodeExt for Node {
 
     /// The public listener.
     fn http(&self) -> String {
-        format!("http://{}", self.info["http"].as_str().unwrap())
+        self.http_url()
     }
 
     /// The admin listener.
@@ -119,21 +108,6 @@ fn write_card(dir: &Path, name: &str, card: &Value) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, serde_json::to_vec_pretty(card).unwrap()).unwrap();
     path
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn http_client() -> reqwest::Client {
-    agentnet_did::http::client_builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
 }
 
 /// The DIDs in a `discover --json` answer.
@@ -251,7 +225,7 @@ fn a_card_published_on_one_node_is_discovered_on_another() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("not published"), "{}", stderr(&o));
     let status = rt().block_on(async {
-        http_client()
+        loopback_client()
             .get(format!("{}/admin/v1/adverts/{agent_did}", c.admin()))
             .bearer_auth(c.token())
             .send()
@@ -267,7 +241,7 @@ fn well_known_files_on_the_public_listener_and_nothing_else() {
     let tmp = tempfile::tempdir().unwrap();
     let a = Node::start(&tmp.path().join("a"), &[]);
     assert_ne!(a.http(), a.admin());
-    let http = http_client();
+    let http = loopback_client();
     rt().block_on(async {
         let doc: Value = http
             .get(format!("{}/.well-known/did.json", a.http()))
@@ -344,7 +318,7 @@ fn the_admin_api_authenticates_its_callers() {
         assert_eq!(mode & 0o777, 0o600, "admin.token is the owner's only");
     }
     let token = a.token();
-    let http = http_client();
+    let http = loopback_client();
     let peers = format!("{}/admin/v1/peers", a.admin());
     let publish = format!("{}/admin/v1/publish", a.admin());
     let body =
@@ -652,7 +626,7 @@ fn a_restarted_node_answers_from_its_store_and_refuses_replays() {
     let first = publish(&a);
     assert_eq!(first["did"], a.did());
     assert_eq!(first["seq"], 1);
-    let http = http_client();
+    let http = loopback_client();
     let advert_url = format!("{}/admin/v1/adverts/{}", a.admin(), a.did());
     let old_token = a.token();
     let old_advert = rt().block_on(async {

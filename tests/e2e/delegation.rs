@@ -79,36 +79,22 @@ fn grant(who: &Who, from: &Who, c: &Capability, until: i64, chain: Option<&Value
 
 /// A signed JSON-RPC request `method` with `params` to `url`; the status and the answer.
 async fn rpc(url: &str, who: &Who, method: &str, params: Value) -> (u16, Value) {
-    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method,
-        "params": params}))
-    .unwrap();
-    let h = httpsig::sign(
-        &who.key,
-        &who.kid,
-        "POST",
-        url,
-        &body,
-        now() as u64,
-        &httpsig::new_nonce(),
-    )
-    .unwrap();
-    let mut headers = reqwest::header::HeaderMap::new();
-    h.apply(&mut headers);
-    let resp = http()
-        .post(url)
-        .header("content-type", "application/a2a+json")
-        .header("A2A-Version", "1.0")
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    signed_rpc(&http(), url, who, method, params).await
 }
 
 /// [`rpc`] from the loopback address `from` (any 127.0.0.0/8 address binds on Linux).
 async fn rpc_from(from: &str, url: &str, who: &Who, method: &str, params: Value) -> (u16, Value) {
+    signed_rpc(&client_from(from), url, who, method, params).await
+}
+
+/// [`rpc`] sent with `client`.
+async fn signed_rpc(
+    client: &reqwest::Client,
+    url: &str,
+    who: &Who,
+    method: &str,
+    params: Value,
+) -> (u16, Value) {
     let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": method,
         "params": params}))
     .unwrap();
@@ -124,10 +110,6 @@ async fn rpc_from(from: &str, url: &str, who: &Who, method: &str, params: Value)
     .unwrap();
     let mut headers = reqwest::header::HeaderMap::new();
     h.apply(&mut headers);
-    let client = agentnet_did::http::client_builder()
-        .local_address(from.parse::<std::net::IpAddr>().unwrap())
-        .build()
-        .unwrap();
     let resp = client
         .post(url)
         .header("content-type", "application/a2a+json")
@@ -174,14 +156,7 @@ fn completed_text(answer: &(u16, Value)) -> String {
 
 /// The DID of the hosted agent at `url` (its card's signer).
 async fn agent_did(url: &str) -> String {
-    let card: Value = http()
-        .get(format!("{url}/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card: Value = get_json(&http(), format!("{url}/.well-known/agent-card.json")).await;
     let protected = card["signatures"][0]["protected"].as_str().unwrap();
     use base64::Engine as _;
     let header: Value = serde_json::from_slice(
@@ -194,17 +169,14 @@ async fn agent_did(url: &str) -> String {
     kid.split('#').next().unwrap().to_owned()
 }
 
+/// A node on loopback hosting the agents of `config`.
 fn start(dir: &Path, config: &str) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let cfg = dir.join("node.toml");
-    std::fs::write(&cfg, config).unwrap();
-    let mut args = vec!["--config", p(&cfg)];
-    args.extend(LOOPBACK);
-    UpNode::spawn(dir, &args)
+    UpNode::with_config_args(dir, config, &LOOPBACK)
 }
 
+/// Where the node's hosted agents are: `http://<addr>/a2a`.
 fn base(node: &UpNode) -> String {
-    format!("http://{}/a2a", node.info["http"].as_str().unwrap())
+    format!("{}/a2a", node.http_url())
 }
 
 #[tokio::test]
@@ -237,14 +209,7 @@ require_delegation_from = ["{}"]
     let hour = now() + 3600;
 
     // The card says what the agent requires.
-    let card: Value = http()
-        .get(format!("{url}/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card: Value = get_json(&http(), format!("{url}/.well-known/agent-card.json")).await;
     let ext = card["capabilities"]["extensions"]
         .as_array()
         .unwrap()
@@ -518,14 +483,8 @@ require_delegation_from = ["{p}"]
 
     // Through the proxy on the second node: the caller hands the chain to front, front hands it
     // on to books; books checks the whole chain, three links, acting link caller → front.
-    let front_card: Value = http()
-        .get(format!("{front_url}/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let front_card: Value =
+        get_json(&http(), format!("{front_url}/.well-known/agent-card.json")).await;
     let _ = front_card;
     let held = std::fs::read(&chain).unwrap();
     let held: Value = serde_json::from_slice(&held).unwrap();
@@ -591,23 +550,7 @@ require_delegation_from = ["{p}"]
 
 /// The interop tools, or `None` (skipped) where they are not installed and not required.
 fn js_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("interop/node");
-    let node_ok = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !node_ok || !dir.join("node_modules/@digitalbazaar/vc").exists() {
-        assert!(
-            std::env::var_os("AGENTNET_INTEROP_REQUIRED").is_none(),
-            "interop tools missing although scripts/test.sh installed them"
-        );
-        eprintln!("SKIPPED: node or interop/node/node_modules missing (run interop/setup.sh)");
-        return None;
-    }
-    Some(dir)
+    interop_node_dir("@digitalbazaar/vc")
 }
 
 fn node_js(dir: &Path, args: &[&str]) -> std::process::Output {

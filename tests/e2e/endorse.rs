@@ -19,10 +19,9 @@ use common::*;
 const WAIT: Duration = Duration::from_secs(60);
 const SKILL: &str = "weather-endorse";
 
+/// A node on loopback with more flags `extra`.
 fn start(dir: &Path, extra: &[&str]) -> UpNode {
-    let mut args = LOOPBACK.to_vec();
-    args.extend_from_slice(extra);
-    UpNode::spawn(dir, &args)
+    UpNode::on_loopback(dir, extra)
 }
 
 fn addr(n: &UpNode) -> String {
@@ -61,18 +60,9 @@ fn publish_agent(tmp: &Path, data: &Path, name: &str) -> String {
     v["did"].as_str().unwrap().to_owned()
 }
 
+/// The adverts `discover --skill` [`SKILL`] lists from `data`'s node.
 fn discover(data: &Path) -> Vec<Value> {
-    json_of(&[
-        "discover",
-        "--skill",
-        SKILL,
-        "--json",
-        "--data-dir",
-        p(data),
-    ])
-    .as_array()
-    .unwrap()
-    .clone()
+    discover_json(data, SKILL, &[])
 }
 
 fn dids(found: &[Value]) -> Vec<String> {
@@ -338,7 +328,7 @@ fn endorse_refuses_what_it_cannot_sign_and_config_check_names_bad_endorsers() {
 /// the same did:key for that seed as we derive.
 #[test]
 fn an_independent_jose_implementation_verifies_and_issues_endorsements() {
-    let Some(js_dir) = interop_node_dir() else {
+    let Some(js_dir) = interop_node_dir("canonicalize") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -370,15 +360,7 @@ fn an_independent_jose_implementation_verifies_and_issues_endorsements() {
     assert!(ok, "{v}");
     assert_eq!(v["payload"]["sub"], sub.as_str(), "{v}");
     assert_eq!(v["payload"]["skills"], json!([SKILL]), "{v}");
-    let parts: Vec<&str> = jws.split('.').collect();
-    let mut payload = parts[1].to_string().into_bytes();
-    payload[12] = if payload[12] == b'A' { b'B' } else { b'A' };
-    let forged = format!(
-        "{}.{}.{}",
-        parts[0],
-        String::from_utf8(payload).unwrap(),
-        parts[2]
-    );
+    let forged = forge_payload(&jws, 12);
     std::fs::write(&f, &forged).unwrap();
     let (ok, v) = js(&["verify", p(&f)]);
     assert!(!ok, "a changed payload verified: {v}");
@@ -450,20 +432,9 @@ fn mcp_discover(data: &Path, tags: &[&str], limit: usize) -> Vec<String> {
         .collect()
 }
 
+/// [`discover`] with `--limit <limit>`.
 fn discover_limit(data: &Path, limit: usize) -> Vec<Value> {
-    json_of(&[
-        "discover",
-        "--skill",
-        SKILL,
-        "--limit",
-        &limit.to_string(),
-        "--json",
-        "--data-dir",
-        p(data),
-    ])
-    .as_array()
-    .unwrap()
-    .clone()
+    discover_json(data, SKILL, &["--limit", &limit.to_string()])
 }
 
 /// Issue 43, 1: an attacker's node publishes forty agents under forty fresh did:keys, all

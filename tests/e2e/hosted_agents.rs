@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use agentnet_did::{httpsig, DidUrl, SecretKey};
 use serde_json::{json, Value};
-use tokio::process::Command;
 
 use crate::common;
-use common::{start_up, BIN};
+use common::{start_up, up_command};
 
 const CONFIG: &str = r#"
 [[agent]]
@@ -47,25 +46,10 @@ struct Node {
 impl Node {
     async fn start() -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("node.toml");
-        std::fs::write(&cfg, CONFIG).unwrap();
+        let mut cmd = up_command(dir.path(), Some(CONFIG));
         let cwd = dir.path().join("cwd");
         std::fs::create_dir(&cwd).unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["up", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .arg("--config")
-            .arg(&cfg)
-            .args([
-                "--listen",
-                "/ip4/127.0.0.1/tcp/0",
-                "--http",
-                "127.0.0.1:0",
-                "--no-mdns",
-                "--json",
-            ])
-            .env(MARKER, "leaked")
-            .current_dir(&cwd);
+        cmd.env(MARKER, "leaked").current_dir(&cwd);
         let (child, info) = start_up(cmd).await;
         Node {
             _child: child,
@@ -230,13 +214,7 @@ async fn command_processes_are_capped_per_caller_and_per_agent() {
     // Fresh DIDs from one address: that source's 8 (and no more) run, whatever DIDs it signs
     // with. One request each, one after the other (the processes sleep long enough for all of
     // them to be running together).
-    let from = |a: &str| {
-        agentnet_did::http::client_builder()
-            .no_proxy()
-            .local_address(a.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap()
-    };
+    let from = common::client_from;
     let callers: Vec<Caller> = (0..36).map(|_| Caller::new()).collect();
     let one_address = from("127.0.0.2");
     let mut busy = 0;

@@ -324,16 +324,7 @@ fn init_names_the_peer_id_the_node_runs_with_and_key_new_makes_an_agent_key() {
         "{}",
         stderr(&o)
     );
-    let node = UpNode::spawn(
-        &dir,
-        &[
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ],
-    );
+    let node = UpNode::alone(&dir);
     assert_eq!(node.info["peer_id"], peer_id.as_str());
     drop(node);
 

@@ -20,7 +20,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::common;
 use agentnet_a2a::samples::ECHO_DONE;
-use common::{start_up, BIN};
+use common::{start_up, up_command, BIN};
 
 const CONFIG: &str = r#"
 [mcp]
@@ -52,23 +52,7 @@ impl Node {
 
     async fn start_with(config: &str) -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("node.toml");
-        std::fs::write(&cfg, config).unwrap();
-        let data = dir.path().join("data");
-        let mut cmd = Command::new(BIN);
-        cmd.args(["up", "--data-dir"])
-            .arg(&data)
-            .arg("--config")
-            .arg(&cfg)
-            .args([
-                "--listen",
-                "/ip4/127.0.0.1/tcp/0",
-                "--http",
-                "127.0.0.1:0",
-                "--no-mdns",
-                "--json",
-            ]);
-        let (child, info) = start_up(cmd).await;
+        let (child, info) = start_up(up_command(dir.path(), Some(config))).await;
         Node { child, dir, info }
     }
 

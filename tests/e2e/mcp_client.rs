@@ -48,21 +48,7 @@ struct Node {
 impl Node {
     async fn start(config: Option<&str>, bootstrap: Option<&str>) -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        let mut cmd = Command::new(BIN);
-        cmd.args(["up", "--data-dir"]).arg(&data).args([
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-mdns",
-            "--json",
-        ]);
-        if let Some(c) = config {
-            let cfg = dir.path().join("node.toml");
-            std::fs::write(&cfg, c).unwrap();
-            cmd.arg("--config").arg(&cfg);
-        }
+        let mut cmd = up_command(dir.path(), config);
         if let Some(b) = bootstrap {
             cmd.args(["--bootstrap", b]);
         }
@@ -853,13 +839,7 @@ async fn hosted_sessions_are_shared_out_per_did_and_per_address() {
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}}))
     .unwrap();
-    let from = |ip: &str| {
-        agentnet_did::http::client_builder()
-            .no_proxy()
-            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap()
-    };
+    let from = client_from;
     let here = from("127.0.0.1");
     let greedy = Identity::did_key(SecretKey::generate());
     let mut ids = Vec::new();

@@ -13,7 +13,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{agentnet, p, stderr, stdout, BIN};
 use serde_json::{json, Value};
@@ -35,15 +35,8 @@ const TOOLS: [&str; 7] = [
 const ERAS: [&str; 2] = ["2026-07-28", "2025-11-25"];
 
 /// Poll `f` every 250 ms until it returns `Some`, at most [`PATIENCE`].
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::eventually(what, PATIENCE, Duration::from_millis(250), f)
 }
 
 // A running `agentnet up --config`.
@@ -65,19 +58,13 @@ impl McpNodeExt for Node {
     /// (and `agentnet mcp --allow-private` below): the agents here are on 127.0.0.1 over plain
     /// http, which the MCP tools otherwise refuse to call (https to public addresses only).
     fn start(dir: &Path, agents: &str, bootstrap: &[&str]) -> Node {
-        std::fs::create_dir_all(dir).unwrap();
-        let config = dir.join("node.toml");
         let boot: Vec<String> = bootstrap.iter().map(|b| format!("{b:?}")).collect();
-        std::fs::write(
-            &config,
-            format!(
-                "[node]\nmdns = false\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nbootstrap = [{}]\n\
-                 [mcp]\nallow_private = true\n{agents}",
-                boot.join(", ")
-            ),
-        )
-        .unwrap();
-        Node::spawn(dir, &["--config", p(&config), "--http", "127.0.0.1:0"])
+        let config = format!(
+            "[node]\nmdns = false\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nbootstrap = [{}]\n\
+             [mcp]\nallow_private = true\n{agents}",
+            boot.join(", ")
+        );
+        Node::with_config(dir, &config)
     }
 
     fn data_dir(&self) -> &str {

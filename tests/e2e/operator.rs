@@ -5,8 +5,8 @@
 //! error messages that repeat their cause.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -69,26 +69,32 @@ fn up(dir: &Path) -> UpNode {
     UpNode::alone(dir)
 }
 
+/// `agentnet publish --card <card> --key <key> --data-dir <data> <more>`.
+fn publish_signed(card: &Path, key: &Path, data: &Path, more: &[&str]) -> Output {
+    let mut args = vec![
+        "publish",
+        "--card",
+        p(card),
+        "--key",
+        p(key),
+        "--data-dir",
+        p(data),
+    ];
+    args.extend_from_slice(more);
+    agentnet(&args)
+}
+
 /// The adverts of `did` in the node's own index for `tag` (no network: the node is alone).
 fn local(dir: &Path, tag: &str, did: &str) -> Vec<Value> {
-    let v = json_of(&["discover", "--skill", tag, "--json", "--data-dir", p(dir)]);
-    v.as_array()
-        .unwrap()
-        .iter()
+    discover_json(dir, tag, &[])
+        .into_iter()
         .filter(|a| a["did"] == did)
-        .cloned()
         .collect()
 }
 
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Poll `f` every 200 ms until it returns `Some`, at most 30 s.
+fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::eventually(what, Duration::from_secs(30), Duration::from_millis(200), f)
 }
 
 #[test]
@@ -236,16 +242,7 @@ fn a_publication_survives_a_restart_until_it_is_unpublished() {
     let card = write(tmp.path(), "card.json", &card("T", &["translation"], true));
     let data = tmp.path().join("node");
     let node = up(&data);
-    let o = agentnet(&[
-        "publish",
-        "--card",
-        p(&card),
-        "--key",
-        p(&key),
-        "--json",
-        "--data-dir",
-        p(&data),
-    ]);
+    let o = publish_signed(&card, &key, &data, &["--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let first: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let seq = first["seq"].as_u64().unwrap();
@@ -287,15 +284,7 @@ fn a_kept_publication_whose_key_is_gone_is_shown_and_can_be_unpublished() {
     let card = write(tmp.path(), "card.json", &card("T", &["translation"], true));
     let data = tmp.path().join("node");
     let node = up(&data);
-    let o = agentnet(&[
-        "publish",
-        "--card",
-        p(&card),
-        "--key",
-        p(&key),
-        "--data-dir",
-        p(&data),
-    ]);
+    let o = publish_signed(&card, &key, &data, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let status = json_of(&["status", "--json", "--data-dir", p(&data)]);
     let listed = status["published"].as_array().unwrap();
@@ -344,19 +333,8 @@ fn publish_checks_the_card_and_says_what_it_replaces() {
     let data = tmp.path().join("node");
     let _node = up(&data);
     let publish = |card: &Path, json: bool| {
-        let mut a = vec![
-            "publish",
-            "--card",
-            p(card),
-            "--key",
-            p(&key),
-            "--data-dir",
-            p(&data),
-        ];
-        if json {
-            a.push("--json");
-        }
-        agentnet(&a)
+        let more: &[&str] = if json { &["--json"] } else { &[] };
+        publish_signed(card, &key, &data, more)
     };
 
     // No interface: callers could not call it.

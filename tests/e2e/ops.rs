@@ -3,7 +3,7 @@
 //! an invalid file, and the log of `up` written to a file (no colour codes) or as JSON lines.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -25,23 +25,14 @@ tags = ["echo"]
 /// Nothing listens on port 1 of loopback.
 const LOST: &str = "/ip4/127.0.0.1/tcp/1";
 
+/// A node on loopback with more flags `extra`.
 fn up(dir: &Path, extra: &[&str]) -> UpNode {
-    let mut args = vec!["--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0"];
-    args.push("--no-mdns");
-    args.extend(extra);
-    UpNode::spawn(dir, &args)
+    UpNode::on_loopback(dir, extra)
 }
 
-/// `f` until it gives a value, at most 20 s.
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Poll `f` every 200 ms until it returns `Some`, at most 20 s.
+fn eventually<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::eventually(what, Duration::from_secs(20), Duration::from_millis(200), f)
 }
 
 #[test]
@@ -167,13 +158,7 @@ fn config_check_prints_the_flag_over_the_file_and_refuses_an_invalid_file() {
         ("[node\n", "node.toml"),
         ("[[agent]]\nid = \"Bad Id\"\nkind = \"echo\"\n", "Bad Id"),
     ] {
-        std::fs::write(&config, bad).unwrap();
-        let o = agentnet(&["config", "check", "--config", p(&config)]);
-        assert_eq!(o.status.code(), Some(1), "{bad}: {}", stdout(&o));
-        let err = stderr(&o);
-        assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
-        assert!(err.contains(says), "{bad}: {err}");
-        assert!(stdout(&o).is_empty(), "{bad}");
+        assert_config_refused(&config, bad, says);
     }
 }
 

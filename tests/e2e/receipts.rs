@@ -14,18 +14,16 @@ use common::*;
 /// Longest wait for an advertisement to reach another node.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// A node on loopback hosting the agents of `config`, with more flags `extra`.
 fn start(dir: &Path, config: &str, extra: &[&str]) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let cfg = dir.join("node.toml");
-    std::fs::write(&cfg, config).unwrap();
-    let mut args = vec!["--config", p(&cfg)];
-    args.extend_from_slice(&LOOPBACK);
+    let mut args = LOOPBACK.to_vec();
     args.extend_from_slice(extra);
-    UpNode::spawn(dir, &args)
+    UpNode::with_config_args(dir, config, &args)
 }
 
+/// The node's public HTTP base URL.
 fn http(n: &UpNode) -> String {
-    format!("http://{}", n.info["http"].as_str().unwrap())
+    n.http_url()
 }
 
 /// `agentnet call --skill <tag> <text> --json` from `dir`'s node, retried (bounded) while the
@@ -33,18 +31,7 @@ fn http(n: &UpNode) -> String {
 fn call(dir: &Path, tag: &str, text: &str) -> Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let o = agentnet(&[
-            "call",
-            "--skill",
-            tag,
-            text,
-            "--allow-private",
-            "--json",
-            "--timeout-secs",
-            "30",
-            "--data-dir",
-            p(dir),
-        ]);
+        let o = call_skill(dir, tag, text);
         if o.status.success() {
             return serde_json::from_str(stdout(&o).trim()).unwrap();
         }
@@ -226,7 +213,7 @@ tags = ["receipt-proxy"]
 /// refuses the same receipt for another task and one with a changed payload byte.
 #[test]
 fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
-    let Some(js_dir) = interop_node_dir() else {
+    let Some(js_dir) = interop_node_dir("canonicalize") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -261,15 +248,7 @@ fn an_independent_jws_and_jcs_implementation_verifies_our_receipt() {
         "{v}"
     );
     // One byte of the payload changed (its base64url): the signature no longer verifies.
-    let parts: Vec<&str> = jws.split('.').collect();
-    let mut payload = parts[1].to_string().into_bytes();
-    payload[10] = if payload[10] == b'A' { b'B' } else { b'A' };
-    let forged = format!(
-        "{}.{}.{}",
-        parts[0],
-        String::from_utf8(payload).unwrap(),
-        parts[2]
-    );
+    let forged = forge_payload(&jws, 10);
     let (ok, v) = verify(&forged, task_id);
     assert!(!ok, "{v}");
 }
@@ -860,23 +839,9 @@ fn stranger_sends(from: &str, url: &str, text: &str) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"role": "ROLE_USER", "parts": [{"text": text}],
             "messageId": format!("m-stranger-{n}")}}});
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let client = agentnet_did::http::client_builder()
-            .local_address(from.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap();
-        let r = client
-            .post(url)
-            .header("content-type", "application/a2a+json")
-            .header("A2A-Version", "1.0")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-        r.json().await.unwrap()
-    })
+    let (status, answer) = post_a2a_from(from, url, body.to_string());
+    assert_eq!(status, 200);
+    answer
 }
 
 /// Issue 43, item 4: strangers (anonymous callers from four network blocks) call a hosted

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{p, UpNode, BIN};
+use common::{p, UpNode, BIN, LOOPBACK};
 use serde_json::{json, Value};
 
 /// A card name with markup: the page must show it as text.
@@ -31,22 +31,9 @@ tags = ["status-echo"]
     )
 }
 
+/// A node on loopback hosting [`config`]'s echo agent.
 fn start(dir: &Path) -> UpNode {
-    std::fs::create_dir_all(dir).unwrap();
-    let config_file = dir.join("node.toml");
-    std::fs::write(&config_file, config()).unwrap();
-    UpNode::spawn(
-        dir,
-        &[
-            "--config",
-            p(&config_file),
-            "--http",
-            "127.0.0.1:0",
-            "--listen",
-            "/ip4/127.0.0.1/tcp/0",
-            "--no-mdns",
-        ],
-    )
+    UpNode::with_config_args(dir, &config(), &LOOPBACK)
 }
 
 fn addr(node: &UpNode, which: &str) -> String {

@@ -619,24 +619,8 @@ fn the_trust_policy_denies_ranks_and_explains() {
     let (denied, allowed, plain) = (&agents[0].1, &agents[1].1, &agents[2].1);
     let data = tmp.path().join("node");
     let start = |min_level: &str| {
-        let cfg = tmp.path().join("node.toml");
-        std::fs::write(
-            &cfg,
-            format!("[trust]\nallow = [{allowed:?}]\ndeny = [{denied:?}]\n{min_level}"),
-        )
-        .unwrap();
-        UpNode::spawn(
-            &data,
-            &[
-                "--config",
-                p(&cfg),
-                "--listen",
-                "/ip4/127.0.0.1/tcp/0",
-                "--http",
-                "127.0.0.1:0",
-                "--no-mdns",
-            ],
-        )
+        let config = format!("[trust]\nallow = [{allowed:?}]\ndeny = [{denied:?}]\n{min_level}");
+        UpNode::with_config_args(&data, &config, &LOOPBACK)
     };
     let node = start("");
     // Published in this order: the plain one is the freshest.
@@ -649,19 +633,7 @@ fn the_trust_policy_denies_ranks_and_explains() {
             &format!("{i}.json"),
         );
     }
-    let shown = |data: &Path| -> Vec<Value> {
-        json_of(&[
-            "discover",
-            "--skill",
-            "books-pin",
-            "--json",
-            "--data-dir",
-            p(data),
-        ])
-        .as_array()
-        .unwrap()
-        .clone()
-    };
+    let shown = |data: &Path| discover_json(data, "books-pin", &[]);
     let got = shown(&data);
     let dids: Vec<&str> = got.iter().map(|a| a["did"].as_str().unwrap()).collect();
     assert_eq!(dids, [allowed.as_str(), plain.as_str()], "{got:?}");
@@ -732,42 +704,14 @@ fn a_proxy_refuses_an_upstream_whose_card_changed_until_accepted() {
     };
     let proxy_dir = tmp.path().join("proxy");
     let start_proxy = || {
-        std::fs::create_dir_all(&proxy_dir).unwrap();
-        let cfg = proxy_dir.join("node.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "[[agent]]\nid = \"via\"\nkind = \"proxy\"\nupstream = \"http://127.0.0.1:{port}/a2a/up\"\n\
-                 allow_private = true\nrefuse_changed_card = true\ntags = [\"via-pin\"]\n"
-            ),
-        )
-        .unwrap();
-        UpNode::spawn(
-            &proxy_dir,
-            &[
-                "--config",
-                p(&cfg),
-                "--listen",
-                "/ip4/127.0.0.1/tcp/0",
-                "--http",
-                "127.0.0.1:0",
-                "--no-mdns",
-            ],
-        )
+        let config = format!(
+            "[[agent]]\nid = \"via\"\nkind = \"proxy\"\nupstream = \"http://127.0.0.1:{port}/a2a/up\"\n\
+             allow_private = true\nrefuse_changed_card = true\ntags = [\"via-pin\"]\n"
+        );
+        UpNode::with_config_args(&proxy_dir, &config, &LOOPBACK)
     };
     let call = |text: &str| {
-        let o = agentnet(&[
-            "call",
-            "--skill",
-            "via-pin",
-            text,
-            "--allow-private",
-            "--json",
-            "--timeout-secs",
-            "30",
-            "--data-dir",
-            p(&proxy_dir),
-        ]);
+        let o = call_skill(&proxy_dir, "via-pin", text);
         (o.status.success(), format!("{}{}", stdout(&o), stderr(&o)))
     };
     let up = start_up("Echoes, first version.");
