@@ -116,17 +116,11 @@ pub(super) struct ToolArgs {
 /// `error` with what to do when it is an agent interface or MCP endpoint refused for being on
 /// plain http or a private address, and the command did not allow those.
 fn private_hint(error: anyhow::Error, allowed: bool) -> anyhow::Error {
-    // The MCP client's `Error::Call` is transparent: its `source()` skips the `CallError`,
-    // so the chain alone never shows it (`tools` and `tool` lost the hint that way).
-    let refused = error.chain().any(|c| {
-        matches!(c.downcast_ref(), Some(call::CallError::Address { .. }))
-            || matches!(
-                c.downcast_ref(),
-                Some(crate::call::mcp::Error::Call(
-                    call::CallError::Address { .. }
-                ))
-            )
-    });
+    // The MCP client's `Error::Call` names the `CallError` as its source, so the chain shows
+    // it for `tools` and `tool` as for `call`.
+    let refused = error
+        .chain()
+        .any(|c| matches!(c.downcast_ref(), Some(call::CallError::Address { .. })));
     if refused && !allowed {
         anyhow::anyhow!(
             "{}; an agent on this machine or a LAN needs --local (or a node started with \
