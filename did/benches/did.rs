@@ -154,7 +154,7 @@ fn benches(c: &mut Criterion) {
     // for the caller: every link's shape, parent, attenuation, times and binding ("check"),
     // and with it the three eddsa-jcs-2022 proofs ("verify"; issuers are did:key, documents
     // from the resolver's cache); "check" alone is what a chain costs once its links are
-    // remembered as verified (node/src/authority.rs).
+    // remembered as verified (node/src/hosted/authority.rs).
     use agentnet_did::delegation::{self, Capability, Chain, Grant, Request, Target};
     let people: Vec<SecretKey> = (1..=4u8).map(|i| SecretKey::from_seed(&[i; 32])).collect();
     let kids: Vec<DidUrl> = people
@@ -201,7 +201,7 @@ fn benches(c: &mut Criterion) {
             parsed.check(&req).unwrap()
         })
     });
-    // The same with the links parsed before (node/src/authority.rs parses with a memo).
+    // The same with the links parsed before (node/src/hosted/authority.rs parses with a memo).
     let memo = delegation::Memo::default();
     Chain::parse_with(&chain, Some(&memo)).unwrap();
     c.bench_function("delegation/check_3_links_memo", |b| {

@@ -13,7 +13,7 @@
 //!    the signature in multibase base58-btc (`z…`).
 //!
 //! Interoperability is tested against digitalbazaar's `@digitalbazaar/eddsa-jcs-2022-cryptosuite`
-//! with `@digitalbazaar/vc` (tests/delegation_interop.rs).
+//! with `@digitalbazaar/vc` (tests/e2e/delegation.rs).
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};

@@ -105,7 +105,7 @@ impl Sim<'_> {
     /// Starts a node per key, STARTS_IN_FLIGHT at a time: a start is a store opened on a
     /// blocking thread and a swarm built, and one at a time left the second core idle. Honest
     /// ones listen; adversaries listen nowhere, so they stay behind the nodes they dial (as in
-    /// tests/network.rs).
+    /// discovery/tests/network.rs).
     async fn start_nodes(&self, keys: &[SecretKey]) -> Result<Net, String> {
         let (args, dir, n, started) = (self.args, self.dir, self.n, self.started);
         let mut net = Net {
