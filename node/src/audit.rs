@@ -744,8 +744,8 @@ pub use verify::{
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
     use agentnet_did::SecretKey;
+    use serde_json::json;
 
     /// The caller's message of task `task`, as the agent holds it.
     fn hi(task: &str) -> Value {
@@ -1117,8 +1117,7 @@ mod tests {
             (new, r)
         };
         let open = |dir: &std::path::Path, owner_bytes: u64| {
-            let store =
-                crate::db::open(dir, agentnet_discovery::store::Limits::default()).unwrap();
+            let store = crate::db::open(dir, agentnet_discovery::store::Limits::default()).unwrap();
             let mut limits = Limits::with_total_bytes(1 << 20);
             limits.max_remote_owner_bytes = owner_bytes;
             AuditLog::open(&store, limits, None).unwrap()
@@ -1126,7 +1125,11 @@ mod tests {
         // The size of an entry: no smaller than what the check asks room for.
         let dir = tempfile::tempdir().unwrap();
         let (new, r) = entry(1, "c:did:key:zA");
-        let size = open(dir.path(), 1 << 20).append(new, &r).unwrap().bytes().len() as u64;
+        let size = open(dir.path(), 1 << 20)
+            .append(new, &r)
+            .unwrap()
+            .bytes()
+            .len() as u64;
         assert!(size > MIN_ENTRY_BYTES, "an entry of {size} bytes");
         // A caller's share of two entries and a little: room for two, then none.
         let dir = tempfile::tempdir().unwrap();

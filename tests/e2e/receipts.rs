@@ -924,17 +924,24 @@ publish = false
 
     // With the share full, a stranger's next call is refused before the proxy calls its
     // upstream: the upstream node does no work the proxy could not log.
-    let upstream_tasks = || json_of(&["status", "--json", "--data-dir", p(&b.dir)])["tasks"]["total"].clone();
+    let upstream_tasks =
+        || json_of(&["status", "--json", "--data-dir", p(&b.dir)])["tasks"]["total"].clone();
     let before = upstream_tasks();
     assert!(before.as_u64().is_some_and(|n| n > 0), "{before}");
     let v = stranger_sends("127.0.0.3", &url, "one more stranger call");
     let task = &v["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_REJECTED", "{v}");
     assert!(
-        task["status"]["message"].to_string().contains("not taking more work"),
+        task["status"]["message"]
+            .to_string()
+            .contains("not taking more work"),
         "{v}"
     );
-    assert_eq!(upstream_tasks(), before, "the upstream was called for a refused stranger");
+    assert_eq!(
+        upstream_tasks(),
+        before,
+        "the upstream was called for a refused stranger"
+    );
 
     // The operator's own call is logged all the same.
     let out = call(&a.dir, "receipt-echo", "the operator's own call");

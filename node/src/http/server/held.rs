@@ -292,12 +292,24 @@ mod tests {
         assert_eq!(slots.available_permits(), 0);
         let none_cut = |conns: &[Admitted]| conns.iter().all(|c| !c.evict.is_cancelled());
         // The source holding two is not made room for; nor is the proxy.
-        assert_eq!(connect(&held, &slots, "192.0.2.1").err(), Some(Refusal::Full));
-        assert_eq!(Held::admit(&held, proxy, true, None).err(), Some(Refusal::Full));
+        assert_eq!(
+            connect(&held, &slots, "192.0.2.1").err(),
+            Some(Refusal::Full)
+        );
+        assert_eq!(
+            Held::admit(&held, proxy, true, None).err(),
+            Some(Refusal::Full)
+        );
         assert!(none_cut(&conns));
         // With the two busy, a newcomer finds only the proxy's and a block holding one.
-        let busy: Vec<InFlight> = conns[5..7].iter().map(|c| InFlight::start(&c.busy)).collect();
-        assert_eq!(connect(&held, &slots, "203.0.113.1").err(), Some(Refusal::Full));
+        let busy: Vec<InFlight> = conns[5..7]
+            .iter()
+            .map(|c| InFlight::start(&c.busy))
+            .collect();
+        assert_eq!(
+            connect(&held, &slots, "203.0.113.1").err(),
+            Some(Refusal::Full)
+        );
         assert!(none_cut(&conns));
         // Idle again, one of them makes room for the newcomer.
         drop(busy);
