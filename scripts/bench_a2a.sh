@@ -5,6 +5,7 @@
 # Prints wrk's summary and the node's resident memory idle and after the load.
 # scripts/bench_a2a_compare.sh runs the same load against the baselines and DID-signed requests.
 set -euo pipefail
+. "$(dirname "$0")/lib/wrk.sh"
 BIN=${1:-target/release/agentnet}
 SECS=${2:-10}
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
@@ -35,7 +36,8 @@ for _ in $(seq 300); do [ -f "$DIR/data/node.json" ] && break; sleep 0.1; done
 HTTP=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['http'])" "$DIR/data/node.json")
 URL="http://$HTTP/a2a/echo"
 echo "idle RSS: $(grep VmRSS /proc/$PID/status)"
-wrk -t2 -c16 -d"${SECS}s" --latency -s "$(dirname "$0")/wrk_send_message.lua" "$URL"
+wrk_checked "$DIR/wrk.out" -- -t2 -c16 -d"${SECS}s" --latency -s "$(dirname "$0")/wrk_send_message.lua" "$URL"
+cat "$DIR/wrk.out"
 echo "after-load RSS: $(grep VmRSS /proc/$PID/status)"
 # One response, to show a completed task with its artifact.
 curl -s -H 'Content-Type: application/a2a+json' -H 'A2A-Version: 1.0' \

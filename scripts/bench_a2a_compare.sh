@@ -36,6 +36,7 @@
 #   (cd bench/a2a-lf-echo && CARGO_TARGET_DIR=/root/.cache/agentnet/target-bench cargo build --release --offline)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib/wrk.sh"
 ROOT=$(dirname "$HERE")
 BIN=$(realpath "${1:-target/release/agentnet}")
 SECS=${2:-10}
@@ -149,6 +150,9 @@ run_wrk() {
   WRK_THREADS=2 /usr/bin/time -o "$OUT_DIR/$name.time" -f '%U %S' \
     wrk -t2 -c16 -d"${SECS}s" --latency -s "$lua" "$url" >"$OUT_DIR/$name.wrk" 2>&1 \
     || { cat "$OUT_DIR/$name.wrk" >&2; exit 1; }
+  local why
+  why=$(wrk_failures "$OUT_DIR/$name.wrk") \
+    || { cat "$OUT_DIR/$name.wrk" >&2; echo "FAIL: $name measured failures, not answers: $why" >&2; exit 1; }
   echo "server_ticks $(( $(cpu_ticks "$PID") - before ))" >>"$OUT_DIR/$name.time"
   if [ -n "$perf" ]; then wait "$perf" || true; fi
 }

@@ -16,6 +16,7 @@
 # (bash interop/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/wrk.sh
 SECS=${SECS:-10}
 AGENTS=${AGENTS:-10000}
 STDIO_N=${STDIO_N:-2000}
@@ -66,7 +67,11 @@ body_of() { # TOOL ARGS_JSON
   printf '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"%s","arguments":%s,%s}}' "$1" "$2" "$META"
 }
 lua_of() { # TOOL ARGS_JSON -> a wrk script posting that request
-  local body; body=$(body_of "$1" "$2" | sed 's/\\/\\\\/g; s/"/\\"/g')
+  local body auth=
+  body=$(body_of "$1" "$2" | sed 's/\\/\\\\/g; s/"/\\"/g')
+  # Built outside the heredoc: inside one, ${AUTH:+...} drops the quotes of its word, and wrk's
+  # Lua then failed on this line while wrk sent its requests without the header.
+  if [ -n "$AUTH" ]; then auth="wrk.headers[\"Authorization\"] = \"$AUTH\""; fi
   cat <<LUA
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -74,8 +79,20 @@ wrk.headers["Accept"] = "application/json, text/event-stream"
 wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
 wrk.headers["Mcp-Method"] = "tools/call"
 wrk.headers["Mcp-Name"] = "$1"
-${AUTH:+wrk.headers["Authorization"] = "$AUTH"}
+$auth
 wrk.body = "$body"
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+-- A tool error comes back as HTTP 200: count what is not a successful tool result.
+failed = 0
+function response(status, headers, body)
+  if status ~= 200 or not string.find(body, '"isError":false', 1, true) then failed = failed + 1 end
+end
+function done(summary, latency, requests)
+  local n = 0
+  for _, t in ipairs(threads) do n = n + (t:get("failed") or 0) end
+  io.write(string.format("answers failed: %d\\n", n))
+end
 LUA
 }
 # One request with curl first: it must be a successful tool result, not an error.
@@ -91,7 +108,8 @@ check() { # URL TOOL ARGS_JSON
 run_wrk() { # NAME URL TOOL ARGS_JSON
   lua_of "$3" "$4" >"$DIR/$1.lua"
   check "$2" "$3" "$4"
-  wrk -t2 -c16 -d"${SECS}s" --latency -s "$DIR/$1.lua" "$2"
+  wrk_checked "$DIR/$1.wrk" -- -t2 -c16 -d"${SECS}s" --latency -s "$DIR/$1.lua" "$2"
+  cat "$DIR/$1.wrk"
 }
 
 echo "== 1. bare rmcp echo"

@@ -19,6 +19,9 @@ bash interop/setup.sh
 # rest); here they were just installed, so a skip would hide a failure: make it one.
 export AGENTNET_INTEROP_REQUIRED=1
 
+echo "== the benchmarks fail when their requests fail (wrk's output judged, scripts/lib/wrk.sh)"
+bash scripts/tests/wrk-check.sh
+
 echo "== imports run one way: no circle between the modules of any crate"
 for crate in did a2a discovery node; do bash scripts/tests/module-cycles.sh "$crate" >/dev/null; done
 

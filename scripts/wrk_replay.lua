@@ -65,10 +65,21 @@ function request()
   return r
 end
 
+-- Every answer must be a completed task: an HTTP 200 carrying a JSON-RPC error (a refused
+-- signature or chain) is a failure too (scripts/lib/wrk.sh fails a run that counts any).
+failed = 0
+function response(status, headers, body)
+  if status ~= 200 or not string.find(body, '"TASK_STATE_COMPLETED"', 1, true) then
+    failed = failed + 1
+  end
+end
+
 function done(summary, latency, requests)
-  local ran_out = 0
+  local ran_out, n = 0, 0
   for _, t in ipairs(threads) do
     ran_out = ran_out + (t:get("out_of_lines") or 0)
+    n = n + (t:get("failed") or 0)
   end
   io.write(string.format("replay: %d of %d threads ran out of requests\n", ran_out, #threads))
+  io.write(string.format("answers failed: %d\n", n))
 end
