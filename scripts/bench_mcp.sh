@@ -9,7 +9,11 @@
 # then the latency of sequential `tools/call discover_agents` over stdio through `agentnet mcp`
 # beside that node (bench/mcp_stdio_latency.py).
 #
-#   scripts/bench_mcp.sh            # env: SECS=10 AGENTS=10000 STDIO_N=2000
+#   3b. bench/rmcp-echo's `discover_agents`: bare rmcp serving the node's own answer (the bytes
+#      3 returned), alternated with 3 ROUNDS times: the floor a discover is measured against;
+#
+#   scripts/bench_mcp.sh            # env: SECS=10 AGENTS=10000 STDIO_N=2000 ROUNDS=1
+#                                   # AGENTNET=BIN (its adverts beside it) RMCP_ECHO=BIN PERF=1
 #
 # Builds with --release: the workspace in ~/.cache/agentnet/target-release, bench/rmcp-echo (its
 # own workspace) in ~/.cache/agentnet/target-bench. Needs wrk and the interop venv
@@ -27,13 +31,17 @@ PY=${AGENTNET_VENV:-$HOME/.cache/agentnet/venv}/bin/python
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
 [ -x "$PY" ] || { echo "no interop venv; run bash interop/setup.sh" >&2; exit 2; }
 
-echo "== build (release)"
-CARGO_TARGET_DIR="$REL" cargo build --offline --release --locked -p agentnet --bin agentnet \
-  -p agentnet-sim --bin adverts
-(cd bench/rmcp-echo && CARGO_TARGET_DIR="$BENCH_TARGET" cargo build --offline --release --locked)
-AGENTNET="$REL/release/agentnet"
-ADVERTS="$REL/release/adverts"
-RMCP_ECHO="$BENCH_TARGET/release/rmcp-echo"
+if [ -z "${AGENTNET:-}" ]; then
+  echo "== build (release)"
+  CARGO_TARGET_DIR="$REL" cargo build --offline --release --locked -p agentnet --bin agentnet \
+    -p agentnet-sim --bin adverts
+  (cd bench/rmcp-echo && CARGO_TARGET_DIR="$BENCH_TARGET" cargo build --offline --release --locked)
+fi
+# AGENTNET, ADVERTS, RMCP_ECHO: binaries built elsewhere (another commit's, to compare); then
+# nothing is built.
+AGENTNET=${AGENTNET:-$REL/release/agentnet}
+ADVERTS=${ADVERTS:-$(dirname "$AGENTNET")/adverts}
+RMCP_ECHO=${RMCP_ECHO:-$BENCH_TARGET/release/rmcp-echo}
 
 DIR=$(mktemp -d)
 PIDS=()
@@ -105,11 +113,28 @@ check() { # URL TOOL ARGS_JSON
   case "$out" in *'"structuredContent"'*'"isError":false'*|*'"isError":false'*'"structuredContent"'*) ;;
     *) echo "not a successful tool result" >&2; exit 1 ;; esac
 }
-run_wrk() { # NAME URL TOOL ARGS_JSON
+# User + system CPU of process $1 so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+run_wrk() { # NAME URL TOOL ARGS_JSON [SERVER_PID]
+  local pid=${5:-} before=0 perf=
   lua_of "$3" "$4" >"$DIR/$1.lua"
   check "$2" "$3" "$4"
+  if [ -n "$pid" ]; then
+    before=$(cpu_ticks "$pid")
+    if [ -n "${PERF:-}" ]; then
+      perf record -q -F 499 --call-graph "${PERF_CALL_GRAPH:-dwarf}" -p "$pid" \
+        -o "${OUT_DIR:-$DIR}/$1.perf" -- sleep "$SECS" 2>/dev/null &
+      perf=$!
+    fi
+  fi
   wrk_checked "$DIR/$1.wrk" -- -t2 -c16 -d"${SECS}s" --latency -s "$DIR/$1.lua" "$2"
+  if [ -n "$perf" ]; then wait "$perf" || true; fi
   cat "$DIR/$1.wrk"
+  if [ -n "$pid" ]; then
+    awk -v t="$(( $(cpu_ticks "$pid") - before ))" -v hz="$(getconf CLK_TCK)" \
+      -v n="$(awk '/ requests in / {print $1}' "$DIR/$1.wrk")" \
+      'BEGIN {printf "   server CPU per request: %.0f µs\n", t / hz / n * 1e6}' | tee "$DIR/$1.cpu"
+  fi
 }
 
 echo "== 1. bare rmcp echo"
@@ -143,8 +168,39 @@ echo "   agentnet discover --skill $TAG --limit 50: $FOUND agents"
 echo "   node RSS before load: $(grep VmRSS /proc/$NODE_PID/status)"
 # /mcp needs the admin token (docs/MCP.md).
 AUTH="Bearer $(cat "$DATA/admin.token")"
-run_wrk node "http://$ADMIN/mcp" discover_agents "{\"tags\":[\"$TAG\"]}"
-echo "   node RSS after load: $(grep VmRSS /proc/$NODE_PID/status)"
+ARGS="{\"tags\":[\"$TAG\"]}"
+# The node's answer, kept: bare rmcp serves the same bytes as its floor (3b).
+curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+  -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: discover_agents' \
+  -H "Authorization: $AUTH" --data "$(body_of discover_agents "$ARGS")" "http://$ADMIN/mcp" \
+  | python3 -c 'import json,sys
+t = sys.stdin.read()
+t = t[t.index("{"):] if not t.startswith("{") else t
+print(json.dumps(json.loads(t)["result"]["structuredContent"]))' >"$DIR/answer.json"
+echo "   the answer: $(python3 -c 'import json,sys;print(len(json.load(open(sys.argv[1]))["agents"]))' "$DIR/answer.json") agents, $(wc -c <"$DIR/answer.json") bytes of structuredContent"
+# 3 and 3b alternate ROUNDS times: the ratio is taken within one run on one machine.
+SUMMARY=()
+summary() { # NAME
+  SUMMARY+=("$(printf '%-22s %10s %9s %9s %12s' "$1" "$(awk '/^Requests\/sec:/ {print $2}' "$DIR/$1.wrk")" \
+    "$(awk '$1 == "50%" {print $2}' "$DIR/$1.wrk")" "$(awk '$1 == "99%" {print $2}' "$DIR/$1.wrk")" \
+    "$(awk '{print $5}' "$DIR/$1.cpu" 2>/dev/null)")")
+}
+for round in $(seq "${ROUNDS:-1}"); do
+  echo "== 3. round $round: agentnet /mcp discover_agents"
+  run_wrk "node-$round" "http://$ADMIN/mcp" discover_agents "$ARGS" "$NODE_PID"
+  summary "node-$round"
+  echo "   node RSS after load: $(grep VmRSS /proc/$NODE_PID/status)"
+  echo "== 3b. round $round: bare rmcp serving the node's answer (ANSWER_FILE)"
+  SAVED_AUTH=$AUTH; AUTH=
+  ANSWER_FILE="$DIR/answer.json" start_ready "rmcp-answer-$round" "$RMCP_ECHO" 127.0.0.1:0
+  run_wrk "rmcp-answer-$round" "$URL" discover_agents "$ARGS" "$LAST_PID"
+  summary "rmcp-answer-$round"
+  kill "$LAST_PID"; wait "$LAST_PID" 2>/dev/null || true
+  AUTH=$SAVED_AUTH
+done
+echo "== discover_agents against bare rmcp serving the same answer"
+printf '%-22s %10s %9s %9s %12s\n' server req/s p50 p99 "µs CPU/req"
+printf '%s\n' "${SUMMARY[@]}"
 
 echo "== 4. stdio: agentnet mcp beside the node, $STDIO_N sequential discover_agents"
 "$PY" bench/mcp_stdio_latency.py --n "$STDIO_N" --tool discover_agents --args "{\"tags\":[\"$TAG\"]}" \
