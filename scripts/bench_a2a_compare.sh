@@ -2,6 +2,8 @@
 # A2A SendMessage load, one client, four servers: wrk (2 threads, 16 connections, SECONDS each)
 # against
 #   node-open  our node's hosted echo agent, policy open (tasks in its RocksDB)
+#   node-receipt  node-open's load, each message asking for a signed receipt (as `agentnet call`
+#              does: an agent signs one only for a caller who asks)
 #   node-did   our node's hosted echo agent, policy did, replaying requests pre-signed as
 #              `agentnet call` signs them (agentnet-sim --bin signed_requests, scripts/wrk_replay.lua)
 #   node-chain the same, each message also presenting a 3-link delegation chain (issue 18) to an
@@ -25,7 +27,8 @@
 #   DIDS             did:key identities signing the load [32]
 #   SIGNED_REQUESTS_N  pre-signed requests [90000; the node's nonce cache holds 100000 in all,
 #                    10000 per DID, for 360 s]
-#   ONLY             space-separated subset of: node-open node-did node-chain node-token a2a-lf python
+#   ONLY             space-separated subset of: node-open node-receipt node-did node-chain node-token
+#                    a2a-lf python
 #   OUT_DIR          where wrk's outputs go
 #   VERIFY_BATCH     the node's [auth] verify_batch [0: each signature alone; 16: in batches]
 #   PERF             when set, the server is sampled with `perf record -g` during the load
@@ -192,6 +195,18 @@ for target in $ONLY; do
       idle=$(rss "$PID")
       run_wrk node-open "$NODE_BASE/a2a/echo" "$HERE/wrk_send_message.lua"
       row node-open "$idle" "$(rss "$PID")"
+      stop
+      ;;
+    node-receipt)
+      # node-open's load, each message asking for a signed receipt (as `agentnet call` does).
+      start_node node-receipt
+      out=$(curl -s -H 'Content-Type: application/a2a+json' -H 'A2A-Version: 1.0' \
+        -d '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"r-1","extensions":["urn:agentnet:a2a:signed-receipts:v1"]}}}' \
+        "$NODE_BASE/a2a/echo")
+      grep -q '"signed-receipts/v1":"ey' <<<"$out" || { echo "no receipt in an answer that asked for one: $out" >&2; exit 1; }
+      idle=$(rss "$PID")
+      RECEIPT=1 run_wrk node-receipt "$NODE_BASE/a2a/echo" "$HERE/wrk_send_message.lua"
+      row node-receipt "$idle" "$(rss "$PID")"
       stop
       ;;
     node-did)

@@ -12,10 +12,16 @@ local bearer = os.getenv("BEARER")
 if bearer and bearer ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. bearer
 end
+-- RECEIPT=1: each message asks for a signed receipt (docs/PROTOCOL.md, "Receipts"), as
+-- `agentnet call` does; an agent signs one only for a caller who asks.
+local ask = ""
+if os.getenv("RECEIPT") == "1" then
+  ask = ',"extensions":["urn:agentnet:a2a:signed-receipts:v1"]'
+end
 local n = 0
 request = function()
   n = n + 1
-  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"m-' .. n .. '-' .. math.random(1e9) .. '"}}}'
+  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"hello"}],"messageId":"m-' .. n .. '-' .. math.random(1e9) .. '"' .. ask .. '}}}'
   return wrk.format(nil, nil, nil, body)
 end
 -- Every answer must be a completed task: an HTTP 200 carrying a JSON-RPC error is a failure too

@@ -68,7 +68,7 @@ pub use find::Verified;
 pub use progress::Progress;
 pub use task::{is_settled, message, send_request, state_name, status_text, texts};
 
-use task::{get, once_if_declared, waiting_task};
+use task::{extensions_if_declared, get, waiting_task};
 
 mod address;
 pub mod anp;
@@ -298,7 +298,7 @@ impl Caller {
                 tenant: None,
             };
             let mut req = req;
-            once_if_declared(agent, &mut req.message);
+            extensions_if_declared(&agent.card, &mut req.message);
             if let Some(d) = &self.opts.delegation {
                 d.present(&agent.did, &mut req.message);
             }

@@ -26,7 +26,7 @@ impl Caller {
     ) -> Result<Outcome, CallError> {
         let client = self.client(agent)?;
         let mut req = send_request(msg);
-        once_if_declared(agent, &mut req.message);
+        extensions_if_declared(&agent.card, &mut req.message);
         if let Some(d) = &self.opts.delegation {
             d.present(&agent.did, &mut req.message);
         }
@@ -227,22 +227,30 @@ const SEND_ATTEMPTS: u32 = 3;
 
 /// Whether `card` declares [`agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION`].
 fn exactly_once(card: &Value) -> bool {
-    card.pointer("/capabilities/extensions")
-        .and_then(Value::as_array)
-        .is_some_and(|exts| {
-            exts.iter()
-                .any(|e| e["uri"] == agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION)
-        })
+    declares(card, agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION)
 }
 
-/// Ask `agent` to run `message` once ([`agentnet_a2a::engine::asks_once`]) when its card says
-/// it can: then a resend after a lost answer reaches the first task.
-pub(super) fn once_if_declared(agent: &Agent, message: &mut Message) {
-    if exactly_once(&agent.card) {
-        let uri = agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION.to_owned();
-        let exts = message.extensions.get_or_insert_with(Vec::new);
-        if !exts.contains(&uri) {
-            exts.push(uri);
+/// Whether `card` declares the extension `uri` in `capabilities.extensions`.
+fn declares(card: &Value, uri: &str) -> bool {
+    card.pointer("/capabilities/extensions")
+        .and_then(Value::as_array)
+        .is_some_and(|exts| exts.iter().any(|e| e["uri"] == uri))
+}
+
+/// Ask for what an agent's `card` says it offers, in `message.extensions`: to run the message
+/// once ([`agentnet_a2a::engine::asks_once`]), so that a resend after a lost answer reaches the
+/// first task, and a signed receipt ([`agentnet_did::receipt::EXTENSION`]), which an agent
+/// signs only for a caller who asks (docs/PROTOCOL.md, "Receipts and the audit log").
+pub(super) fn extensions_if_declared(card: &Value, message: &mut Message) {
+    for uri in [
+        agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION,
+        agentnet_did::receipt::EXTENSION,
+    ] {
+        if declares(card, uri) {
+            let exts = message.extensions.get_or_insert_with(Vec::new);
+            if !exts.iter().any(|e| e == uri) {
+                exts.push(uri.to_owned());
+            }
         }
     }
 }
@@ -366,6 +374,29 @@ mod tests {
             toml::from_str("[[agent]]\nid = \"e\"\nkind = \"echo\"\n").unwrap();
         let card = crate::hosted::card_for(&cfg.agent[0], "https://n.example/a2a/e");
         assert!(exactly_once(&card), "{card}");
+    }
+
+    /// The caller asks for what the card offers, and only that: an agent signs a receipt only
+    /// for a caller who asks (`hosted::receipts::asked`), so a call to one of our agents asks.
+    #[test]
+    fn a_call_asks_for_the_receipt_and_the_single_run_the_card_offers() {
+        let cfg: crate::config::FileConfig =
+            toml::from_str("[[agent]]\nid = \"e\"\nkind = \"echo\"\n").unwrap();
+        let card = crate::hosted::card_for(&cfg.agent[0], "https://n.example/a2a/e");
+        let mut m = message("hi", None).unwrap();
+        m.extensions = Some(vec!["urn:example:mine".into()]);
+        extensions_if_declared(&card, &mut m);
+        assert_eq!(
+            m.extensions.as_deref().unwrap(),
+            [
+                "urn:example:mine",
+                agentnet_a2a::engine::EXACTLY_ONCE_EXTENSION,
+                agentnet_did::receipt::EXTENSION
+            ]
+        );
+        let mut m = message("hi", None).unwrap();
+        extensions_if_declared(&serde_json::json!({"capabilities": {}}), &mut m);
+        assert_eq!(m.extensions, None);
     }
 
     #[test]

@@ -264,6 +264,9 @@ impl Handler for ProxyAgent {
                 })
             });
             let mut msg = Message::new(turn.message.role.clone(), turn.message.parts.clone());
+            // The upstream's receipt is what this agent's own receipt names (`subReceipts`): ask
+            // for it (an agent signs one only for a caller who asks).
+            msg.extensions = Some(vec![agentnet_did::receipt::EXTENSION.to_owned()]);
             if let Some((t, c)) = &upstream_ids {
                 msg.task_id = Some(t.clone());
                 msg.context_id = Some(c.clone());

@@ -1,7 +1,8 @@
 //! Signed receipts of the hosted agents' tasks ([`agentnet_did::receipt`]): each task that
-//! reaches a terminal state is signed by its agent's key as it is written ([`Sealer`], a
-//! [`crate::hosted::tasks::Seal`]), whatever the path: a turn's outcome, a handler failure, a cancel,
-//! the restart that fails tasks left working.
+//! reaches a terminal state, and whose caller asked for a receipt ([`asked`]), is signed by its
+//! agent's key as it is written ([`Sealer`], a [`crate::hosted::tasks::Seal`]), whatever the
+//! path: a turn's outcome, a handler failure, a cancel, the restart that fails tasks left
+//! working.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -81,10 +82,11 @@ impl Sealer {
     }
 
     /// Stamp `created`, gather the sub-receipts, and sign the receipt of a terminal task
-    /// that has none yet.
+    /// that has none yet and whose caller [`asked`] for one.
     pub fn seal(&self, caller: Option<&str>, task: &mut Task) {
         let now = || chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         let pending = self.subs.take(&task.id);
+        let asked = asked(task);
         let meta = task.metadata.get_or_insert_with(Default::default);
         meta.entry(CREATED_KEY.to_string())
             .or_insert_with(|| Value::String(now()));
@@ -97,7 +99,7 @@ impl Sealer {
                 a.extend(pending.into_iter().take(room).map(Value::String));
             }
         }
-        if !task.status.state.is_terminal() || meta.contains_key(receipt::METADATA_KEY) {
+        if !task.status.state.is_terminal() || meta.contains_key(receipt::METADATA_KEY) || !asked {
             return;
         }
         let created = meta
@@ -170,11 +172,28 @@ impl Sealer {
     }
 }
 
+/// Whether the caller asked for a receipt: one of its messages in the task lists
+/// [`receipt::EXTENSION`] in its `extensions` (A2A's way for a message to name an extension it
+/// uses). A caller that does not (an SDK that knows nothing of receipts, a load generator) is
+/// not made to wait for a signature it would not read: a receipt costs one Ed25519 signature
+/// and the JCS and SHA-256 of every message and artifact, about a fifth of an open agent's
+/// request (docs/BENCHMARKS.md, "A2A"). `agentnet call`, the MCP tools and a `proxy` ask
+/// whenever the card declares the extension (`crate::call`).
+pub fn asked(task: &Task) -> bool {
+    task.history.iter().flatten().any(|m| {
+        m.role == agentnet_a2a::types::Role::User
+            && m.extensions
+                .iter()
+                .flatten()
+                .any(|e| e == receipt::EXTENSION)
+    })
+}
+
 /// The card extension that says the agent signs receipts.
 pub fn extension() -> Value {
     serde_json::json!({
         "uri": receipt::EXTENSION,
-        "description": "When a task ends (COMPLETED, FAILED, CANCELED, REJECTED) the agent signs a receipt with its DID key: a compact JWS (EdDSA, kid a DID URL of the agent) over the RFC 8785 bytes of {v, taskId, contextId, agent, caller, delegation, messages, artifacts, state, created, ended, subReceipts}, in Task.metadata[\"signed-receipts/v1\"].",
+        "description": "When a task ends (COMPLETED, FAILED, CANCELED, REJECTED), and a message of the caller's in it listed this URI in its extensions, the agent signs a receipt with its DID key: a compact JWS (EdDSA, kid a DID URL of the agent) over the RFC 8785 bytes of {v, taskId, contextId, agent, caller, delegation, messages, artifacts, state, created, ended, subReceipts}, in Task.metadata[\"signed-receipts/v1\"].",
         "required": false,
     })
 }
@@ -182,7 +201,82 @@ pub fn extension() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentnet_a2a::types::{TaskState, TaskStatus};
+    use agentnet_a2a::types::{Message, TaskState, TaskStatus};
+
+    /// A user message with `extensions`.
+    fn message(id: &str, extensions: Option<Vec<&str>>) -> Message {
+        serde_json::from_value(serde_json::json!({
+            "messageId": id, "role": "ROLE_USER", "parts": [{"text": "hi"}],
+            "extensions": extensions,
+        }))
+        .unwrap()
+    }
+
+    /// A history whose one message asks for a receipt.
+    fn asking() -> Option<Vec<Message>> {
+        Some(vec![message("m0", Some(vec![receipt::EXTENSION]))])
+    }
+
+    /// A receipt is signed for a caller who asks for one (a message of its task lists the
+    /// extension), and only then: a task whose messages name no extension, or another one,
+    /// ends without one (its `created` still stamped); a later message that asks gets it.
+    #[test]
+    fn a_receipt_is_signed_only_for_a_caller_who_asks() {
+        let key = SecretKey::from_seed(&[8; 32]);
+        let s = Sealer::new(&key, Default::default());
+        let mut t = Task {
+            id: "t2".into(),
+            context_id: "c2".into(),
+            status: TaskStatus {
+                state: TaskState::Completed,
+                message: None,
+                timestamp: Some(chrono::Utc::now()),
+            },
+            artifacts: None,
+            history: Some(vec![
+                message("m1", None),
+                message("m2", Some(vec!["urn:example:other"])),
+            ]),
+            metadata: None,
+        };
+        s.seal(None, &mut t);
+        let meta = t.metadata.clone().unwrap();
+        assert!(meta.contains_key(CREATED_KEY));
+        assert!(!meta.contains_key(receipt::METADATA_KEY), "{meta:?}");
+        let mut agent_asks = message("m3", Some(vec![receipt::EXTENSION]));
+        agent_asks.role = agentnet_a2a::types::Role::Agent;
+        t.history.as_mut().unwrap().push(agent_asks);
+        s.seal(None, &mut t);
+        assert!(
+            !t.metadata
+                .as_ref()
+                .unwrap()
+                .contains_key(receipt::METADATA_KEY),
+            "only the caller's own messages ask"
+        );
+        t.history.as_mut().unwrap().push(message(
+            "m4",
+            Some(vec!["urn:example:other", receipt::EXTENSION]),
+        ));
+        s.seal(None, &mut t);
+        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
+            .as_str()
+            .expect("asked: signed");
+        let did = key.did_key().to_string();
+        let expect = receipt::Expected {
+            task_id: "t2",
+            agent: &did,
+            caller: None,
+            message: None,
+        };
+        let r = receipt::verify_with_key(
+            jws,
+            &agentnet_did::PublicKey::Ed25519(key.public()),
+            &expect,
+        )
+        .unwrap();
+        assert_eq!(r.messages.len(), 3);
+    }
 
     /// A task the last run left working is failed at start, and signed by its agent then.
     #[test]
@@ -203,7 +297,7 @@ mod tests {
                 timestamp: None,
             },
             artifacts: None,
-            history: None,
+            history: asking(),
             metadata: None,
         };
         sealer.seal(owner.caller(), &mut t);
@@ -249,13 +343,14 @@ mod tests {
     /// same task as JSON says (`Receipt::for_task`, the definition the verifiers follow).
     #[test]
     fn the_receipt_read_in_place_is_the_receipt_of_the_task_as_json() {
-        use agentnet_a2a::types::{Artifact, Message, Role};
+        use agentnet_a2a::types::{Artifact, Role};
         let key = SecretKey::from_seed(&[4; 32]);
         let s = Sealer::new(&key, Default::default());
         let msg = |id: &str, role: Role, text: &str| {
             let mut m: Message = serde_json::from_value(serde_json::json!({
                 "messageId": id, "role": "ROLE_USER", "parts": [{"text": text}],
                 "metadata": {"k": [1, "é", {"b": 2, "a": 1}]},
+                "extensions": [receipt::EXTENSION],
             }))
             .unwrap();
             m.role = role;
@@ -337,7 +432,7 @@ mod tests {
                     timestamp: Some(chrono::Utc::now()),
                 },
                 artifacts: None,
-                history: None,
+                history: asking(),
                 metadata: Some(HashMap::from([(
                     delegation::METADATA_MEMBER.to_string(),
                     c.clone(),
@@ -363,7 +458,7 @@ mod tests {
                 timestamp: None,
             },
             artifacts: None,
-            history: None,
+            history: asking(),
             metadata: None,
         };
         s.seal(Some("did:key:zCaller"), &mut t);
