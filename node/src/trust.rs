@@ -16,6 +16,7 @@
 pub mod endorsements;
 pub mod flags;
 pub mod pins;
+pub mod shown;
 
 use agentnet_did::{Did, Method};
 use serde::{Deserialize, Serialize};

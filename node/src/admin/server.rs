@@ -29,6 +29,8 @@ pub struct AdminState {
     pub trust: Arc<crate::trust::Policy>,
     /// The endorsements kept ([`crate::trust::endorsements`]); `None`: none count.
     pub endorsements: Option<Arc<crate::trust::endorsements::Endorsements>>,
+    /// The flags and pin state of each card shown last ([`crate::trust::shown`]).
+    pub shown: Arc<crate::trust::shown::Shown>,
 }
 
 /// Who may call: the token, and the admin listener's own origin (`http://127.0.0.1:PORT`).
@@ -357,6 +359,13 @@ async fn trust_check(
     }
 }
 
+/// The card of a stored advert (`null` if it does not read, which a validated advert does).
+fn card_of(a: &StoredAdvert) -> Value {
+    serde_json::from_slice::<agentnet_discovery::advert::Advertisement>(&a.bytes)
+        .map(|ad| ad.card)
+        .unwrap_or(Value::Null)
+}
+
 /// Skill tags as the index (and endorsements) hold them.
 fn normalized(skills: &[String]) -> Vec<String> {
     skills
@@ -374,13 +383,14 @@ impl AdminState {
     /// ([`check_tags`]): [`AdminState::ranked`], each card flagged and checked against its pin
     /// (pinned when first seen).
     pub async fn discover(&self, skills: &[String], limit: usize) -> Result<Vec<Found>, ApiError> {
-        let (pins, rules) = (self.pins.clone(), self.flags.clone());
+        let (pins, rules, shown) = (self.pins.clone(), self.flags.clone(), self.shown.clone());
         self.ranked(skills, limit, move |advert, judged, now| {
+            let (flags, pin) = shown.of(&advert, &rules, pins.as_deref(), || card_of(&advert), now);
             let mut f = directory::found(advert);
             f.level = Some(judged.level);
             f.reasons = judged.reasons;
-            f.flags = rules.card(&f.card);
-            f.pin = pins.as_ref().map(|p| p.observe(&f.did, &f.card, now));
+            f.flags = flags;
+            f.pin = pin;
             f
         })
         .await
@@ -404,12 +414,13 @@ impl AdminState {
         if tags.is_empty() {
             return Err(ApiError::bad_request("no usable skill tag to search for"));
         }
-        if self.matches(&tags).await?.0.len() < limit {
+        let (mut matches, mut cut) = self.matches(&tags).await?;
+        if matches.len() < limit {
             // Few enough that the network may know more: providers are asked and what they
-            // answer is validated and stored, as gossip is.
+            // answer is validated and stored, as gossip is; then the index is read again.
             self.ask_network(skills, limit).await?;
+            (matches, cut) = self.matches(&tags).await?;
         }
-        let (matches, cut) = self.matches(&tags).await?;
         let store = self.client.store().clone();
         let (policy, endorsements) = (self.trust.clone(), self.endorsements.clone());
         tokio::task::spawn_blocking(move || {
@@ -792,21 +803,16 @@ impl Directory for AdminState {
     ) -> BoxFuture<'a, Result<Vec<AgentSummary>, ClientError>> {
         Box::pin(async move {
             check_tags(skills, directory::MAX_TAGS).map_err(ApiError::from)?;
-            let pins = self.pins.clone();
-            let rules = self.flags.clone();
+            let (pins, rules, shown) = (self.pins.clone(), self.flags.clone(), self.shown.clone());
             Ok(self
                 .ranked(skills, limit, move |a, judged, now| {
-                    let card = serde_json::from_slice::<agentnet_discovery::advert::Advertisement>(
-                        &a.bytes,
-                    )
-                    .map(|ad| ad.card)
-                    .unwrap_or(Value::Null);
-                    let did = a.did.clone();
+                    // The card is read whole only when the memo does not know this advert.
+                    let (flags, pin) = shown.of(&a, &rules, pins.as_deref(), || card_of(&a), now);
                     let mut s = directory::summarize(a);
                     s.trust = Some(directory::Trust {
                         level: Some(judged),
-                        pin: pins.as_ref().map(|p| p.observe(&did, &card, now)),
-                        flags: rules.card(&card),
+                        pin,
+                        flags,
                     });
                     s
                 })

@@ -102,6 +102,7 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         flags: trust.flags,
         trust: trust.policy,
         endorsements: Some(endorsements),
+        shown: Default::default(),
     };
 
     let http_stop = stop.child_token();

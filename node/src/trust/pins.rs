@@ -167,6 +167,8 @@ pub struct Pins {
     family: Family,
     max: u64,
     lock: Mutex<()>,
+    /// Bumped by every pin written ([`Pins::generation`]).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Pins {
@@ -592,7 +594,15 @@ impl Pins {
             family: store.family(CF_PINS)?,
             max,
             lock: Mutex::new(()),
+            generation: Default::default(),
         })
+    }
+
+    /// A number that changes whenever a pin is written (taken, carried over, accepted,
+    /// noted seen): a state computed before it changed may be out of date
+    /// ([`crate::trust::shown`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn read(&self, key: &[u8]) -> Result<Option<Pin>, String> {
@@ -610,6 +620,9 @@ impl Pins {
 
     fn write(&self, key: &[u8], pin: &Pin, count: Option<u64>) -> Result<(), String> {
         let bytes = serde_json::to_vec(pin).map_err(|e| e.to_string())?;
+        // Bumped before the write: a state computed while it is under way is already stale.
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut ops = vec![FamilyOp::Put(key.to_vec(), bytes)];
         if let Some(n) = count {
             ops.push(FamilyOp::Put(COUNT_KEY.to_vec(), n.to_be_bytes().to_vec()));
