@@ -319,6 +319,8 @@ struct Inner {
     /// Entries in `peers`; the lock serializes its writes.
     peers: Mutex<usize>,
     refused: [AtomicU64; 4],
+    /// When each DID was first seen, as its seq says ([`index::FirstSeen`]).
+    first_seen: index::FirstSeen,
 }
 
 impl fmt::Debug for Store {

@@ -248,6 +248,7 @@ impl Store {
                 bytes: AtomicU64::new(0),
                 peers: Mutex::new(0),
                 refused: Default::default(),
+                first_seen: Default::default(),
             }),
         };
         store.bring_to_layout(existing.is_none())?;

@@ -21,6 +21,84 @@ pub const MAX_FIND_LIMIT: usize = 1000;
 /// ranks for one query (about 4 MiB of DIDs and times; past it the newest are ranked).
 pub const MAX_MATCHES: usize = 50_000;
 
+/// Most DIDs whose first sighting [`FirstSeen`] remembers; past them it starts again.
+pub const MAX_FIRST_SEEN: usize = 65_536;
+
+/// When each DID was first seen ([`SeqEntry::first_seen`]), remembered for the ranking of
+/// [`Store::matches`], which otherwise reads every match's seq (a discovery ranks every match;
+/// the reads were a third of a `discover_agents`' CPU). A DID's first sighting does not change
+/// while its seq is kept; the prune that deletes a seq forgets the DID first, and a sighting
+/// read across a prune is not kept ([`FirstSeen::epoch`]). Keyed by a keyed hash of the DID (a
+/// publisher cannot make two of its DIDs collide): 16 bytes an entry, at most
+/// [`MAX_FIRST_SEEN`].
+#[derive(Default)]
+pub(super) struct FirstSeen {
+    hasher: std::collections::hash_map::RandomState,
+    map: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
+    epoch: std::sync::atomic::AtomicU64,
+}
+
+impl FirstSeen {
+    fn key(&self, did: &str) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(did)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, u64>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current epoch, to pass to [`FirstSeen::learn`].
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Set the first sighting of every match it knows; the indices of those it does not.
+    fn fill(&self, found: &mut [Match]) -> Vec<usize> {
+        let map = self.lock();
+        found
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, m)| match map.get(&self.key(&m.did)) {
+                Some(&t) => {
+                    m.first_seen = t;
+                    None
+                }
+                None => Some(i),
+            })
+            .collect()
+    }
+
+    /// Remember sightings read from the seqs, unless a prune ran since `epoch`.
+    fn learn(&self, epoch: u64, seen: &[(&str, u64)]) {
+        if seen.is_empty() {
+            return;
+        }
+        let mut map = self.lock();
+        if self.epoch() != epoch {
+            return;
+        }
+        if map.len() + seen.len() > MAX_FIRST_SEEN {
+            map.clear();
+        }
+        for (did, t) in seen.iter().take(MAX_FIRST_SEEN) {
+            map.insert(self.key(did), *t);
+        }
+    }
+
+    /// Forget `dids`, whose seqs are being deleted.
+    pub(super) fn forget(&self, dids: &[String]) {
+        if dids.is_empty() {
+            return;
+        }
+        let mut map = self.lock();
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        for did in dids {
+            map.remove(&self.key(did));
+        }
+    }
+}
+
 /// A live advert as the tag index knows it ([`Store::matches`]): enough to rank it, without
 /// reading it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,12 +211,20 @@ impl Store {
             });
             Ok(true)
         })?;
-        // When each was first seen, from the seqs, in one batched read.
-        let seen = snapshot.multi_get_cf(found.iter().map(|m| (seqs, m.did.as_bytes())));
-        for (m, value) in found.iter_mut().zip(seen) {
+        // When each was first seen: remembered, or from the seqs in one batched read.
+        let memo = &self.inner.first_seen;
+        let epoch = memo.epoch();
+        let unknown = memo.fill(&mut found);
+        let seen = snapshot.multi_get_cf(unknown.iter().map(|&i| (seqs, found[i].did.as_bytes())));
+        let mut learned = Vec::with_capacity(unknown.len());
+        for (&i, value) in unknown.iter().zip(seen) {
+            let m = &mut found[i];
             match value {
                 Ok(Some(v)) => match SeqEntry::decode(&v) {
-                    Some(e) => m.first_seen = e.first_seen,
+                    Some(e) => {
+                        m.first_seen = e.first_seen;
+                        learned.push(i);
+                    }
                     None => {
                         warn!(error = %corrupt(CF_SEQS, m.did.as_bytes(), "bad seq"), "ranking as oldest")
                     }
@@ -147,6 +233,11 @@ impl Store {
                 Err(source) => return Err(db_err(source)),
             }
         }
+        let learned: Vec<(&str, u64)> = learned
+            .into_iter()
+            .map(|i| (found[i].did.as_str(), found[i].first_seen))
+            .collect();
+        memo.learn(epoch, &learned);
         Ok((found, cut))
     }
 

@@ -125,6 +125,7 @@ impl Store {
         let mut batch = WriteBatch::default();
         let mut released = 0u64;
         let mut pruned = 0;
+        let mut gone = Vec::new();
         for key in &due {
             batch.delete_cf(seq_expiry, key);
             let Some((prune_at, did)) = split_time_key(key) else {
@@ -162,9 +163,12 @@ impl Store {
                 continue;
             }
             batch.delete_cf(seqs, did.as_bytes());
+            gone.push(did.to_owned());
             released = released.saturating_add(seq_footprint(did));
             pruned += 1;
         }
+        // Forgotten before the write: a DID that comes back is first seen again.
+        self.inner.first_seen.forget(&gone);
         self.write_releasing(batch, released, || format!("pruning seqs due at {now}"))?;
         Ok((pruned, due.len() >= SWEEP_BATCH))
     }

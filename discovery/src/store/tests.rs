@@ -1348,6 +1348,37 @@ fn matches_list_every_live_match_from_the_index_with_when_each_was_first_seen() 
     assert!(store.matches(&[], 10, now).is_err());
 }
 
+/// The ranking's memo of first sightings (`index::FirstSeen`) answers as the seqs do: a DID
+/// ranked once keeps its sighting, and one whose seq was pruned (its advert gone past the
+/// replay window) and that comes back is first seen again, not taken for the old one.
+#[test]
+fn a_dids_first_sighting_is_new_again_after_its_seq_was_pruned() {
+    let (_dir, store) = open();
+    let far = 10_000_000;
+    store
+        .put(&advert("did:key:back", 1, 100, 500, &["books"]))
+        .unwrap();
+    let (first, _) = store.matches(&tags(&["books"]), 10, 400).unwrap();
+    let (again, _) = store.matches(&tags(&["books"]), 10, 400).unwrap();
+    assert_eq!(first, again);
+    assert!(first[0].first_seen > 0);
+    store.sweep_expired(far).unwrap();
+    assert_eq!(store.seq("did:key:back").unwrap(), None, "pruned");
+    std::thread::sleep(Duration::from_millis(1100));
+    store
+        .put(&advert("did:key:back", 1, far, far + 500, &["books"]))
+        .unwrap();
+    let (back, _) = store.matches(&tags(&["books"]), 10, far + 1).unwrap();
+    assert_eq!(
+        back[0].first_seen,
+        store.read_seq("did:key:back").unwrap().unwrap().first_seen
+    );
+    assert!(
+        back[0].first_seen > first[0].first_seen,
+        "{back:?} {first:?}"
+    );
+}
+
 #[test]
 fn a_seq_entry_written_before_first_sightings_reads_as_the_oldest() {
     let (_dir, store) = open();

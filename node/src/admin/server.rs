@@ -403,28 +403,59 @@ impl AdminState {
     /// The policy and the ranking see every match before the cut, so a flood of fresh DIDs
     /// cannot push a trusted agent out of the answer (docs/PROTOCOL.md, "How discover
     /// ranks"). The network is asked only when the node holds fewer than `limit` matches.
-    async fn ranked<T: Send + 'static>(
+    async fn ranked<T, F>(
         &self,
         skills: &[String],
         limit: usize,
-        show: impl Fn(StoredAdvert, crate::trust::Judged, u64) -> T + Send + 'static,
-    ) -> Result<Vec<T>, ApiError> {
+        show: F,
+    ) -> Result<Vec<T>, ApiError>
+    where
+        T: Send + 'static,
+        F: Fn(StoredAdvert, crate::trust::Judged, u64) -> T + Send + Sync + 'static,
+    {
         let limit = limit.clamp(1, MAX_LIMIT);
         let tags = normalized(skills);
         if tags.is_empty() {
             return Err(ApiError::bad_request("no usable skill tag to search for"));
         }
-        let (mut matches, mut cut) = self.matches(&tags).await?;
-        if matches.len() < limit {
-            // Few enough that the network may know more: providers are asked and what they
-            // answer is validated and stored, as gossip is; then the index is read again.
-            self.ask_network(skills, limit).await?;
-            (matches, cut) = self.matches(&tags).await?;
+        let show = Arc::new(show);
+        if let Some(found) = self.rank_held(&tags, limit, show.clone(), false).await? {
+            return Ok(found);
         }
+        // Few enough that the network may know more: providers are asked and what they
+        // answer is validated and stored, as gossip is; then the index is read again.
+        self.ask_network(skills, limit).await?;
+        Ok(self
+            .rank_held(&tags, limit, show, true)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// [`AdminState::ranked`] over what the node holds, in one blocking hop: every match of
+    /// `tags` (normalized) in the index, ranked, the best `limit` shown; `None` when fewer than
+    /// `limit` match and this is not the `last` look (the network may know more).
+    async fn rank_held<T, F>(
+        &self,
+        tags: &[String],
+        limit: usize,
+        show: Arc<F>,
+        last: bool,
+    ) -> Result<Option<Vec<T>>, ApiError>
+    where
+        T: Send + 'static,
+        F: Fn(StoredAdvert, crate::trust::Judged, u64) -> T + Send + Sync + 'static,
+    {
         let store = self.client.store().clone();
         let (policy, endorsements) = (self.trust.clone(), self.endorsements.clone());
+        let tags = tags.to_vec();
         tokio::task::spawn_blocking(move || {
             let now = unix_now();
+            let (matches, cut) = store
+                .matches(&tags, agentnet_discovery::store::MAX_MATCHES, now)
+                .map_err(ApiError::internal)?;
+            if !last && matches.len() < limit {
+                return Ok(None);
+            }
             let matches = if cut {
                 // More matches than the walk takes: the newest were taken, and the agents the
                 // operator trusts by name are added wherever they are.
@@ -443,36 +474,23 @@ impl AdminState {
             } else {
                 matches
             };
-            directory::top(
-                &store,
-                matches,
-                &tags,
-                limit,
-                &policy,
-                endorsements.as_deref(),
-                now,
-            )
-            .into_iter()
-            .map(|(advert, judged)| show(advert, judged, now))
-            .collect()
-        })
-        .await
-        .map_err(ApiError::internal)
-    }
-
-    /// Every match of `tags` (normalized) in the node's index, without reading the adverts.
-    async fn matches(
-        &self,
-        tags: &[String],
-    ) -> Result<(Vec<agentnet_discovery::store::Match>, bool), ApiError> {
-        let store = self.client.store().clone();
-        let tags = tags.to_vec();
-        tokio::task::spawn_blocking(move || {
-            store.matches(&tags, agentnet_discovery::store::MAX_MATCHES, unix_now())
+            Ok(Some(
+                directory::top(
+                    &store,
+                    matches,
+                    &tags,
+                    limit,
+                    &policy,
+                    endorsements.as_deref(),
+                    now,
+                )
+                .into_iter()
+                .map(|(advert, judged)| show(advert, judged, now))
+                .collect(),
+            ))
         })
         .await
         .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)
     }
 
     /// `POST /admin/v1/trust/check`: `did`'s live card against its pin (pinned if first

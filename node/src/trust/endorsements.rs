@@ -157,6 +157,11 @@ pub struct Endorsements {
     roots: Vec<String>,
     depth: u8,
     trusted: Mutex<Option<(Instant, Endorsers)>>,
+    /// [`Endorsements::vouched`] as a set, kept as `trusted` is (and forgotten with it): a
+    /// discovery ranks every match, and most are vouched for by nobody.
+    vouched: Mutex<Option<(Instant, Arc<std::collections::HashSet<String>>)>>,
+    /// Bumped by [`Endorsements::forget_trusted`]: a set read across it is not kept.
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Endorsements {
@@ -220,6 +225,8 @@ impl Endorsements {
             roots,
             depth: depth.clamp(1, MAX_DEPTH),
             trusted: Mutex::new(None),
+            vouched: Mutex::new(None),
+            epoch: Default::default(),
         };
         e.rank_issuers()?;
         Ok(e)
@@ -426,7 +433,7 @@ impl Endorsements {
         self.family.write(ops)?;
         if trusted {
             // What a trusted issuer says changes who the endorsers are.
-            *self.trusted.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.forget_trusted();
         }
         Ok(Put::Stored)
     }
@@ -536,7 +543,7 @@ impl Endorsements {
             total.to_be_bytes().to_vec(),
         ));
         self.family.write(ops)?;
-        *self.trusted.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.forget_trusted();
         Ok(due.len())
     }
 
@@ -603,6 +610,9 @@ impl Endorsements {
         skills: &[String],
         now: u64,
     ) -> Result<Option<Vouch>, StoreError> {
+        if !self.vouched_set(now)?.contains(did) {
+            return Ok(None);
+        }
         let trusted = self.trusted(now)?;
         let mut best: Option<Vouch> = None;
         for (iss, hop) in trusted.iter() {
@@ -624,6 +634,35 @@ impl Endorsements {
             }
         }
         Ok(best)
+    }
+
+    /// What a trusted issuer said changed who the endorsers are and whom they vouch for.
+    fn forget_trusted(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        *self.trusted.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.vouched.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// [`Endorsements::vouched`], read again at most every [`TRUSTED_TTL`] or after a trusted
+    /// issuer's statement: a DID outside it has no vouch ([`Endorsements::vouch`] reads no
+    /// statement for it). A statement that lapses meanwhile is checked by `vouch` itself.
+    fn vouched_set(&self, now: u64) -> Result<Arc<std::collections::HashSet<String>>, StoreError> {
+        {
+            let v = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, set)) = v.as_ref() {
+                if at.elapsed() < TRUSTED_TTL {
+                    return Ok(set.clone());
+                }
+            }
+        }
+        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
+        let set: Arc<std::collections::HashSet<String>> =
+            Arc::new(self.vouched(now)?.into_iter().collect());
+        let mut v = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
+        if self.epoch.load(std::sync::atomic::Ordering::Acquire) == epoch {
+            *v = Some((Instant::now(), set.clone()));
+        }
+        Ok(set)
     }
 
     /// Every DID an endorser the operator trusts vouches for now (not revoked, not expired), for
@@ -773,6 +812,28 @@ mod tests {
                 .hops,
             1
         );
+    }
+
+    /// The set of vouched DIDs that lets a discovery skip the agents nobody vouches for is
+    /// read again as soon as a trusted issuer speaks: an endorsement counts at once, and so
+    /// does its revocation, though the set was read (and kept) just before each.
+    #[test]
+    fn what_a_trusted_issuer_says_counts_at_once_for_a_discovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, agent) = (key(1), key(3));
+        let e = open(dir.path(), &[&root], 1);
+        let sub = agent.did_key().to_string();
+        assert_eq!(e.vouch(&sub, &[], NOW).unwrap(), None);
+        e.accept(&endorse(&root, &sub, &[], NOW), NOW)
+            .unwrap()
+            .unwrap();
+        assert!(e.vouch(&sub, &[], NOW).unwrap().is_some());
+        let r = endorsement::sign(
+            &Endorsement::revocation(root.did_key().as_str(), &sub, NOW + 10, NOW + 3600),
+            &root,
+        );
+        e.accept(&r, NOW + 10).unwrap().unwrap();
+        assert_eq!(e.vouch(&sub, &[], NOW + 10).unwrap(), None);
     }
 
     #[test]
