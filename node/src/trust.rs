@@ -146,6 +146,40 @@ impl Policy {
         self.judge_with(did, None)
     }
 
+    /// The level [`Policy::judge_with`] gives `did`, `None` where it refuses it, without the
+    /// reasons: what a discovery works out for every match it ranks
+    /// (`network::directory::rank`), most of them did:keys. A did:key names no domain, so only
+    /// `deny` and `allow` entries by DID can name it, and it is read by its prefix, not parsed
+    /// (the index holds only DIDs that were parsed and verified as they came in); other
+    /// methods go through `judge_with`. A test holds the two to the same answer.
+    pub fn level(
+        &self,
+        did: &str,
+        vouch: Option<&crate::trust::endorsements::Vouch>,
+    ) -> Option<Level> {
+        if !did.starts_with("did:key:") {
+            return self.judge_with(did, vouch).ok().map(|j| j.level);
+        }
+        if self.deny.iter().any(|e| e.names(did, None)) {
+            return None;
+        }
+        let mut level = Level::SelfAsserted;
+        if vouch.is_some() {
+            level = level.max(Level::Endorsed);
+        }
+        if self
+            .allow
+            .iter()
+            .any(|e| matches!(e, Entry::Did(_)) && e.names(did, None))
+        {
+            level = Level::AllowListed;
+        }
+        match self.min_level {
+            Some(min) if level < min => None,
+            _ => Some(level),
+        }
+    }
+
     /// [`judge`](Self::judge), with the endorsement that counts for `did`, if one does
     /// ([`crate::trust::endorsements::Endorsements::vouch`]): it raises a weaker level to `endorsed`.
     pub fn judge_with(
@@ -252,6 +286,53 @@ mod tests {
             allow.judge("did:web:evilexample.com").unwrap().level,
             Level::DomainVerified
         );
+    }
+
+    /// The ranking's level of every match is the level `judge_with` gives, refusals included:
+    /// for did:keys (read by prefix) and other methods, under every kind of policy, with and
+    /// without a vouch.
+    #[test]
+    fn the_ranking_s_level_is_the_judged_level() {
+        let other = "did:key:z6MkrJVnaZkeFzdQyMZu1cgjg7k1pZZ6pvBQ7XJPt4swbTQ2";
+        let dids = [
+            KEY,
+            other,
+            "did:web:agents.example.com",
+            "did:web:x.bad.example",
+            "did:wba:example.com:user:alice",
+            "did:key:not-a-key",
+        ];
+        let vouch = crate::trust::endorsements::Vouch {
+            by: other.into(),
+            skills: vec![],
+            until: u64::MAX,
+            hops: 1,
+        };
+        let policies = [
+            p(&[], &[], None),
+            p(&[KEY, "example.com"], &[], None),
+            p(&[], &[KEY, "bad.example"], None),
+            p(&[other], &[], Some(Level::Endorsed)),
+            p(&[], &[], Some(Level::DomainVerified)),
+            p(&[KEY], &[KEY], Some(Level::AllowListed)),
+        ];
+        for (i, policy) in policies.iter().enumerate() {
+            for did in dids {
+                for v in [None, Some(&vouch)] {
+                    let judged = policy.judge_with(did, v).ok().map(|j| j.level);
+                    if did == "did:key:not-a-key" {
+                        // Never in the index (refused as it came in): only the prefix is read.
+                        continue;
+                    }
+                    assert_eq!(
+                        policy.level(did, v),
+                        judged,
+                        "policy {i}, {did}, vouched {}",
+                        v.is_some()
+                    );
+                }
+            }
+        }
     }
 
     #[test]

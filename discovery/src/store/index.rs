@@ -22,7 +22,7 @@ pub const MAX_FIND_LIMIT: usize = 1000;
 pub const MAX_MATCHES: usize = 50_000;
 
 /// Most DIDs whose first sighting [`FirstSeen`] remembers; past them it starts again.
-pub const MAX_FIRST_SEEN: usize = 65_536;
+pub(super) const MAX_FIRST_SEEN: usize = 65_536;
 
 /// When each DID was first seen ([`SeqEntry::first_seen`]), remembered for the ranking of
 /// [`Store::matches`], which otherwise reads every match's seq (a discovery ranks every match;

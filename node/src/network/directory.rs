@@ -283,24 +283,26 @@ pub(crate) fn vouch_of(
 /// freshness plays no part: republishing, or a signer's `issuedAt`, buys nothing.
 ///
 /// [`Store::matches`]: agentnet_discovery::store::Store::matches
+///
+/// Only the level is worked out for each match ([`crate::trust::Policy::level`]); the reasons
+/// for it, for the few shown ([`top`]).
 pub fn rank(
     matches: Vec<Match>,
     policy: &crate::trust::Policy,
     endorsements: Option<&crate::trust::endorsements::Endorsements>,
     tags: &[String],
     now: u64,
-) -> Vec<(Match, crate::trust::Judged)> {
+) -> Vec<(Match, crate::trust::Level)> {
     let mut ranked: Vec<_> = matches
         .into_iter()
         .filter_map(|m| {
             let vouch = vouch_of(endorsements, &m.did, tags, now);
-            let judged = policy.judge_with(&m.did, vouch.as_ref()).ok()?;
-            Some((m, judged))
+            let level = policy.level(&m.did, vouch.as_ref())?;
+            Some((m, level))
         })
         .collect();
-    ranked.sort_by(|(a, ja), (b, jb)| {
-        jb.level
-            .cmp(&ja.level)
+    ranked.sort_by(|(a, la), (b, lb)| {
+        lb.cmp(la)
             .then(a.first_seen.cmp(&b.first_seen))
             .then_with(|| a.did.cmp(&b.did))
     });
@@ -357,10 +359,14 @@ pub fn top(
     now: u64,
 ) -> Vec<(StoredAdvert, crate::trust::Judged)> {
     let mut shown = Vec::with_capacity(limit.min(MAX_LIMIT));
-    for (m, judged) in rank(matches, policy, endorsements, tags, now) {
+    for (m, _) in rank(matches, policy, endorsements, tags, now) {
         if shown.len() >= limit {
             break;
         }
+        let vouch = vouch_of(endorsements, &m.did, tags, now);
+        let Ok(judged) = policy.judge_with(&m.did, vouch.as_ref()) else {
+            continue;
+        };
         match store.get(&m.did, now) {
             Ok(Some(a)) if tags.iter().all(|t| a.tags.contains(t)) => shown.push((a, judged)),
             Ok(_) => {}
