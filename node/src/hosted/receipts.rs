@@ -259,22 +259,7 @@ mod tests {
             Some(vec!["urn:example:other", receipt::EXTENSION]),
         ));
         s.seal(None, &mut t);
-        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
-            .as_str()
-            .expect("asked: signed");
-        let did = key.did_key().to_string();
-        let expect = receipt::Expected {
-            task_id: "t2",
-            agent: &did,
-            caller: None,
-            message: None,
-        };
-        let r = receipt::verify_with_key(
-            jws,
-            &agentnet_did::PublicKey::Ed25519(key.public()),
-            &expect,
-        )
-        .unwrap();
+        let r = sealed_for(&key, &t, None);
         assert_eq!(r.messages.len(), 3);
     }
 
@@ -325,6 +310,11 @@ mod tests {
 
     /// The receipt `t` carries, verified as signed by `key` for `did:key:zCaller`.
     fn sealed_for_caller(key: &SecretKey, t: &Task) -> Receipt {
+        sealed_for(key, t, Some("did:key:zCaller"))
+    }
+
+    /// The receipt `t` carries, verified as signed by `key` for `caller`.
+    fn sealed_for(key: &SecretKey, t: &Task, caller: Option<&str>) -> Receipt {
         let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
             .as_str()
             .expect("the task carries a receipt");
@@ -332,7 +322,7 @@ mod tests {
         let expect = receipt::Expected {
             task_id: &t.id,
             agent: &did,
-            caller: Some("did:key:zCaller"),
+            caller,
             message: None,
         };
         let pk = agentnet_did::PublicKey::Ed25519(key.public());
@@ -467,22 +457,7 @@ mod tests {
         assert!(subs.add("t1", "ab".repeat(32)));
         t.status.state = TaskState::Completed;
         s.seal(Some("did:key:zCaller"), &mut t);
-        let jws = t.metadata.as_ref().unwrap()[receipt::METADATA_KEY]
-            .as_str()
-            .unwrap();
-        let did = key.did_key().to_string();
-        let expect = receipt::Expected {
-            task_id: "t1",
-            agent: &did,
-            caller: Some("did:key:zCaller"),
-            message: None,
-        };
-        let r = receipt::verify_with_key(
-            jws,
-            &agentnet_did::PublicKey::Ed25519(key.public()),
-            &expect,
-        )
-        .unwrap();
+        let r = sealed_for_caller(&key, &t);
         assert_eq!(r.sub_receipts, vec!["ab".repeat(32)]);
         assert_eq!(r.state, "TASK_STATE_COMPLETED");
     }

@@ -58,35 +58,32 @@ pub(crate) fn summarize(results: &Path) -> Result<(), String> {
         .collect();
     shown.dedup();
     let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.1}"));
+    // The node's own columns, the same in a minute's row and an idle one.
+    let node_cells = |v: &Value| {
+        format!(
+            "{} | {} | {} | {} | {} | {} | {}",
+            f(&json!(v["node"]["rss_kib"].as_f64().map(|k| k / 1024.0))),
+            v["node"]["fds"],
+            v["status"]["tasks"],
+            f(&json!(mib(&v["status"]["task_bytes"]))),
+            f(&json!(mib(&v["node"]["data_dir_bytes"]))),
+            v["status"]["adverts"],
+            f(&v["node"]["loadavg"][0]),
+        )
+    };
     for m in shown {
         let v = lines[m - 1];
         println!(
-            "| {m} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {m} | {} | {} | {} | {} | {} |",
             f(&v["req_per_s"]),
             v["errors"],
             f(&v["p50_ms"]),
             f(&v["p99_ms"]),
-            f(&json!(v["node"]["rss_kib"].as_f64().map(|k| k / 1024.0))),
-            v["node"]["fds"],
-            v["status"]["tasks"],
-            f(&json!(mib(&v["status"]["task_bytes"]))),
-            f(&json!(mib(&v["node"]["data_dir_bytes"]))),
-            v["status"]["adverts"],
-            f(&v["node"]["loadavg"][0]),
+            node_cells(v),
         );
     }
     for v in all.iter().filter(|v| v.get("after_minute").is_some()) {
-        println!(
-            "| idle {} | | | | | {} | {} | {} | {} | {} | {} | {} |",
-            v["after_minute"],
-            f(&json!(v["node"]["rss_kib"].as_f64().map(|k| k / 1024.0))),
-            v["node"]["fds"],
-            v["status"]["tasks"],
-            f(&json!(mib(&v["status"]["task_bytes"]))),
-            f(&json!(mib(&v["node"]["data_dir_bytes"]))),
-            v["status"]["adverts"],
-            f(&v["node"]["loadavg"][0]),
-        );
+        println!("| idle {} | | | | | {} |", v["after_minute"], node_cells(v));
     }
     let half = last / 2;
     type Get = fn(&Value) -> Option<f64>;
